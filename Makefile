@@ -1,0 +1,51 @@
+# etcd-operator: the two commands a fresh machine needs are `make run` and `make test`.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+# cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
+TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
+
+.PHONY: help run test tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+
+help:
+	@echo "make run    start etcd-operator locally (state in .local/)"
+	@echo "make test   install the test components, then fmt, clippy and every test"
+	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
+
+## Components (pinned, checksummed, into .tools/; see tools/install.sh)
+tools:
+	tools/install.sh
+tools-etcd:
+	tools/install.sh etcd
+tools-protoc:
+	tools/install.sh protoc
+tools-kube:
+	tools/install.sh kube
+tools-moto:
+	tools/install.sh moto
+
+build: tools-protoc
+	$(CARGO) build --workspace
+
+## The main job on its embedded default: API server, controller and a backing etcd, all local.
+run: tools-etcd tools-protoc
+	$(CARGO) run -p etcd-operator-apiserver --bin etcd-operator -- local --state-dir .local
+
+## Everything CI checks, in order.
+test: tools fmt lint unit leftovers doc-test
+
+fmt:
+	$(CARGO) fmt --all -- --check
+
+lint: tools-protoc
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit: tools
+	$(CARGO) $(TEST_RUNNER) --workspace
+
+# After the suite: no process a test started may still run (tests/tests/leftovers.rs).
+leftovers: tools
+	ETCD_OPERATOR_SUITE_FINISHED=1 $(CARGO) $(TEST_RUNNER) -p etcd-operator-tests --test leftovers
+
+doc-test: tools-protoc
+	$(CARGO) test --workspace --doc

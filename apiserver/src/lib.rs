@@ -1,0 +1,1 @@
+//! The aggregated API server for `etcd.operator.dev`: serving, storage, discovery and OpenAPI.

@@ -1,0 +1,20 @@
+//! Test support for end-to-end suites: real etcd, kubectl, helm and an S3-compatible server,
+//! each started on free loopback ports in a temporary directory and stopped when the test ends
+//! (also when it panics: every process is owned by a guard that kills it on drop).
+//!
+//! Binaries come from `.tools/`, filled by `make tools`; [`tools`] is the one place that knows
+//! where each one is. A missing component is an error naming the make target that installs it;
+//! nothing is skipped silently.
+
+pub mod etcd;
+pub mod kube;
+pub mod leftovers;
+pub mod ports;
+pub mod process;
+pub mod s3;
+pub mod tools;
+
+pub use etcd::TestEtcd;
+pub use process::TestProcess;
+pub use s3::S3Server;
+pub use tools::{EtcdVersion, MissingTool};

