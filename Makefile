@@ -45,7 +45,7 @@ unit: tools
 
 # After the suite: no process a test started may still run (tests/tests/leftovers.rs).
 leftovers: tools
-	ETCD_OPERATOR_SUITE_FINISHED=1 $(CARGO) $(TEST_RUNNER) -p etcd-operator-tests --test leftovers
+	ETCD_OPERATOR_SUITE_FINISHED=1 $(CARGO) $(TEST_RUNNER) --workspace --test leftovers
 
 doc-test: tools-protoc
 	$(CARGO) test --workspace --doc
