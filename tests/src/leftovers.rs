@@ -118,6 +118,35 @@ pub fn processes_running_from(dir: &Path) -> Vec<Leftover> {
         .collect()
 }
 
+/// SIGKILLs every process (but this one) whose command line mentions `dir`, and waits (up to
+/// 5 s) until they are gone. Used to clean up what an operator under test started.
+pub fn kill_processes_mentioning(dir: &Path) {
+    let needle = dir.to_string_lossy().into_owned();
+    let me = std::process::id();
+    let victims: Vec<u32> = pids()
+        .into_iter()
+        .filter(|pid| *pid != me)
+        .filter(|pid| cmdline(*pid).is_some_and(|args| args.iter().any(|a| a.contains(&needle))))
+        .collect();
+    for pid in &victims {
+        if let Ok(pid) = i32::try_from(*pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline && victims.iter().any(|p| is_running(*p)) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether a pid runs (a zombie does not count).
+pub fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|rest| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,12 +9,14 @@
 pub mod etcd;
 pub mod kube;
 pub mod leftovers;
+pub mod operator;
 pub mod ports;
 pub mod process;
 pub mod s3;
 pub mod tools;
 
 pub use etcd::TestEtcd;
+pub use operator::LocalOperator;
 pub use process::TestProcess;
 pub use s3::S3Server;
 pub use tools::{EtcdVersion, MissingTool};

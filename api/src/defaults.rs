@@ -1,0 +1,203 @@
+//! Defaulting, per version: fills unset fields with the defaults documented on each field. Pure,
+//! idempotent functions, applied to the version the client sent before conversion to the hub
+//! (as Kubernetes does).
+//!
+//! Defaults that depend on other fields (the storage of a v1alpha1 cluster without a PVC spec, a
+//! TLS plane left unset) are not materialised: an unset value means the documented default, and
+//! [`effective_storage`] gives the value the controller uses.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::v1alpha2::{self as v2, StorageMedium};
+use crate::{v1alpha1 as v1, versions};
+
+/// Applies the defaults of whichever version the object is in.
+pub fn apply(obj: &mut crate::VersionedCluster) {
+    obj.apply_defaults();
+}
+
+/// Defaults of v1alpha1: `size` 3, `version` the default etcd version, `repository`
+/// `quay.io/coreos/etcd`, `backup.maxBackups` 7; `apiVersion` and `kind`.
+pub fn apply_v1alpha1(obj: &mut v1::EtcdCluster) {
+    set_if_empty(&mut obj.api_version, v1::API_VERSION);
+    set_if_empty(&mut obj.kind, crate::KIND);
+    let spec = &mut obj.spec;
+    spec.size.get_or_insert(v1::DEFAULT_SIZE);
+    spec.version
+        .get_or_insert_with(|| versions::DEFAULT_ETCD_VERSION.to_owned());
+    spec.repository
+        .get_or_insert_with(|| v1::DEFAULT_REPOSITORY.to_owned());
+    if let Some(backup) = spec.backup.as_mut() {
+        backup.max_backups.get_or_insert(v1::DEFAULT_MAX_BACKUPS);
+    }
+}
+
+/// Defaults of v1alpha2: `replicas` 3, `version` the default etcd version, `repository`
+/// `gcr.io/etcd-development/etcd`, `storage` medium `Disk` and size `1Gi`,
+/// `backup.retention.maxCount` 7 when no retention limit is set, cert-manager issuer kind
+/// `Issuer` and group `cert-manager.io`; `apiVersion` and `kind`.
+pub fn apply_v1alpha2(obj: &mut v2::EtcdCluster) {
+    set_if_empty(&mut obj.api_version, v2::API_VERSION);
+    set_if_empty(&mut obj.kind, crate::KIND);
+    let spec = &mut obj.spec;
+    spec.replicas.get_or_insert(v2::DEFAULT_REPLICAS);
+    spec.version
+        .get_or_insert_with(|| versions::DEFAULT_ETCD_VERSION.to_owned());
+    spec.repository
+        .get_or_insert_with(|| v2::DEFAULT_REPOSITORY.to_owned());
+    let storage = spec.storage.get_or_insert_with(v2::StorageSpec::default);
+    default_storage(storage);
+    if let Some(backup) = spec.backup.as_mut() {
+        let retention = backup.retention.get_or_insert_with(v2::BackupRetention::default);
+        if retention.max_count.is_none() && retention.max_age.is_none() {
+            retention.max_count = Some(v2::DEFAULT_BACKUP_MAX_COUNT);
+        }
+    }
+    if let Some(tls) = spec.tls.as_mut() {
+        for plane in [tls.client.as_mut(), tls.peer.as_mut()].into_iter().flatten() {
+            if let Some(cert_manager) = plane.cert_manager.as_mut() {
+                let issuer = &mut cert_manager.issuer_ref;
+                issuer.kind.get_or_insert_with(|| "Issuer".to_owned());
+                issuer.group.get_or_insert_with(|| "cert-manager.io".to_owned());
+            }
+        }
+    }
+}
+
+fn default_storage(storage: &mut v2::StorageSpec) {
+    storage.medium.get_or_insert(StorageMedium::Disk);
+    storage
+        .size
+        .get_or_insert_with(|| Quantity(v2::DEFAULT_STORAGE_SIZE.to_owned()));
+}
+
+/// The storage the controller provisions: the spec's storage with defaults filled in (an unset
+/// `storage` is a 1Gi `Disk`).
+pub fn effective_storage(spec: &v2::EtcdClusterSpec) -> v2::StorageSpec {
+    let mut storage = spec.storage.clone().unwrap_or_default();
+    default_storage(&mut storage);
+    storage
+}
+
+fn set_if_empty(field: &mut String, value: &str) {
+    if field.is_empty() {
+        value.clone_into(field);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn v1alpha2_defaults() {
+        let mut obj: v2::EtcdCluster = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a"},
+            "spec": {
+                "backup": {"schedule": "0 * * * *", "destination": {"s3": {"bucket": "b"}}},
+                "tls": {"peer": {"certManager": {"issuerRef": {"name": "ca"}}}}
+            }
+        }))
+        .unwrap();
+        apply_v1alpha2(&mut obj);
+        assert_eq!(obj.api_version, v2::API_VERSION);
+        assert_eq!(obj.kind, "EtcdCluster");
+        assert_eq!(obj.spec.replicas, Some(3));
+        assert_eq!(obj.spec.version.as_deref(), Some(versions::DEFAULT_ETCD_VERSION));
+        assert_eq!(
+            obj.spec.repository.as_deref(),
+            Some("gcr.io/etcd-development/etcd")
+        );
+        assert_eq!(
+            obj.spec.storage,
+            Some(v2::StorageSpec {
+                medium: Some(StorageMedium::Disk),
+                size: Some(Quantity("1Gi".into())),
+                storage_class_name: None
+            })
+        );
+        assert_eq!(
+            obj.spec.backup.as_ref().unwrap().retention,
+            Some(v2::BackupRetention {
+                max_count: Some(7),
+                max_age: None
+            })
+        );
+        let issuer = &obj
+            .spec
+            .tls
+            .as_ref()
+            .unwrap()
+            .peer
+            .as_ref()
+            .unwrap()
+            .cert_manager
+            .as_ref()
+            .unwrap()
+            .issuer_ref;
+        assert_eq!(issuer.kind.as_deref(), Some("Issuer"));
+        assert_eq!(issuer.group.as_deref(), Some("cert-manager.io"));
+        assert!(
+            obj.spec.tls.as_ref().unwrap().client.is_none(),
+            "an unset plane stays plain HTTP"
+        );
+        assert_eq!(obj.spec.paused, None);
+
+        let once = obj.clone();
+        apply_v1alpha2(&mut obj);
+        assert_eq!(obj, once, "defaulting is idempotent");
+    }
+
+    #[test]
+    fn v1alpha2_defaults_keep_set_values() {
+        let mut obj = v2::EtcdCluster::default();
+        obj.spec.replicas = Some(5);
+        obj.spec.version = Some("3.4.23".into());
+        obj.spec.repository = Some("registry.local/etcd".into());
+        obj.spec.storage = Some(v2::StorageSpec {
+            medium: Some(StorageMedium::Memory),
+            size: Some(Quantity("256Mi".into())),
+            storage_class_name: None,
+        });
+        obj.spec.backup = Some(v2::BackupSpec {
+            retention: Some(v2::BackupRetention {
+                max_count: None,
+                max_age: Some("24h".into()),
+            }),
+            ..v2::BackupSpec::default()
+        });
+        let before = obj.spec.clone();
+        apply_v1alpha2(&mut obj);
+        assert_eq!(obj.spec, before);
+    }
+
+    #[test]
+    fn v1alpha1_defaults() {
+        let mut obj = v1::EtcdCluster::default();
+        obj.spec.backup = Some(v1::BackupPolicy::default());
+        apply_v1alpha1(&mut obj);
+        assert_eq!(obj.api_version, v1::API_VERSION);
+        assert_eq!(obj.spec.size, Some(3));
+        assert_eq!(obj.spec.version.as_deref(), Some(versions::DEFAULT_ETCD_VERSION));
+        assert_eq!(obj.spec.repository.as_deref(), Some("quay.io/coreos/etcd"));
+        assert_eq!(obj.spec.backup.as_ref().unwrap().max_backups, Some(7));
+        assert!(obj.spec.pod.is_none());
+        let once = obj.clone();
+        apply_v1alpha1(&mut obj);
+        assert_eq!(obj, once);
+
+        let mut set = v1::EtcdCluster::default();
+        set.spec.size = Some(1);
+        apply_v1alpha1(&mut set);
+        assert_eq!(set.spec.size, Some(1));
+    }
+
+    #[test]
+    fn effective_storage_fills_defaults() {
+        let spec = v2::EtcdClusterSpec::default();
+        let storage = effective_storage(&spec);
+        assert_eq!(storage.medium, Some(StorageMedium::Disk));
+        assert_eq!(storage.size, Some(Quantity("1Gi".into())));
+    }
+}

@@ -1,0 +1,138 @@
+//! The observed state of a cluster, shared by every API version (`status` is written by the
+//! controller and has the same shape in v1alpha1 and v1alpha2).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Condition type: the cluster has quorum and serves clients.
+pub const CONDITION_AVAILABLE: &str = "Available";
+/// Condition type: the controller is working towards the spec (scaling, upgrading, restoring).
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+/// Condition type: some members are unhealthy or missing, or the last step failed.
+pub const CONDITION_DEGRADED: &str = "Degraded";
+/// Condition type: the last scheduled backup succeeded (`True`) or failed (`False`).
+pub const CONDITION_BACKUP_SUCCEEDED: &str = "BackupSucceeded";
+
+string_enum! {
+    /// The coarse lifecycle phase of a cluster.
+    pub enum ClusterPhase {
+        Pending => "Pending",
+        Creating => "Creating",
+        Running => "Running",
+        Scaling => "Scaling",
+        Upgrading => "Upgrading",
+        Restoring => "Restoring",
+        Paused => "Paused",
+        Failed => "Failed",
+    }
+}
+
+/// The observed state of an etcd cluster. Written by the controller through the `/status`
+/// subresource; ignored on writes to the main resource.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// Coarse lifecycle phase: one of Pending, Creating, Running, Scaling, Upgrading, Restoring,
+    /// Paused, Failed. Prefer `conditions` for automation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClusterPhase>,
+
+    /// Current conditions of the cluster (Kubernetes condition shape). Types: `Available`,
+    /// `Progressing`, `Degraded`, `BackupSucceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+
+    /// The `metadata.generation` of the spec the controller last acted on. Written last, after
+    /// every other status field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Number of members in the etcd cluster (the `/scale` subresource reports it as
+    /// `status.replicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// Number of members that are healthy and started (not learners).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+
+    /// The members of the etcd cluster as reported by etcd, joined with their Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<MemberStatus>>,
+
+    /// The etcd cluster ID, in hexadecimal.
+    #[serde(default, rename = "clusterID", skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+
+    /// The name of the member that currently leads the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+
+    /// The etcd version every member runs (the lowest member version during an upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+
+    /// Label selector of the member Pods, in the string form used by the `/scale` subresource,
+    /// e.g. `etcd.operator.dev/cluster=example`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+
+    /// The last successful backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<BackupStatus>,
+}
+
+/// One etcd member, as seen by etcd and by the controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// The member name (also the name of its Pod).
+    #[serde(default)]
+    pub name: String,
+
+    /// The etcd member ID, in hexadecimal (as `etcdctl member list -w table` prints it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+
+    /// The etcd server version the member reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+
+    /// Whether the member is a non-voting learner that is still catching up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learner: Option<bool>,
+
+    /// Whether the member is the current raft leader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<bool>,
+
+    /// Whether the member answered its last health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
+}
+
+/// A completed backup (snapshot) of the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// When the snapshot was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+
+    /// The etcd revision the snapshot contains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+
+    /// Size of the snapshot in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+
+    /// Where the snapshot was written, e.g. `s3://bucket/prefix/name.db` or a path in a volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+
+    /// SHA-256 of the snapshot file, in lowercase hexadecimal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}

@@ -1,0 +1,73 @@
+//! Update-time rules: how the version may move, and which fields are immutable.
+
+use super::field::{FieldError, Path};
+use super::spec::Report;
+use crate::defaults::effective_storage;
+use crate::v1alpha2 as v2;
+use crate::versions::{self, DEFAULT_ETCD_VERSION, Transition};
+
+const IMMUTABLE: &str = "field is immutable";
+
+pub(crate) fn changes(report: &mut Report, new: &v2::EtcdClusterSpec, old: &v2::EtcdClusterSpec) {
+    let path = Path::root("spec");
+    version_change(report, &path.child("version"), new, old);
+
+    let (new_storage, old_storage) = (effective_storage(new), effective_storage(old));
+    if new_storage.medium != old_storage.medium {
+        let value = new_storage
+            .medium
+            .as_ref()
+            .map(|m| m.as_str().to_owned())
+            .unwrap_or_default();
+        report.errors.push(FieldError::invalid(
+            &path.child("storage").child("medium"),
+            &value,
+            IMMUTABLE,
+        ));
+    } else if new_storage != old_storage {
+        report
+            .errors
+            .push(FieldError::forbidden(&path.child("storage"), IMMUTABLE));
+    }
+
+    if normalized_tls(new.tls.as_ref()) != normalized_tls(old.tls.as_ref()) {
+        report
+            .errors
+            .push(FieldError::forbidden(&path.child("tls"), IMMUTABLE));
+    }
+    if normalized_bootstrap(new.bootstrap.as_ref()) != normalized_bootstrap(old.bootstrap.as_ref()) {
+        report
+            .errors
+            .push(FieldError::forbidden(&path.child("bootstrap"), IMMUTABLE));
+    }
+}
+
+fn version_change(report: &mut Report, path: &Path, new: &v2::EtcdClusterSpec, old: &v2::EtcdClusterSpec) {
+    let new_version = new.version.as_deref().unwrap_or(DEFAULT_ETCD_VERSION);
+    let old_version = old.version.as_deref().unwrap_or(DEFAULT_ETCD_VERSION);
+    // A malformed new version is reported by the create rules; a malformed old one (stored
+    // under older rules) can only be replaced.
+    let (Ok(to), Ok(from)) = (versions::parse(new_version), versions::parse(old_version)) else {
+        return;
+    };
+    match versions::check_transition(&from, &to) {
+        Err(e) => report.errors.push(FieldError::invalid(path, new_version, e.to_string())),
+        Ok(Transition::MinorUpgrade) => report.warn_at(
+            path,
+            format!("upgrading from {from} to {to}: members are replaced one at a time, the leader last; take a backup first"),
+        ),
+        Ok(Transition::MinorDowngrade) => report.warn_at(
+            path,
+            format!("downgrading from {from} to {to}: the cluster storage version is downgraded first, then members one at a time"),
+        ),
+        Ok(_) => {}
+    }
+}
+
+fn normalized_tls(tls: Option<&v2::TlsSpec>) -> Option<&v2::TlsSpec> {
+    tls.filter(|t| t.client.is_some() || t.peer.is_some())
+}
+
+fn normalized_bootstrap(bootstrap: Option<&v2::BootstrapSpec>) -> Option<&v2::RestoreSpec> {
+    bootstrap.and_then(|b| b.restore.as_ref())
+}
