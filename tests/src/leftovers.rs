@@ -130,7 +130,8 @@ pub fn kill_processes_mentioning(dir: &Path) {
         .collect();
     for pid in &victims {
         if let Ok(pid) = i32::try_from(*pid) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -143,7 +144,11 @@ pub fn kill_processes_mentioning(dir: &Path) {
 pub fn is_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit(')').next().map(|rest| !rest.trim_start().starts_with('Z')))
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|rest| !rest.trim_start().starts_with('Z'))
+        })
         .unwrap_or(false)
 }
 

@@ -35,7 +35,11 @@ pub enum OperatorError {
     Exited { status: String, log: String },
     /// It did not become ready in time.
     #[error("etcd-operator did not become ready within {timeout:?}: {last}; log tail:\n{log}")]
-    NotReady { timeout: Duration, last: String, log: String },
+    NotReady {
+        timeout: Duration,
+        last: String,
+        log: String,
+    },
     /// It did not stop after SIGTERM.
     #[error("etcd-operator did not stop within {timeout:?} of SIGTERM")]
     DidNotStop { timeout: Duration },
@@ -50,7 +54,15 @@ pub fn operator_binary() -> Result<PathBuf, OperatorError> {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let out = Command::new(cargo)
                 .current_dir(tools::workspace_root())
-                .args(["build", "--quiet", "-p", "etcd-operator-apiserver", "--bin", "etcd-operator", "--message-format=json"])
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "etcd-operator-apiserver",
+                    "--bin",
+                    "etcd-operator",
+                    "--message-format=json",
+                ])
                 .output()
                 .map_err(|e| e.to_string())?;
             if !out.status.success() {
@@ -83,9 +95,16 @@ impl LocalOperator {
     /// Starts the operator on a free port with a fresh state directory and waits until `/readyz`
     /// answers through kubectl.
     pub async fn start() -> Result<Self, OperatorError> {
-        let state = tempfile::Builder::new().prefix("etcd-operator-local-").tempdir()?;
+        let state = tempfile::Builder::new()
+            .prefix("etcd-operator-local-")
+            .tempdir()?;
         let port = crate::ports::free_ports(1)?[0];
-        let mut op = Self { process: None, listen: format!("127.0.0.1:{port}"), restarts: 0, state };
+        let mut op = Self {
+            process: None,
+            listen: format!("127.0.0.1:{port}"),
+            restarts: 0,
+            state,
+        };
         op.launch().await?;
         Ok(op)
     }
@@ -115,7 +134,10 @@ impl LocalOperator {
             if let Some(p) = self.process.as_mut()
                 && let Some(status) = p.exited()
             {
-                return Err(OperatorError::Exited { status: status.to_string(), log: p.log_tail(6000) });
+                return Err(OperatorError::Exited {
+                    status: status.to_string(),
+                    log: p.log_tail(6000),
+                });
             }
             if self.kubeconfig().is_file() {
                 match self.kubectl()?.args(["get", "--raw", "/readyz"]).output() {
@@ -126,7 +148,11 @@ impl LocalOperator {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(OperatorError::NotReady { timeout: READY_TIMEOUT, last, log: self.log_tail() })
+        Err(OperatorError::NotReady {
+            timeout: READY_TIMEOUT,
+            last,
+            log: self.log_tail(),
+        })
     }
 
     /// The state directory.
@@ -151,7 +177,10 @@ impl LocalOperator {
 
     /// The log of the current run.
     pub fn log_tail(&self) -> String {
-        self.process.as_ref().map(|p| p.log_tail(6000)).unwrap_or_default()
+        self.process
+            .as_ref()
+            .map(|p| p.log_tail(6000))
+            .unwrap_or_default()
     }
 
     /// The operator's pid.
@@ -161,7 +190,9 @@ impl LocalOperator {
 
     /// Stops the operator with SIGTERM and waits for it to exit; returns its exit status.
     pub async fn stop(&mut self) -> Result<Option<std::process::ExitStatus>, OperatorError> {
-        let Some(mut p) = self.process.take() else { return Ok(None) };
+        let Some(mut p) = self.process.take() else {
+            return Ok(None);
+        };
         let _ = kill(Pid::from_raw(p.pid() as i32), Signal::SIGTERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
@@ -171,7 +202,9 @@ impl LocalOperator {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         p.kill();
-        Err(OperatorError::DidNotStop { timeout: STOP_TIMEOUT })
+        Err(OperatorError::DidNotStop {
+            timeout: STOP_TIMEOUT,
+        })
     }
 
     /// SIGKILLs the operator (its children stay, as after a crash).
