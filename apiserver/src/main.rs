@@ -1,8 +1,16 @@
 //! `etcd-operator`: the API server and controller in one process.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use etcd_operator_apiserver::http::{self, AppState, auth, openapi};
+use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions};
+use etcd_operator_apiserver::{local, serve};
+
+/// Where EtcdClusters live in the backing etcd.
+const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,9 +33,86 @@ enum Mode {
         /// Address to serve HTTPS on.
         #[arg(long, default_value = "127.0.0.1:8443")]
         listen: std::net::SocketAddr,
+        /// The etcd binary for the backing etcd (default: $ETCD_OPERATOR_ETCD, then
+        /// .tools/etcd/3.5.1/etcd found from here upwards, then `etcd` on the PATH).
+        #[arg(long)]
+        etcd_binary: Option<std::path::PathBuf>,
+        /// How often the backing etcd is compacted (kube-apiserver: 5 minutes).
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        compaction_interval: Duration,
     },
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
     Serve,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    }
+}
+
+/// Running local mode failed.
+#[derive(Debug, thiserror::Error)]
+enum LocalModeError {
+    #[error("prepare local mode: {0}")]
+    Prepare(#[from] local::LocalError),
+    #[error("start storage: {0}")]
+    Storage(#[from] etcd_operator_apiserver::storage::StorageError),
+    #[error(transparent)]
+    OpenApi(#[from] openapi::OpenApiGenerateError),
+    #[error("serve HTTPS: {0}")]
+    Serve(#[from] serve::ServeError),
+}
+
+async fn run_local(
+    state_dir: std::path::PathBuf,
+    listen: std::net::SocketAddr,
+    etcd_binary: Option<std::path::PathBuf>,
+    compaction_interval: Duration,
+) -> Result<(), LocalModeError> {
+    serve::install_crypto_provider();
+    let env = local::prepare(local::LocalOptions {
+        state_dir,
+        listen,
+        etcd_binary,
+    })
+    .await?;
+    // Local mode is the only writer of its backing etcd: reads need no etcd round trip.
+    let options = StorageOptions {
+        consistency: ConsistencyMode::SingleWriter,
+        ..StorageOptions::default()
+    };
+    let storage = Storage::new(env.etcd_client.clone(), ETCDCLUSTERS_PREFIX, options).await?;
+    let compactor = storage.spawn_compactor(compaction_interval);
+    let state = AppState {
+        storage,
+        authenticator: Arc::new(auth::LocalAuthenticator),
+        authorizer: Arc::new(auth::AllowAuthenticated),
+        openapi: Arc::new(openapi::Documents::generate()?),
+    };
+    let app = http::router(state);
+    tracing::info!(
+        url = %env.server_url,
+        kubeconfig = %env.kubeconfig_path.display(),
+        "etcd-operator local is serving; try: KUBECONFIG={} kubectl get etcdclusters",
+        env.kubeconfig_path.display()
+    );
+    let served = serve::serve(env.listener, env.tls, app, serve::shutdown_signal()).await;
+    compactor.abort();
+    tracing::info!("stopping the backing etcd");
+    if let Err(error) = env.backing_etcd.shutdown().await {
+        tracing::warn!(%error, "stop the backing etcd");
+    }
+    served?;
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -39,18 +124,43 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    match cli.mode {
-        Mode::Local { state_dir, listen } => {
-            tracing::error!(
-                state_dir = %state_dir.display(),
-                %listen,
-                "local mode is not built yet: it arrives with the API server issue"
-            );
-            ExitCode::FAILURE
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(error) => {
+            tracing::error!(%error, "start the async runtime");
+            return ExitCode::FAILURE;
         }
+    };
+    match cli.mode {
+        Mode::Local {
+            state_dir,
+            listen,
+            etcd_binary,
+            compaction_interval,
+        } => match runtime.block_on(run_local(state_dir, listen, etcd_binary, compaction_interval)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "etcd-operator local failed");
+                ExitCode::FAILURE
+            }
+        },
         Mode::Serve => {
             tracing::error!("serve mode is not built yet: it arrives with the cluster-mode issue");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert!(parse_duration("m").is_err());
+        assert!(parse_duration("5d").is_err());
     }
 }

@@ -160,6 +160,13 @@ impl LocalOperator {
         self.state.path()
     }
 
+    /// The client URL of the backing etcd (from `DIR/etcd/ports.json`).
+    pub fn backing_etcd_endpoint(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.state.path().join("etcd").join("ports.json")).ok()?;
+        let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
+        Some(format!("http://127.0.0.1:{}", ports["client"].as_u64()?))
+    }
+
     /// The kubeconfig the operator wrote.
     pub fn kubeconfig(&self) -> PathBuf {
         self.state.path().join("kubeconfig")

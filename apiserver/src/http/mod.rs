@@ -1,0 +1,167 @@
+//! The HTTP layer: routing, authentication, discovery, OpenAPI, and the EtcdCluster endpoints.
+//! Handlers are thin; object semantics live in [`crate::registry`], persistence in
+//! [`crate::storage`].
+
+pub mod auth;
+pub mod body;
+pub mod discovery;
+pub mod error;
+pub mod negotiate;
+pub mod openapi;
+pub mod request_info;
+pub mod resource;
+pub mod selectors;
+pub mod table;
+pub mod watch;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+
+use crate::storage::Storage;
+use error::ApiError;
+
+/// Everything the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// EtcdCluster storage (backing etcd + watch cache).
+    pub storage: Storage,
+    /// Who is calling.
+    pub authenticator: Arc<dyn auth::Authenticator>,
+    /// Whether they may.
+    pub authorizer: Arc<dyn auth::Authorizer>,
+    /// The OpenAPI documents, prepared once.
+    pub openapi: Arc<openapi::Documents>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+/// Paths answered without credentials (kubelet probes), as kube-apiserver always allows them.
+const ALWAYS_ALLOWED: [&str; 3] = ["/healthz", "/livez", "/readyz"];
+
+/// The whole API as an axum router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/version", get(version))
+        .route("/apis", get(apis))
+        .route(
+            &format!("/apis/{}", etcd_operator_api::GROUP),
+            get(|| async { json_response(&discovery::api_group()) }),
+        )
+        .route(
+            &format!("/apis/{}/{{version}}", etcd_operator_api::GROUP),
+            get(group_version),
+        )
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_root))
+        .route(
+            &format!("/openapi/v3/apis/{}/{{version}}", etcd_operator_api::GROUP),
+            get(openapi::v3_group_version),
+        )
+        .fallback(resource::handle)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            authenticate_and_authorize,
+        ))
+        .with_state(state)
+}
+
+/// Authentication, then authorization, for every path but the health checks. Identity headers
+/// a client sent are never passed on: the handler sees only the [`auth::UserInfo`] extension.
+async fn authenticate_and_authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if ALWAYS_ALLOWED.contains(&path.as_str()) {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let user = match state.authenticator.authenticate(&mut parts) {
+        Ok(Some(user)) => user,
+        Ok(None) => return ApiError::unauthorized().into_response(),
+        Err(e) => return e.into_response(),
+    };
+    let info = request_info::RequestInfo::parse(&parts.method, &path, parts.uri.query());
+    if let Err(e) = state.authorizer.authorize(&user, &info).await {
+        return e.into_response();
+    }
+    parts.extensions.insert(user);
+    req = Request::from_parts(parts, body);
+    next.run(req).await
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.storage.ready().await {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[-]etcd failed: backing etcd not reachable or cache not primed",
+        )
+            .into_response()
+    }
+}
+
+async fn version() -> Response {
+    json_response(&serde_json::json!({
+        "major": "1",
+        "minor": "35",
+        "gitVersion": concat!("v", env!("CARGO_PKG_VERSION")),
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        "goVersion": "",
+        "compiler": "rustc",
+    }))
+}
+
+async fn apis(headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if !discovery::wants_aggregated(accept) {
+        return json_response(&discovery::api_group_list());
+    }
+    let body = discovery::aggregated().to_string();
+    let etag = discovery::etag(body.as_bytes());
+    let mut response =
+        if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+            StatusCode::NOT_MODIFIED.into_response()
+        } else {
+            (StatusCode::OK, body).into_response()
+        };
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::AGGREGATED_V2),
+    );
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    response
+}
+
+async fn group_version(axum::extract::Path(version): axum::extract::Path<String>) -> Response {
+    if !etcd_operator_api::SERVED_VERSIONS.contains(&version.as_str()) {
+        return ApiError::path_not_found(&format!("/apis/{}/{version}", etcd_operator_api::GROUP))
+            .into_response();
+    }
+    json_response(&discovery::api_resource_list(&version))
+}
+
+/// A 200 JSON response.
+pub fn json_response(value: &serde_json::Value) -> Response {
+    let mut response = (StatusCode::OK, value.to_string()).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}

@@ -1,0 +1,835 @@
+//! The EtcdCluster endpoints in both versions: get, list, watch, create, update, patch, delete,
+//! deletecollection, and the `status` and `scale` subresources.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use etcd_operator_api::{GROUP, HUB_VERSION, LIST_KIND, RESOURCE, SERVED_VERSIONS};
+use http::{HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::{self, FieldValidation, WriteOptions};
+use super::error::ApiError;
+use super::negotiate::{Output, negotiate};
+use super::request_info::{RequestInfo, query_value};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::table::{self, IncludeObject};
+use crate::registry::{self, UpdateDecision};
+use crate::storage::{
+    GuaranteedUpdateError, ListOptions, ReadConsistency, RvMatch, Storage, StorageError, UpdateAction,
+    UpdateOutcome,
+};
+
+/// What a resource request addresses, after routing.
+struct Target {
+    version: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+    query: Option<String>,
+    output: Output,
+}
+
+/// Entry point for every path not routed elsewhere.
+pub async fn handle(State(state): State<AppState>, req: Request) -> Response {
+    match dispatch(state, req).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().map(str::to_string);
+    let info = RequestInfo::parse(&parts.method, &path, query.as_deref());
+    if !info.is_resource_request
+        || info.group != GROUP
+        || !SERVED_VERSIONS.contains(&info.version.as_str())
+        || info.resource != RESOURCE
+    {
+        return Err(ApiError::path_not_found(&path));
+    }
+    if let Some(sub) = info.subresource.as_deref()
+        && sub != "status"
+        && sub != "scale"
+    {
+        return Err(ApiError::path_not_found(&path));
+    }
+    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let target = Target {
+        version: info.version.clone(),
+        namespace: info.namespace.clone(),
+        name: info.name.clone().filter(|_| path_names_object(&info)),
+        subresource: info.subresource.clone(),
+        query,
+        output: negotiate(accept)?,
+    };
+    let storage = &state.storage;
+    match (
+        &parts.method,
+        target.name.is_some(),
+        target.subresource.as_deref(),
+    ) {
+        (&Method::GET, false, None) if info.verb == "watch" => {
+            super::watch::serve(storage, &target_watch(&target)?)
+        }
+        (&Method::GET, false, None) => list(storage, &target).await,
+        (&Method::GET, true, None | Some("status")) => get(storage, &target).await,
+        (&Method::GET, true, Some("scale")) => get_scale(storage, &target).await,
+        (&Method::POST, false, None) => create(storage, &target, body, content_type.as_deref()).await,
+        (&Method::PUT, true, sub) => update(storage, &target, sub, body, content_type.as_deref()).await,
+        (&Method::PATCH, true, sub) => patch(storage, &target, sub, body, content_type.as_deref()).await,
+        (&Method::DELETE, true, None) => delete(storage, &target, body).await,
+        (&Method::DELETE, false, None) if target.namespace.is_some() => {
+            delete_collection(storage, &target, body).await
+        }
+        _ => Err(ApiError::method_not_allowed(&format!("{} {path}", parts.method))),
+    }
+}
+
+/// Whether the name came from the path (not from a `metadata.name` field selector).
+fn path_names_object(info: &RequestInfo) -> bool {
+    let after_resource = info
+        .path
+        .split(&format!("/{}", info.resource))
+        .nth(1)
+        .unwrap_or_default();
+    after_resource
+        .trim_matches('/')
+        .split('/')
+        .next()
+        .is_some_and(|s| !s.is_empty())
+}
+
+fn ns_and_name(t: &Target) -> Result<(&str, &str), ApiError> {
+    match (t.namespace.as_deref(), t.name.as_deref()) {
+        (Some(ns), Some(name)) => Ok((ns, name)),
+        _ => Err(ApiError::bad_request(
+            "a namespace and a name are required for this request",
+        )),
+    }
+}
+
+/// Maps a storage failure to the response kube-apiserver gives.
+pub fn storage_error(e: StorageError, name: &str) -> ApiError {
+    match e {
+        StorageError::NotFound { .. } => ApiError::not_found(RESOURCE, name),
+        StorageError::AlreadyExists { .. } => ApiError::already_exists(RESOURCE, name),
+        StorageError::PreconditionFailed {
+            what,
+            expected,
+            actual,
+            ..
+        } => ApiError::conflict(
+            RESOURCE,
+            name,
+            &format!(
+                "Precondition failed: {what} in precondition: {expected}, {what} in object meta: {actual}"
+            ),
+        ),
+        StorageError::Conflict { .. } => ApiError::modified(RESOURCE, name),
+        e @ (StorageError::Expired { .. } | StorageError::ExpiredContinue { .. }) => {
+            ApiError::gone(e.to_string())
+        }
+        e @ (StorageError::InvalidContinue { .. }
+        | StorageError::InvalidResourceVersion { .. }
+        | StorageError::InvalidOptions { .. }) => ApiError::bad_request(e.to_string()),
+        e @ StorageError::TooLargeResourceVersion { .. } => {
+            let mut err = ApiError::unavailable(e.to_string());
+            err.code = StatusCode::GATEWAY_TIMEOUT;
+            err.reason = "Timeout";
+            err
+        }
+        StorageError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
+        e @ StorageError::Timeout { .. } => ApiError::unavailable(e.to_string()),
+        e => ApiError::internal(e.to_string()),
+    }
+}
+
+fn update_error(e: GuaranteedUpdateError<ApiError>, name: &str) -> ApiError {
+    match e {
+        GuaranteedUpdateError::Storage(e) => storage_error(e, name),
+        GuaranteedUpdateError::Update(e) => e,
+    }
+}
+
+/// A stored (hub) object in the requested version.
+fn in_version(stored: Value, version: &str) -> Result<Value, ApiError> {
+    if version == HUB_VERSION {
+        // Stored objects are hub JSON already: no decode/encode round trip on the hot path.
+        return Ok(stored);
+    }
+    registry::to_version(registry::from_storage(stored)?, version)
+}
+
+fn add_warnings(response: &mut Response, warnings: &[String]) {
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+}
+
+/// One object, in the negotiated representation.
+fn object_response(
+    code: StatusCode,
+    obj: &Value,
+    t: &Target,
+    warnings: &[String],
+) -> Result<Response, ApiError> {
+    let (body, content_type) = match t.output {
+        Output::Json => (obj.to_string(), "application/json"),
+        Output::Yaml => (
+            serde_yaml::to_string(obj).map_err(|e| ApiError::internal(format!("encode YAML: {e}")))?,
+            "application/yaml",
+        ),
+        Output::Table(v) => {
+            let include = IncludeObject::parse(query_value(t.query.as_deref(), "includeObject").as_deref())
+                .map_err(ApiError::bad_request)?;
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (
+                table::table(v, std::slice::from_ref(obj), &rv, None, include, true).to_string(),
+                "application/json",
+            )
+        }
+        Output::Metadata => (table::partial_metadata(obj).to_string(), "application/json"),
+    };
+    let mut response = (code, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    add_warnings(&mut response, warnings);
+    Ok(response)
+}
+
+async fn get(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
+    let (ns, name) = ns_and_name(t)?;
+    let consistency = match query_value(t.query.as_deref(), "resourceVersion").as_deref() {
+        Some("0") => ReadConsistency::Any,
+        _ => ReadConsistency::Consistent,
+    };
+    let stored = storage
+        .get(ns, name, consistency)
+        .await
+        .map_err(|e| storage_error(e, name))?;
+    let stored = stored.ok_or_else(|| ApiError::not_found(RESOURCE, name))?;
+    object_response(StatusCode::OK, &in_version(stored, &t.version)?, t, &[])
+}
+
+async fn get_scale(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
+    let (ns, name) = ns_and_name(t)?;
+    let stored = storage
+        .get(ns, name, ReadConsistency::Consistent)
+        .await
+        .map_err(|e| storage_error(e, name))?;
+    let hub = registry::from_storage(stored.ok_or_else(|| ApiError::not_found(RESOURCE, name))?)?;
+    let scale = registry::scale_of(&hub);
+    let json_target = Target {
+        output: Output::Json,
+        ..clone_target(t)
+    };
+    object_response(
+        StatusCode::OK,
+        &scale,
+        if t.output == Output::Yaml { t } else { &json_target },
+        &[],
+    )
+}
+
+fn clone_target(t: &Target) -> Target {
+    Target {
+        version: t.version.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        subresource: t.subresource.clone(),
+        query: t.query.clone(),
+        output: t.output,
+    }
+}
+
+/// Label and field selectors of a list or watch; a bad one is a 400.
+#[derive(Debug, Clone)]
+pub struct Selectors {
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+}
+
+impl Selectors {
+    fn parse(query: Option<&str>) -> Result<Self, ApiError> {
+        let labels = LabelSelector::parse(&query_value(query, "labelSelector").unwrap_or_default())
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(&query_value(query, "fieldSelector").unwrap_or_default())
+            .map_err(ApiError::bad_request)?;
+        Ok(Self { labels, fields })
+    }
+
+    /// Whether a stored object matches both selectors.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let meta = &obj["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default();
+        let namespace = meta["namespace"].as_str().unwrap_or_default();
+        if !self.fields.matches(name, namespace) {
+            return false;
+        }
+        if self.labels.is_empty() {
+            return true;
+        }
+        let labels: BTreeMap<String, String> = meta["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.labels.matches(&labels)
+    }
+}
+
+fn list_options_error(message: &str) -> ApiError {
+    ApiError::invalid(
+        "ListOptions",
+        "",
+        vec![super::error::Cause {
+            reason: "FieldValueForbidden".into(),
+            message: message.into(),
+            field: String::new(),
+        }],
+    )
+}
+
+async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
+    let q = t.query.as_deref();
+    let selectors = Selectors::parse(q)?;
+    if query_value(q, "sendInitialEvents").is_some() {
+        return Err(list_options_error(
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        ));
+    }
+    let resource_version = query_value(q, "resourceVersion").filter(|s| !s.is_empty());
+    let rv_match = match query_value(q, "resourceVersionMatch").as_deref() {
+        None | Some("") => None,
+        Some("Exact") => Some(RvMatch::Exact),
+        Some("NotOlderThan") => Some(RvMatch::NotOlderThan),
+        Some(other) => {
+            return Err(list_options_error(&format!(
+                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+            )));
+        }
+    };
+    let continue_token = query_value(q, "continue").filter(|s| !s.is_empty());
+    if rv_match.is_some() && resource_version.is_none() {
+        return Err(list_options_error(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    if rv_match.is_some() && continue_token.is_some() {
+        return Err(list_options_error(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    if rv_match == Some(RvMatch::Exact) && resource_version.as_deref() == Some("0") {
+        return Err(list_options_error(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        ));
+    }
+    let limit = match query_value(q, "limit").filter(|s| !s.is_empty()) {
+        Some(l) => Some(
+            l.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("limit: invalid value {l:?}")))?,
+        ),
+        None => None,
+    }
+    .filter(|l| *l > 0);
+    let opts = ListOptions {
+        namespace: t.namespace.clone(),
+        resource_version,
+        resource_version_match: rv_match,
+        limit,
+        continue_token,
+    };
+    let result = storage.list(&opts).await.map_err(|e| storage_error(e, ""))?;
+    let mut items = Vec::with_capacity(result.items.len());
+    for obj in result.items {
+        if selectors.matches(&obj) {
+            items.push(in_version(obj, &t.version)?);
+        }
+    }
+    let rv = result.resource_version.to_string();
+    let selecting = !selectors.labels.is_empty() || !selectors.fields.is_empty();
+    let body = match t.output {
+        Output::Table(v) => {
+            let include = IncludeObject::parse(query_value(q, "includeObject").as_deref())
+                .map_err(ApiError::bad_request)?;
+            table::table(v, &items, &rv, result.continue_token.as_deref(), include, true)
+        }
+        Output::Metadata => {
+            let mut list = json!({
+                "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": rv},
+                "items": items.iter().map(table::partial_metadata).collect::<Vec<_>>(),
+            });
+            if let Some(c) = &result.continue_token {
+                list["metadata"]["continue"] = json!(c);
+            }
+            list
+        }
+        Output::Json | Output::Yaml => {
+            let mut list = json!({
+                "kind": LIST_KIND, "apiVersion": format!("{GROUP}/{}", t.version),
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            });
+            if let Some(c) = &result.continue_token {
+                list["metadata"]["continue"] = json!(c);
+            }
+            if let (Some(n), false) = (result.remaining_item_count, selecting) {
+                list["metadata"]["remainingItemCount"] = json!(n);
+            }
+            list
+        }
+    };
+    let list_target = Target {
+        output: if t.output == Output::Yaml {
+            Output::Yaml
+        } else {
+            Output::Json
+        },
+        ..clone_target(t)
+    };
+    object_response(StatusCode::OK, &body, &list_target, &[])
+}
+
+/// Unknown fields of a request object, handled per `fieldValidation`: warnings, or a 400.
+fn check_unknown_fields(
+    input: &Value,
+    typed: &Value,
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let unknown = registry::unknown_fields(input, typed);
+    match mode {
+        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Warn => Ok(unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect()),
+        FieldValidation::Strict if unknown.is_empty() => Ok(Vec::new()),
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+fn decode_request(
+    value: Value,
+    version: &str,
+    mode: FieldValidation,
+) -> Result<(etcd_operator_api::VersionedCluster, Vec<String>), ApiError> {
+    let versioned = registry::decode_for_version(value.clone(), version)?;
+    let typed = versioned
+        .to_value()
+        .map_err(|e| ApiError::internal(format!("encode EtcdCluster: {e}")))?;
+    let warnings = check_unknown_fields(&value, &typed, mode)?;
+    Ok((versioned, warnings))
+}
+
+async fn create(
+    storage: &Storage,
+    t: &Target,
+    body: axum::body::Body,
+    content_type: Option<&str>,
+) -> Result<Response, ApiError> {
+    let namespace = t
+        .namespace
+        .as_deref()
+        .ok_or_else(|| ApiError::method_not_allowed("create without a namespace"))?;
+    let opts = WriteOptions::parse(t.query.as_deref())?;
+    let bytes = body::read(body).await?;
+    let value = body::decode_object(&bytes, content_type)?;
+    let (versioned, mut warnings) = decode_request(value, &t.version, opts.field_validation)?;
+    let admitted = registry::prepare_create(versioned, namespace)?;
+    warnings.extend(admitted.warnings);
+    let name = admitted.hub.metadata.name.clone().unwrap_or_default();
+    let stored = registry::to_storage(admitted.hub)?;
+    let result = if opts.dry_run {
+        stored
+    } else {
+        storage
+            .create(namespace, &name, stored)
+            .await
+            .map_err(|e| storage_error(e, &name))?
+    };
+    object_response(
+        StatusCode::CREATED,
+        &in_version(result, &t.version)?,
+        t,
+        &warnings,
+    )
+}
+
+/// Runs an update closure: against storage (CAS, retried), or once on the current object for
+/// `dryRun`. Returns the resulting object.
+async fn run_update<F>(
+    storage: &Storage,
+    ns: &str,
+    name: &str,
+    dry_run: bool,
+    mut f: F,
+) -> Result<Value, ApiError>
+where
+    F: FnMut(Value) -> Result<UpdateAction, ApiError>,
+{
+    if dry_run {
+        let current = storage
+            .get(ns, name, ReadConsistency::Consistent)
+            .await
+            .map_err(|e| storage_error(e, name))?;
+        let current = current.ok_or_else(|| ApiError::not_found(RESOURCE, name))?;
+        let rv = current["metadata"]["resourceVersion"].clone();
+        return match f(current.clone())? {
+            UpdateAction::Write(mut v) => {
+                v["metadata"]["resourceVersion"] = rv;
+                Ok(v)
+            }
+            UpdateAction::Noop | UpdateAction::Delete => Ok(current),
+        };
+    }
+    match storage
+        .guaranteed_update(ns, name, f)
+        .await
+        .map_err(|e| update_error(e, name))?
+    {
+        UpdateOutcome::Updated(v) | UpdateOutcome::Unchanged(v) | UpdateOutcome::Deleted(v) => Ok(v),
+    }
+}
+
+fn decision_to_action(
+    decision: UpdateDecision,
+    warnings: &mut Vec<String>,
+) -> Result<UpdateAction, ApiError> {
+    match decision {
+        UpdateDecision::Store(admitted) => {
+            warnings.extend(admitted.warnings);
+            Ok(UpdateAction::Write(registry::to_storage(admitted.hub)?))
+        }
+        UpdateDecision::Delete => Ok(UpdateAction::Delete),
+    }
+}
+
+async fn update(
+    storage: &Storage,
+    t: &Target,
+    sub: Option<&str>,
+    body: axum::body::Body,
+    content_type: Option<&str>,
+) -> Result<Response, ApiError> {
+    let (ns, name) = ns_and_name(t)?;
+    let opts = WriteOptions::parse(t.query.as_deref())?;
+    let bytes = body::read(body).await?;
+    let value = body::decode_object(&bytes, content_type)?;
+    if sub == Some("scale") {
+        let mut warnings = Vec::new();
+        let result = run_update(storage, ns, name, opts.dry_run, |current| {
+            let old = registry::from_storage(current)?;
+            decision_to_action(registry::apply_scale(&value, &old, name)?, &mut warnings)
+        })
+        .await?;
+        let scale = registry::scale_of(&registry::from_storage(result)?);
+        return object_response(
+            StatusCode::OK,
+            &scale,
+            &Target {
+                output: Output::Json,
+                ..clone_target(t)
+            },
+            &warnings,
+        );
+    }
+    let (versioned, base_warnings) = decode_request(value, &t.version, opts.field_validation)?;
+    let mut warnings = Vec::new();
+    let result = run_update(storage, ns, name, opts.dry_run, |current| {
+        let old = registry::from_storage(current)?;
+        warnings = base_warnings.clone();
+        if sub == Some("status") {
+            let admitted = registry::prepare_status_update(versioned.clone(), &old, name, true)?;
+            return Ok(UpdateAction::Write(registry::to_storage(admitted.hub)?));
+        }
+        decision_to_action(
+            registry::prepare_update(versioned.clone(), &old, name, ns, true)?,
+            &mut warnings,
+        )
+    })
+    .await?;
+    object_response(StatusCode::OK, &in_version(result, &t.version)?, t, &warnings)
+}
+
+async fn patch(
+    storage: &Storage,
+    t: &Target,
+    sub: Option<&str>,
+    body: axum::body::Body,
+    content_type: Option<&str>,
+) -> Result<Response, ApiError> {
+    let (ns, name) = ns_and_name(t)?;
+    let opts = WriteOptions::parse(t.query.as_deref())?;
+    let patch_type = body::patch_type(content_type)?;
+    let bytes = body::read(body).await?;
+    let mut warnings = Vec::new();
+    let result = run_update(storage, ns, name, opts.dry_run, |current| {
+        let old = registry::from_storage(current)?;
+        warnings.clear();
+        if sub == Some("scale") {
+            let patched = body::apply_patch(&registry::scale_of(&old), &bytes, patch_type)?;
+            return decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings);
+        }
+        let original = registry::to_version(old.clone(), &t.version)?;
+        let patched = body::apply_patch(&original, &bytes, patch_type)?;
+        let (versioned, unknown) = decode_request(patched, &t.version, opts.field_validation)?;
+        warnings.extend(unknown);
+        if sub == Some("status") {
+            let admitted = registry::prepare_status_update(versioned, &old, name, false)?;
+            return Ok(UpdateAction::Write(registry::to_storage(admitted.hub)?));
+        }
+        decision_to_action(
+            registry::prepare_update(versioned, &old, name, ns, false)?,
+            &mut warnings,
+        )
+    })
+    .await?;
+    if sub == Some("scale") {
+        let scale = registry::scale_of(&registry::from_storage(result)?);
+        return object_response(
+            StatusCode::OK,
+            &scale,
+            &Target {
+                output: Output::Json,
+                ..clone_target(t)
+            },
+            &warnings,
+        );
+    }
+    object_response(StatusCode::OK, &in_version(result, &t.version)?, t, &warnings)
+}
+
+/// DeleteOptions, from the body when there is one, else from the query.
+struct DeleteOptions {
+    propagation: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    dry_run: bool,
+}
+
+fn delete_options(bytes: &[u8], query: Option<&str>) -> Result<DeleteOptions, ApiError> {
+    let from_query = WriteOptions::parse(query)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DeleteOptions {
+            propagation: query_value(query, "propagationPolicy"),
+            uid: None,
+            resource_version: None,
+            dry_run: from_query.dry_run,
+        });
+    }
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+    let dry_run = match v.get("dryRun") {
+        None | Some(Value::Null) => from_query.dry_run,
+        Some(Value::Array(a)) if a.is_empty() => false,
+        Some(Value::Array(a)) if a.len() == 1 && a[0] == "All" => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {other}"
+            )));
+        }
+    };
+    let propagation = match v.get("propagationPolicy").and_then(Value::as_str) {
+        None => query_value(query, "propagationPolicy"),
+        Some(p @ ("Foreground" | "Background" | "Orphan")) => Some(p.to_string()),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: \"{other}\""
+            )));
+        }
+    };
+    Ok(DeleteOptions {
+        propagation,
+        uid: v
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        resource_version: v
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        dry_run,
+    })
+}
+
+async fn delete_one(
+    storage: &Storage,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOptions,
+) -> Result<Value, ApiError> {
+    run_update(storage, ns, name, opts.dry_run, |current| {
+        let old = registry::from_storage(current)?;
+        if let Some(uid) = &opts.uid {
+            let actual = old.metadata.uid.clone().unwrap_or_default();
+            if *uid != actual {
+                return Err(ApiError::conflict(
+                    RESOURCE,
+                    name,
+                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                ));
+            }
+        }
+        if let Some(rv) = &opts.resource_version {
+            let actual = old.metadata.resource_version.clone().unwrap_or_default();
+            if *rv != actual {
+                return Err(ApiError::conflict(
+                    RESOURCE,
+                    name,
+                    &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"),
+                ));
+            }
+        }
+        match registry::prepare_delete(&old, opts.propagation.as_deref()) {
+            Some(marked) => Ok(UpdateAction::Write(registry::to_storage(marked)?)),
+            None => Ok(UpdateAction::Delete),
+        }
+    })
+    .await
+}
+
+async fn delete(storage: &Storage, t: &Target, body: axum::body::Body) -> Result<Response, ApiError> {
+    let (ns, name) = ns_and_name(t)?;
+    let bytes = body::read(body).await?;
+    let opts = delete_options(&bytes, t.query.as_deref())?;
+    let result = delete_one(storage, ns, name, &opts).await?;
+    object_response(StatusCode::OK, &in_version(result, &t.version)?, t, &[])
+}
+
+async fn delete_collection(
+    storage: &Storage,
+    t: &Target,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let ns = t.namespace.as_deref().unwrap_or_default();
+    let bytes = body::read(body).await?;
+    let opts = delete_options(&bytes, t.query.as_deref())?;
+    let selectors = Selectors::parse(t.query.as_deref())?;
+    let listed = storage
+        .list(&ListOptions {
+            namespace: Some(ns.to_string()),
+            resource_version: None,
+            resource_version_match: None,
+            limit: None,
+            continue_token: None,
+        })
+        .await
+        .map_err(|e| storage_error(e, ""))?;
+    let mut items = Vec::new();
+    for obj in listed.items.into_iter().filter(|o| selectors.matches(o)) {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match delete_one(storage, ns, &name, &opts).await {
+            Ok(v) => items.push(in_version(v, &t.version)?),
+            // Deleted meanwhile by someone else: nothing left to do for it.
+            Err(e) if e.code == StatusCode::NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = json!({
+        "kind": LIST_KIND, "apiVersion": format!("{GROUP}/{}", t.version),
+        "metadata": {"resourceVersion": storage.current_revision().to_string()},
+        "items": items,
+    });
+    object_response(
+        StatusCode::OK,
+        &list,
+        &Target {
+            output: Output::Json,
+            ..clone_target(t)
+        },
+        &[],
+    )
+}
+
+/// Parameters of a watch request.
+#[derive(Debug, Clone)]
+pub struct WatchTarget {
+    /// The version to encode objects in.
+    pub version: String,
+    /// Storage options.
+    pub options: crate::storage::WatchOptions,
+    /// Selectors applied to every event.
+    pub selectors: Selectors,
+    /// The representation of event objects.
+    pub output: Output,
+    /// Table row objects.
+    pub include: IncludeObject,
+    /// When the server ends the watch.
+    pub timeout: std::time::Duration,
+}
+
+fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
+    let q = t.query.as_deref();
+    let flag = |key: &str| query_value(q, key).is_some_and(|v| v == "true" || v == "1");
+    let send_initial_events = flag("sendInitialEvents");
+    let allow_bookmarks = flag("allowWatchBookmarks");
+    let rv_match = query_value(q, "resourceVersionMatch").filter(|s| !s.is_empty());
+    if query_value(q, "sendInitialEvents").is_some()
+        && (rv_match.as_deref() != Some("NotOlderThan") || !allow_bookmarks)
+    {
+        return Err(list_options_error(
+            "sendInitialEvents: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan and allowWatchBookmarks to true",
+        ));
+    }
+    if rv_match.is_some() && query_value(q, "sendInitialEvents").is_none() {
+        return Err(list_options_error(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    let timeout = match query_value(q, "timeoutSeconds").filter(|s| !s.is_empty()) {
+        Some(s) => std::time::Duration::from_secs(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("timeoutSeconds: invalid value {s:?}")))?,
+        ),
+        // kube-apiserver: MinRequestTimeout (1800 s) times a random factor in [1, 2).
+        None => std::time::Duration::from_secs(1800 + rand::random_range(0..1800)),
+    };
+    let include =
+        IncludeObject::parse(query_value(q, "includeObject").as_deref()).map_err(ApiError::bad_request)?;
+    Ok(WatchTarget {
+        version: t.version.clone(),
+        options: crate::storage::WatchOptions {
+            namespace: t.namespace.clone(),
+            resource_version: query_value(q, "resourceVersion").filter(|s| !s.is_empty()),
+            send_initial_events,
+            allow_bookmarks,
+        },
+        selectors: Selectors::parse(q)?,
+        output: t.output,
+        include,
+        timeout,
+    })
+}
+
+/// Exposed for the watch module.
+pub(crate) fn convert_for_watch(stored: Value, version: &str) -> Result<Value, ApiError> {
+    in_version(stored, version)
+}

@@ -1,0 +1,295 @@
+//! Label and field selectors with the grammar and meaning of apimachinery's `labels` and
+//! `fields` packages. Hand-written: no Rust crate parses Kubernetes selectors on the server side.
+
+use std::collections::BTreeMap;
+
+/// One label requirement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LabelRequirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+    GreaterThan(String, i64),
+    LessThan(String, i64),
+}
+
+/// A parsed label selector; the empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector(Vec<LabelRequirement>);
+
+/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(FieldName, bool, String)>);
+
+/// The fields a selector may use (the set CRDs support).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldName {
+    Name,
+    Namespace,
+}
+
+/// Splits on commas that are not inside parentheses.
+fn split_top_level(input: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in input.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&input[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&input[start..]);
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+fn valid_key(key: &str) -> bool {
+    // prefix/name, name: [A-Za-z0-9] at the ends, -_. inside, at most 63; prefix a DNS subdomain.
+    let name = key
+        .rsplit_once('/')
+        .map_or(key, |(prefix, name)| if prefix.is_empty() { "" } else { name });
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn valid_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+impl LabelSelector {
+    /// Parses `a=b,c!=d,e in (f,g),!h,i>3`.
+    pub fn parse(input: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        for part in split_top_level(input) {
+            reqs.push(Self::parse_requirement(part)?);
+        }
+        Ok(Self(reqs))
+    }
+
+    fn parse_requirement(part: &str) -> Result<LabelRequirement, String> {
+        let key_ok = |k: &str| -> Result<String, String> {
+            let k = k.trim();
+            if valid_key(k) {
+                Ok(k.to_string())
+            } else {
+                Err(format!("invalid label key \"{k}\""))
+            }
+        };
+        let value_ok = |v: &str| -> Result<String, String> {
+            let v = v.trim();
+            if valid_value(v) {
+                Ok(v.to_string())
+            } else {
+                Err(format!("invalid label value: \"{v}\""))
+            }
+        };
+        if let Some(key) = part.strip_prefix('!') {
+            return Ok(LabelRequirement::DoesNotExist(key_ok(key)?));
+        }
+        for (op, is_in) in [(" notin ", false), (" in ", true)] {
+            if let Some((key, rest)) = part.split_once(op) {
+                let rest = rest.trim();
+                let inner = rest
+                    .strip_prefix('(')
+                    .and_then(|r| r.strip_suffix(')'))
+                    .ok_or_else(|| format!("found '{rest}', expected: '(' ... ')'"))?;
+                let values = inner.split(',').map(value_ok).collect::<Result<Vec<_>, _>>()?;
+                if values.is_empty()
+                    || values.iter().all(String::is_empty) && values.len() == 1 && inner.trim().is_empty()
+                {
+                    return Err(format!("for '{}', set must have at least one value", op.trim()));
+                }
+                let key = key_ok(key)?;
+                return Ok(if is_in {
+                    LabelRequirement::In(key, values)
+                } else {
+                    LabelRequirement::NotIn(key, values)
+                });
+            }
+        }
+        if let Some((key, value)) = part.split_once("!=") {
+            return Ok(LabelRequirement::NotEquals(key_ok(key)?, value_ok(value)?));
+        }
+        if let Some((key, value)) = part.split_once("==").or_else(|| part.split_once('=')) {
+            return Ok(LabelRequirement::Equals(key_ok(key)?, value_ok(value)?));
+        }
+        for (op, greater) in [('>', true), ('<', false)] {
+            if let Some((key, value)) = part.split_once(op) {
+                let n: i64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("for '{op}', value must be an integer"))?;
+                let key = key_ok(key)?;
+                return Ok(if greater {
+                    LabelRequirement::GreaterThan(key, n)
+                } else {
+                    LabelRequirement::LessThan(key, n)
+                });
+            }
+        }
+        Ok(LabelRequirement::Exists(key_ok(part)?))
+    }
+
+    /// Whether labels satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|req| match req {
+            LabelRequirement::Equals(k, v) => labels.get(k) == Some(v),
+            LabelRequirement::NotEquals(k, v) => labels.get(k) != Some(v),
+            LabelRequirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+            LabelRequirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+            LabelRequirement::Exists(k) => labels.contains_key(k),
+            LabelRequirement::DoesNotExist(k) => !labels.contains_key(k),
+            LabelRequirement::GreaterThan(k, n) => labels
+                .get(k)
+                .and_then(|l| l.parse::<i64>().ok())
+                .is_some_and(|l| l > *n),
+            LabelRequirement::LessThan(k, n) => labels
+                .get(k)
+                .and_then(|l| l.parse::<i64>().ok())
+                .is_some_and(|l| l < *n),
+        })
+    }
+
+    /// Whether the selector is empty (matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FieldSelector {
+    /// Parses `metadata.name=a,metadata.namespace!=b`; other fields are a 400 in the caller.
+    pub fn parse(input: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        for part in split_top_level(input) {
+            let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                (f, true, v)
+            } else {
+                return Err(format!("invalid selector: '{part}'; can't understand '{part}'"));
+            };
+            let field = match field.trim() {
+                "metadata.name" => FieldName::Name,
+                "metadata.namespace" => FieldName::Namespace,
+                other => return Err(format!("field label not supported: {other}")),
+            };
+            reqs.push((field, equal, value.trim().to_string()));
+        }
+        Ok(Self(reqs))
+    }
+
+    /// Whether an object with this name and namespace satisfies every requirement.
+    pub fn matches(&self, name: &str, namespace: &str) -> bool {
+        self.0.iter().all(|(field, equal, value)| {
+            let actual = match field {
+                FieldName::Name => name,
+                FieldName::Namespace => namespace,
+            };
+            (actual == value) == *equal
+        })
+    }
+
+    /// Whether the selector is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn label_operators() {
+        let l = labels(&[
+            ("app", "etcd"),
+            ("tier", "db"),
+            ("size", "5"),
+            ("example.com/team", "a"),
+        ]);
+        let yes = [
+            "",
+            "app=etcd",
+            "app==etcd",
+            "app!=web",
+            "missing!=x",
+            "app in (etcd, web)",
+            "app notin (web)",
+            "missing notin (web)",
+            "app",
+            "!missing",
+            "size>3",
+            "size<6",
+            "app=etcd,tier=db",
+            "example.com/team=a",
+        ];
+        let no = [
+            "app=web",
+            "app!=etcd",
+            "app in (web)",
+            "app notin (etcd,web)",
+            "missing",
+            "!app",
+            "size>5",
+            "app=etcd,tier=web",
+        ];
+        for s in yes {
+            assert!(LabelSelector::parse(s).unwrap().matches(&l), "{s} should match");
+        }
+        for s in no {
+            assert!(
+                !LabelSelector::parse(s).unwrap().matches(&l),
+                "{s} should not match"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_label_selectors_are_errors() {
+        for s in ["a in b", "a>x", "-bad=1", "a=b c", "a in (b", "!!a"] {
+            assert!(LabelSelector::parse(s).is_err(), "{s} should be rejected");
+        }
+    }
+
+    #[test]
+    fn field_selectors() {
+        let s = FieldSelector::parse("metadata.name=a,metadata.namespace!=kube-system").unwrap();
+        assert!(s.matches("a", "default"));
+        assert!(!s.matches("b", "default"));
+        assert!(!s.matches("a", "kube-system"));
+        assert_eq!(
+            FieldSelector::parse("spec.replicas=3").unwrap_err(),
+            "field label not supported: spec.replicas"
+        );
+        assert!(FieldSelector::parse("metadata.name").is_err());
+    }
+}

@@ -1,0 +1,167 @@
+//! Watch over HTTP: newline-delimited JSON events, flushed one by one, with selector
+//! transitions (an object that starts or stops matching becomes ADDED or DELETED for this
+//! watcher), Table and PartialObjectMetadata encodings, bookmarks, and a final ERROR event.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::negotiate::Output;
+use super::resource::{WatchTarget, convert_for_watch, storage_error};
+use super::table;
+use crate::storage::{Storage, StorageError, WatchEvent};
+
+/// Per-watch state for turning storage events into what this client should see.
+struct Encoder {
+    target: WatchTarget,
+    /// Keys (`ns/name`) of objects this watcher currently sees.
+    visible: HashSet<String>,
+    /// Table columns go only into the first Table event.
+    columns_sent: bool,
+    done: bool,
+}
+
+fn key(obj: &Value) -> String {
+    format!(
+        "{}/{}",
+        obj["metadata"]["namespace"].as_str().unwrap_or_default(),
+        obj["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+impl Encoder {
+    fn encode_object(&mut self, obj: Value) -> Result<Value, ApiError> {
+        let obj = convert_for_watch(obj, &self.target.version)?;
+        Ok(match self.target.output {
+            Output::Json | Output::Yaml => obj,
+            Output::Metadata => table::partial_metadata(&obj),
+            Output::Table(v) => {
+                let rv = obj["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let with_columns = !self.columns_sent;
+                self.columns_sent = true;
+                table::table(
+                    v,
+                    std::slice::from_ref(&obj),
+                    &rv,
+                    None,
+                    self.target.include,
+                    with_columns,
+                )
+            }
+        })
+    }
+
+    fn line(kind: &str, object: Value) -> Option<bytes::Bytes> {
+        let mut line = json!({"type": kind, "object": object}).to_string().into_bytes();
+        line.push(b'\n');
+        Some(bytes::Bytes::from(line))
+    }
+
+    /// The line for one storage event, if this watcher should see one.
+    fn event(&mut self, event: WatchEvent) -> Option<bytes::Bytes> {
+        if self.done {
+            return None;
+        }
+        let result = match event {
+            WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                let k = key(&obj);
+                let matches = self.target.selectors.matches(&obj);
+                let was_visible = self.visible.contains(&k);
+                let kind = match (matches, was_visible) {
+                    (true, true) => "MODIFIED",
+                    (true, false) => "ADDED",
+                    (false, true) => "DELETED",
+                    (false, false) => return None,
+                };
+                if matches {
+                    self.visible.insert(k);
+                } else {
+                    self.visible.remove(&k);
+                }
+                self.encode_object(obj).map(|o| (kind, o))
+            }
+            WatchEvent::Deleted(obj) => {
+                let k = key(&obj);
+                if !self.visible.remove(&k) && !self.target.selectors.matches(&obj) {
+                    return None;
+                }
+                self.encode_object(obj).map(|o| ("DELETED", o))
+            }
+            WatchEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            } => {
+                let mut meta = json!({"resourceVersion": resource_version.to_string()});
+                if initial_events_end {
+                    meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                }
+                Ok((
+                    "BOOKMARK",
+                    json!({"kind": etcd_operator_api::KIND,
+                           "apiVersion": format!("{}/{}", etcd_operator_api::GROUP, self.target.version),
+                           "metadata": meta}),
+                ))
+            }
+            WatchEvent::Error(e) => Err(storage_error(e, "")),
+        };
+        match result {
+            Ok((kind, object)) => Self::line(kind, object),
+            Err(e) => {
+                self.done = true;
+                Self::line("ERROR", e.to_status())
+            }
+        }
+    }
+}
+
+/// Starts a watch; errors before streaming (a too-old resourceVersion) are plain responses.
+pub fn serve(storage: &Storage, target: &WatchTarget) -> Result<Response, ApiError> {
+    let stream = match storage.watch(&target.options) {
+        Ok(stream) => stream,
+        // As kube-apiserver's watch cache: once the request is authorized and its
+        // resourceVersion parsed, a too-old (or too-new) resourceVersion is an ERROR event in a
+        // 200 stream, which is what makes clients relist (a plain 410 makes kube-runtime retry
+        // the same resourceVersion forever).
+        Err(e @ (StorageError::Expired { .. } | StorageError::TooLargeResourceVersion { .. })) => {
+            let line = Encoder::line("ERROR", storage_error(e, "").to_status());
+            let body = Body::from_stream(futures::stream::iter(line.map(Ok::<_, Infallible>)));
+            let mut response = (StatusCode::OK, body).into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return Ok(response);
+        }
+        Err(e) => return Err(storage_error(e, "")),
+    };
+    let timeout = target.timeout;
+    let mut encoder = Encoder {
+        target: target.clone(),
+        visible: HashSet::new(),
+        columns_sent: false,
+        done: false,
+    };
+    let lines = stream
+        .take_until(tokio::time::sleep(timeout))
+        .scan((), move |_, event| {
+            let done_before = encoder.done;
+            let line = encoder.event(event);
+            // Stop after the ERROR event.
+            futures::future::ready(if done_before { None } else { Some(line) })
+        })
+        .filter_map(futures::future::ready)
+        .map(Ok::<_, Infallible>);
+    let mut response = (StatusCode::OK, Body::from_stream(lines)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}

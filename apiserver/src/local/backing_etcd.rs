@@ -1,0 +1,682 @@
+//! The backing etcd of local mode: one etcd process on free loopback ports, its data, log, ports
+//! and pid under `DIR/etcd/`, owned by a guard that stops it (SIGTERM, then SIGKILL).
+//!
+//! Finding the binary, choosing ports and spotting a stale etcd of a crashed run are hand-written
+//! (a few lines each over `std` and `/proc`); no crate among the dependencies does them.
+
+use std::ffi::OsString;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions};
+use serde::{Deserialize, Serialize};
+
+use super::files;
+
+/// Environment variable naming the etcd binary to use.
+pub const ETCD_BINARY_ENV: &str = "ETCD_OPERATOR_ETCD";
+/// Environment variable overriding the tools directory (default: `.tools/` of the workspace).
+pub const TOOLS_DIR_ENV: &str = "ETCD_OPERATOR_TOOLS";
+/// The etcd release `make tools-etcd` installs and local mode prefers.
+pub const PREFERRED_ETCD_VERSION: &str = "3.5.1";
+
+/// How many bytes of the etcd log an error quotes.
+const LOG_TAIL_BYTES: u64 = 4000;
+/// How often a start is retried when a port chosen as free was taken meanwhile.
+const START_ATTEMPTS: usize = 3;
+
+/// Finding, starting or stopping the backing etcd failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackingEtcdError {
+    /// No etcd binary was found.
+    #[error(
+        "find the etcd binary: none found (looked at {}); run `make tools-etcd` to install etcd {PREFERRED_ETCD_VERSION} into .tools/, or pass --etcd-binary PATH, or set {ETCD_BINARY_ENV}",
+        looked_at.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    BinaryNotFound { looked_at: Vec<PathBuf> },
+    /// The binary given explicitly does not exist.
+    #[error("find the etcd binary: {} (from --etcd-binary) is not a file; run `make tools-etcd` or fix the path", path.display())]
+    ExplicitBinaryMissing { path: PathBuf },
+    /// A state file or directory could not be used.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// No free loopback ports could be found.
+    #[error("choose free loopback ports for etcd: {0}")]
+    Ports(#[source] std::io::Error),
+    /// A stale etcd of an earlier run holds the data directory and would not stop.
+    #[error("stop stale etcd (pid {pid}) still using {}: it did not exit after SIGKILL", data_dir.display())]
+    StaleProcess { pid: u32, data_dir: PathBuf },
+    /// A signal could not be sent.
+    #[error("send {signal} to etcd (pid {pid}): {source}")]
+    Signal {
+        signal: &'static str,
+        pid: u32,
+        #[source]
+        source: nix::Error,
+    },
+    /// The process could not be executed.
+    #[error("spawn etcd {}: {source}", binary.display())]
+    Spawn {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process exited before it served.
+    #[error("start etcd: it exited ({status}) before serving; log {} ends with:\n{log_tail}", log.display())]
+    Exited {
+        status: String,
+        log: PathBuf,
+        log_tail: String,
+    },
+    /// The process runs but did not answer in time.
+    #[error("start etcd: no answer at {endpoint} within {timeout:?} ({last_error}); log {} ends with:\n{log_tail}", log.display())]
+    NotReady {
+        endpoint: String,
+        timeout: Duration,
+        last_error: String,
+        log: PathBuf,
+        log_tail: String,
+    },
+    /// Waiting for the process to exit failed.
+    #[error("stop etcd (pid {pid}): {source}")]
+    Wait {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where to look for the etcd binary, in order: the explicit path, `$ETCD_OPERATOR_ETCD`, the
+/// preferred release in a tools directory (`$ETCD_OPERATOR_TOOLS`, else every `.tools/` found
+/// walking up from each start directory), then `etcd` on `PATH`.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdSearch {
+    /// `--etcd-binary`: when given, it is the only candidate and must exist.
+    pub explicit: Option<PathBuf>,
+    /// The value of `$ETCD_OPERATOR_ETCD`.
+    pub env_binary: Option<PathBuf>,
+    /// The value of `$ETCD_OPERATOR_TOOLS`.
+    pub tools_dir: Option<PathBuf>,
+    /// Directories to walk up from looking for `.tools/` (the current directory, the executable's).
+    pub start_dirs: Vec<PathBuf>,
+    /// The value of `$PATH`.
+    pub path_var: Option<OsString>,
+}
+
+impl EtcdSearch {
+    /// The search as this process's environment sets it up.
+    pub fn from_environment(explicit: Option<PathBuf>) -> Self {
+        let mut start_dirs = Vec::new();
+        if let Ok(cwd) = std::env::current_dir() {
+            start_dirs.push(cwd);
+        }
+        if let Some(exe_dir) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        {
+            start_dirs.push(exe_dir);
+        }
+        Self {
+            explicit,
+            env_binary: std::env::var_os(ETCD_BINARY_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            tools_dir: std::env::var_os(TOOLS_DIR_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            start_dirs,
+            path_var: std::env::var_os("PATH"),
+        }
+    }
+
+    /// The first existing candidate.
+    pub fn find(&self) -> Result<PathBuf, BackingEtcdError> {
+        if let Some(path) = &self.explicit {
+            return if path.is_file() {
+                Ok(path.clone())
+            } else {
+                Err(BackingEtcdError::ExplicitBinaryMissing { path: path.clone() })
+            };
+        }
+        let relative = Path::new("etcd").join(PREFERRED_ETCD_VERSION).join("etcd");
+        let mut candidates: Vec<PathBuf> = self.env_binary.iter().cloned().collect();
+        candidates.extend(self.tools_dir.iter().map(|d| d.join(&relative)));
+        for start in &self.start_dirs {
+            candidates.extend(start.ancestors().map(|dir| dir.join(".tools").join(&relative)));
+        }
+        if let Some(path_var) = &self.path_var {
+            candidates.extend(std::env::split_paths(path_var).map(|dir| dir.join("etcd")));
+        }
+        let mut looked_at = Vec::new();
+        for candidate in candidates {
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+            if !looked_at.contains(&candidate) {
+                looked_at.push(candidate);
+            }
+        }
+        Err(BackingEtcdError::BinaryNotFound { looked_at })
+    }
+}
+
+/// How to run the backing etcd.
+#[derive(Debug, Clone)]
+pub struct BackingEtcdOptions {
+    /// Its directory (`DIR/etcd`): `data/`, `etcd.log`, `ports.json`, `etcd.pid`.
+    pub dir: PathBuf,
+    /// The etcd binary.
+    pub binary: PathBuf,
+    /// `--quota-backend-bytes`: the database size at which etcd refuses writes (alarm NOSPACE).
+    pub quota_backend_bytes: u64,
+    /// `--max-request-bytes`: the largest write; above the 3 MiB request-body limit of the API
+    /// server so that every accepted object can be stored.
+    pub max_request_bytes: u64,
+    /// How long etcd may take to serve after start.
+    pub ready_timeout: Duration,
+    /// How long etcd may take to exit after SIGTERM before it gets SIGKILL.
+    pub stop_timeout: Duration,
+    /// Further environment for the etcd process (tests mark their processes this way).
+    pub extra_env: Vec<(OsString, OsString)>,
+}
+
+impl BackingEtcdOptions {
+    /// Defaults: 4 GiB quota, 4 MiB requests, 30 s to start, 5 s to stop.
+    pub fn new(dir: PathBuf, binary: PathBuf) -> Self {
+        Self {
+            dir,
+            binary,
+            quota_backend_bytes: 4 * 1024 * 1024 * 1024,
+            max_request_bytes: 4 * 1024 * 1024,
+            ready_timeout: Duration::from_secs(30),
+            stop_timeout: Duration::from_secs(5),
+            extra_env: Vec::new(),
+        }
+    }
+}
+
+/// The ports of the backing etcd, kept in `ports.json` so that a restart reuses them when free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdPorts {
+    /// Client port.
+    pub client: u16,
+    /// Peer port.
+    pub peer: u16,
+}
+
+/// A running backing etcd. [`BackingEtcd::shutdown`] stops it; dropping the guard does too
+/// (blocking the thread for up to the stop timeout), also on panic.
+#[derive(Debug)]
+pub struct BackingEtcd {
+    child: Option<tokio::process::Child>,
+    pid: u32,
+    endpoint: String,
+    dir: PathBuf,
+    stop_timeout: Duration,
+}
+
+impl BackingEtcd {
+    /// Starts etcd and waits until it answers. A stale etcd of an earlier run still using the
+    /// same data directory is stopped first.
+    pub async fn start(options: BackingEtcdOptions) -> Result<Self, BackingEtcdError> {
+        files::create_private_dir(&options.dir).map_err(|source| BackingEtcdError::Io {
+            action: "create etcd directory",
+            path: options.dir.clone(),
+            source,
+        })?;
+        let dir = std::fs::canonicalize(&options.dir).map_err(|source| BackingEtcdError::Io {
+            action: "resolve etcd directory",
+            path: options.dir.clone(),
+            source,
+        })?;
+        let options = BackingEtcdOptions { dir, ..options };
+        stop_stale(&options.dir).await?;
+        if !data_dir(&options.dir).join("member").exists() {
+            Self::bootstrap(&options).await?;
+        }
+        Self::start_in(&options, &data_dir(&options.dir)).await
+    }
+
+    /// Creates the data directory: etcd bootstraps in `data.bootstrap/`, which becomes `data/`
+    /// once etcd has served from it. An etcd stopped during its very first start leaves a data
+    /// directory without its own membership that never elects a leader; this way such a
+    /// directory is never the one reused.
+    async fn bootstrap(options: &BackingEtcdOptions) -> Result<(), BackingEtcdError> {
+        let io = |action, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| BackingEtcdError::Io { action, path, source }
+        };
+        let staging = bootstrap_dir(&options.dir);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io("remove unfinished bootstrap", &staging))?;
+        }
+        tracing::info!(data_dir = %data_dir(&options.dir).display(), "bootstrapping a new backing etcd");
+        Self::start_in(options, &staging).await?.shutdown().await?;
+        let data = data_dir(&options.dir);
+        match std::fs::remove_dir(&data) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(io("remove empty data directory", &data)(source)),
+        }
+        std::fs::rename(&staging, &data).map_err(io("move bootstrapped data to", &data))
+    }
+
+    async fn start_in(options: &BackingEtcdOptions, data: &Path) -> Result<Self, BackingEtcdError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let ports = choose_ports(&options.dir, attempt > 1)?;
+            match Self::start_once(options, data, ports).await {
+                Err(BackingEtcdError::Exited { log_tail, .. })
+                    if attempt < START_ATTEMPTS && log_tail.contains("address already in use") =>
+                {
+                    tracing::info!(
+                        attempt,
+                        "a port chosen for etcd was taken meanwhile; retrying with new ports"
+                    );
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(
+        options: &BackingEtcdOptions,
+        data: &Path,
+        ports: EtcdPorts,
+    ) -> Result<Self, BackingEtcdError> {
+        let dir = &options.dir;
+        let endpoint = format!("http://127.0.0.1:{}", ports.client);
+        let peer_url = format!("http://127.0.0.1:{}", ports.peer);
+        let log_path = dir.join("etcd.log");
+        let log = open_log(&log_path)?;
+        let log_err = log.try_clone().map_err(|source| BackingEtcdError::Io {
+            action: "open etcd log",
+            path: log_path.clone(),
+            source,
+        })?;
+        let mut cmd = tokio::process::Command::new(&options.binary);
+        cmd.arg("--name=backing")
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(format!("--advertise-client-urls={endpoint}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=backing={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            .arg("--initial-cluster-token=etcd-operator-local")
+            .arg(format!("--quota-backend-bytes={}", options.quota_backend_bytes))
+            .arg(format!("--max-request-bytes={}", options.max_request_bytes))
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(true);
+        // etcd reads every `ETCD_*` variable as a flag and refuses to start when one conflicts
+        // with a command-line flag; keep only this project's own (`ETCD_OPERATOR_*`).
+        for (key, _) in std::env::vars_os() {
+            let key_str = key.to_string_lossy();
+            if key_str.starts_with("ETCD_") && !key_str.starts_with("ETCD_OPERATOR_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.envs(options.extra_env.iter().map(|(k, v)| (k, v)));
+        let child = cmd.spawn().map_err(|source| BackingEtcdError::Spawn {
+            binary: options.binary.clone(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or_default();
+        let mut etcd = Self {
+            child: Some(child),
+            pid,
+            endpoint,
+            dir: dir.clone(),
+            stop_timeout: options.stop_timeout,
+        };
+        let pid_path = dir.join("etcd.pid");
+        files::write_atomic(&pid_path, format!("{pid}\n").as_bytes(), files::PUBLIC).map_err(|source| {
+            BackingEtcdError::Io {
+                action: "write",
+                path: pid_path,
+                source,
+            }
+        })?;
+        tracing::info!(pid, endpoint = %etcd.endpoint, binary = %options.binary.display(), "started backing etcd");
+        etcd.wait_ready(options.ready_timeout).await?;
+        Ok(etcd)
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<(), BackingEtcdError> {
+        let deadline = Instant::now() + timeout;
+        let mut last_error = String::from("no attempt yet");
+        let probe = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_timeout(Duration::from_secs(2));
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(BackingEtcdError::Exited {
+                    status: status.to_string(),
+                    log: self.log_path(),
+                    log_tail: log_tail(&self.log_path()),
+                });
+            }
+            match Client::connect([self.endpoint.as_str()], Some(probe.clone())).await {
+                Ok(mut client) => match client.status().await {
+                    Ok(_) => {
+                        tracing::info!(endpoint = %self.endpoint, "backing etcd is serving");
+                        return Ok(());
+                    }
+                    Err(e) => last_error = e.to_string(),
+                },
+                Err(e) => last_error = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(BackingEtcdError::NotReady {
+            endpoint: self.endpoint.clone(),
+            timeout,
+            last_error,
+            log: self.log_path(),
+            log_tail: log_tail(&self.log_path()),
+        })
+    }
+
+    /// The client URL, e.g. `http://127.0.0.1:23790`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The etcd data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        data_dir(&self.dir)
+    }
+
+    /// The etcd log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("etcd.log")
+    }
+
+    /// A client for the API server's storage: no per-request timeout (watches are long), HTTP/2
+    /// keep-alive so a dead etcd is noticed.
+    pub async fn connect(&self) -> Result<Client, etcd_client::Error> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        Client::connect([self.endpoint.as_str()], Some(options)).await
+    }
+
+    /// Stops etcd: SIGTERM, then SIGKILL after the stop timeout; returns when it has exited.
+    pub async fn shutdown(mut self) -> Result<(), BackingEtcdError> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let pid = self.pid;
+        let wait_err = |source| BackingEtcdError::Wait { pid, source };
+        if child.try_wait().map_err(wait_err)?.is_none() {
+            signal(pid, nix::sys::signal::Signal::SIGTERM)?;
+            match tokio::time::timeout(self.stop_timeout, child.wait()).await {
+                Ok(status) => {
+                    let status = status.map_err(wait_err)?;
+                    tracing::info!(pid, %status, "backing etcd stopped");
+                }
+                Err(_) => {
+                    tracing::warn!(pid, timeout = ?self.stop_timeout, "backing etcd ignored SIGTERM; killing it");
+                    child.kill().await.map_err(wait_err)?;
+                }
+            }
+        }
+        self.remove_pid_file();
+        Ok(())
+    }
+
+    fn remove_pid_file(&self) {
+        let path = self.dir.join("etcd.pid");
+        if let Err(error) = std::fs::remove_file(&path)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), %error, "remove etcd pid file");
+        }
+    }
+}
+
+impl Drop for BackingEtcd {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if !matches!(child.try_wait(), Ok(None)) {
+            self.remove_pid_file();
+            return;
+        }
+        // Synchronous: a drop cannot await. Waiting here makes sure etcd is gone (and its data
+        // directory unlocked) when the guard is, which a restart on the same directory relies on.
+        let pid = self.pid;
+        if let Err(error) = signal(pid, nix::sys::signal::Signal::SIGTERM) {
+            tracing::warn!(%error, "stop backing etcd on drop");
+        }
+        if !poll_exit(&mut child, self.stop_timeout) {
+            tracing::warn!(pid, "backing etcd ignored SIGTERM; killing it");
+            if let Err(error) = child.start_kill() {
+                tracing::warn!(pid, %error, "kill backing etcd");
+            }
+            poll_exit(&mut child, Duration::from_secs(2));
+        }
+        self.remove_pid_file();
+    }
+}
+
+/// Polls a child until it exits or `timeout` passes; true when it exited.
+fn poll_exit(child: &mut tokio::process::Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => return false,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn data_dir(dir: &Path) -> PathBuf {
+    dir.join("data")
+}
+
+fn bootstrap_dir(dir: &Path) -> PathBuf {
+    dir.join("data.bootstrap")
+}
+
+fn signal(pid: u32, sig: nix::sys::signal::Signal) -> Result<(), BackingEtcdError> {
+    let raw = i32::try_from(pid).map_err(|_| BackingEtcdError::Signal {
+        signal: sig.as_str(),
+        pid,
+        source: nix::Error::EINVAL,
+    })?;
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), sig) {
+        Ok(()) | Err(nix::Error::ESRCH) => Ok(()),
+        Err(source) => Err(BackingEtcdError::Signal {
+            signal: sig.as_str(),
+            pid,
+            source,
+        }),
+    }
+}
+
+fn open_log(path: &Path) -> Result<std::fs::File, BackingEtcdError> {
+    let io = |source| BackingEtcdError::Io {
+        action: "open etcd log",
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
+    writeln!(
+        log,
+        "=== etcd-operator: starting the backing etcd at {} ===",
+        jiff::Timestamp::now()
+    )
+    .map_err(io)?;
+    Ok(log)
+}
+
+/// The last few KiB of the log, from the last start marker on when it is within them.
+fn log_tail(path: &Path) -> String {
+    let read = || -> std::io::Result<String> {
+        let mut file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    match read() {
+        Ok(text) => match text.rfind("=== etcd-operator: starting") {
+            Some(start) => text[start..].to_owned(),
+            None => text,
+        },
+        Err(error) => format!("(log unreadable: {error})"),
+    }
+}
+
+/// The ports from `ports.json` when both are free now (and `fresh` is false), else new free ones,
+/// stored for the next start.
+fn choose_ports(dir: &Path, fresh: bool) -> Result<EtcdPorts, BackingEtcdError> {
+    let path = dir.join("ports.json");
+    let stored = files::read_optional(&path)
+        .ok()
+        .flatten()
+        .and_then(|text| serde_json::from_str::<EtcdPorts>(&text).ok());
+    if let Some(ports) = stored
+        && !fresh
+        && ports.client != ports.peer
+        && port_free(ports.client)
+        && port_free(ports.peer)
+    {
+        return Ok(ports);
+    }
+    // Hold both listeners until both ports are chosen, so they differ.
+    let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackingEtcdError::Ports)?;
+    let b = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackingEtcdError::Ports)?;
+    let ports = EtcdPorts {
+        client: a.local_addr().map_err(BackingEtcdError::Ports)?.port(),
+        peer: b.local_addr().map_err(BackingEtcdError::Ports)?.port(),
+    };
+    if stored.is_some() {
+        tracing::info!(?stored, new = ?ports, "stored etcd ports are taken; using new ones");
+    }
+    let json = serde_json::to_vec(&ports).unwrap_or_default();
+    files::write_atomic(&path, &json, files::PUBLIC).map_err(|source| BackingEtcdError::Io {
+        action: "write",
+        path,
+        source,
+    })?;
+    Ok(ports)
+}
+
+fn port_free(port: u16) -> bool {
+    port != 0 && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+/// Stops every etcd still serving `dir`'s data directory (or its bootstrap directory): the pid in
+/// `etcd.pid` and any other process whose command line names it (the pid file may be gone).
+async fn stop_stale(dir: &Path) -> Result<(), BackingEtcdError> {
+    let data = data_dir(dir);
+    let staging = bootstrap_dir(dir);
+    let mut pids: Vec<u32> = files::read_optional(&dir.join("etcd.pid"))
+        .ok()
+        .flatten()
+        .and_then(|text| text.trim().parse().ok())
+        .into_iter()
+        .collect();
+    pids.extend(proc_pids());
+    pids.sort_unstable();
+    pids.dedup();
+    let me = std::process::id();
+    for pid in pids.into_iter().filter(|pid| *pid != me) {
+        if !is_etcd_for(pid, &data) && !is_etcd_for(pid, &staging) {
+            continue;
+        }
+        tracing::warn!(pid, data_dir = %data.display(), "a stale etcd of an earlier run uses the data directory; stopping it");
+        signal(pid, nix::sys::signal::Signal::SIGTERM)?;
+        if wait_gone(pid, Duration::from_secs(10)).await {
+            continue;
+        }
+        signal(pid, nix::sys::signal::Signal::SIGKILL)?;
+        if !wait_gone(pid, Duration::from_secs(5)).await {
+            return Err(BackingEtcdError::StaleProcess { pid, data_dir: data });
+        }
+    }
+    Ok(())
+}
+
+fn proc_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` is a live etcd whose `--data-dir` is `data`.
+fn is_etcd_for(pid: u32, data: &Path) -> bool {
+    if !alive(pid) {
+        return false;
+    }
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    let is_etcd = args
+        .first()
+        .and_then(|arg0| Path::new(arg0).file_name())
+        .is_some_and(|name| name.to_string_lossy().starts_with("etcd"));
+    let wanted = format!("--data-dir={}", data.display());
+    is_etcd && args.contains(&wanted)
+}
+
+/// Whether `pid` runs (a zombie has exited; its parent will reap it).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+async fn wait_gone(pid: u32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    !alive(pid)
+}

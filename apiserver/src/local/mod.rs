@@ -1,0 +1,213 @@
+//! Local mode: PKI, the backing etcd process and the kubeconfig, all under one state directory.
+//!
+//! `etcd-operator local --state-dir DIR` keeps everything in DIR:
+//!
+//! ```text
+//! DIR/pki/{ca,server,admin,controller}.{crt,key}   certificates (keys 0600), reused on restart
+//! DIR/etcd/{data/,etcd.log,ports.json,etcd.pid}    the backing etcd
+//! DIR/kubeconfig                                   admin access for kubectl (0600)
+//! ```
+//!
+//! [`prepare`] sets all of it up and returns a [`LocalEnv`] with everything `main` needs to serve.
+
+pub mod backing_etcd;
+mod files;
+pub mod kubeconfig;
+pub mod pki;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use backing_etcd::{BackingEtcd, BackingEtcdError, BackingEtcdOptions, EtcdSearch};
+pub use kubeconfig::{ClientIdentity, Kubeconfig, KubeconfigError};
+pub use pki::{LocalPki, PemPair, PkiError};
+
+use crate::serve::auth::{UserInfo, user_from_client_certificate};
+use crate::serve::{PeerCertificates, TlsError};
+
+/// What `etcd-operator local` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalOptions {
+    /// The state directory (created if missing).
+    pub state_dir: PathBuf,
+    /// Where to serve HTTPS (port 0: any free port; [`LocalEnv::listen`] tells which).
+    pub listen: SocketAddr,
+    /// `--etcd-binary`: the etcd to run instead of the one searched for.
+    pub etcd_binary: Option<PathBuf>,
+}
+
+/// Preparing local mode failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The state directory could not be created.
+    #[error("create state directory {}: {source}", path.display())]
+    CreateStateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTPS address could not be bound.
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificates could not be set up.
+    #[error("set up local certificates: {0}")]
+    Pki(#[from] PkiError),
+    /// The TLS configuration could not be built from them.
+    #[error("build TLS configuration: {0}")]
+    Tls(#[from] TlsError),
+    /// The backing etcd could not be found or started.
+    #[error("start backing etcd: {0}")]
+    BackingEtcd(#[from] BackingEtcdError),
+    /// The backing etcd started but the storage client could not connect.
+    #[error("connect to backing etcd at {endpoint}: {source}")]
+    ConnectEtcd {
+        endpoint: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// The kubeconfig could not be written.
+    #[error("write kubeconfig: {0}")]
+    Kubeconfig(#[from] KubeconfigError),
+}
+
+/// Everything local mode runs on, ready to serve.
+pub struct LocalEnv {
+    /// The state directory, absolute.
+    pub state_dir: PathBuf,
+    /// The bound HTTPS listener: hand it to [`crate::serve::serve`].
+    pub listener: tokio::net::TcpListener,
+    /// The address actually bound.
+    pub listen: SocketAddr,
+    /// `https://...` as clients reach the server.
+    pub server_url: String,
+    /// The certificates.
+    pub pki: LocalPki,
+    /// The server's TLS configuration: serving certificate, client certificates from the local CA
+    /// requested but not required.
+    pub tls: rustls::ServerConfig,
+    /// The backing etcd process; call [`BackingEtcd::shutdown`] after serving stops.
+    pub backing_etcd: BackingEtcd,
+    /// A client of the backing etcd for storage.
+    pub etcd_client: etcd_client::Client,
+    /// `DIR/kubeconfig` (admin).
+    pub kubeconfig_path: PathBuf,
+    /// The in-process controller's identity for loopback HTTPS to this server
+    /// (`Kubeconfig::for_identity(&env.controller_identity)` renders it as a kubeconfig).
+    pub controller_identity: ClientIdentity,
+}
+
+impl std::fmt::Debug for LocalEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalEnv")
+            .field("state_dir", &self.state_dir)
+            .field("listen", &self.listen)
+            .field("server_url", &self.server_url)
+            .field("pki", &self.pki)
+            .field("backing_etcd", &self.backing_etcd)
+            .field("kubeconfig_path", &self.kubeconfig_path)
+            .field("controller_identity", &self.controller_identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sets up local mode in `options.state_dir`: binds the listener (first, so a busy port fails
+/// fast), creates or reuses the PKI, starts the backing etcd, connects to it, writes the
+/// kubeconfig. Calls [`crate::serve::install_crypto_provider`].
+pub async fn prepare(options: LocalOptions) -> Result<LocalEnv, LocalError> {
+    prepare_with_etcd_env(options, Vec::new()).await
+}
+
+pub(crate) async fn prepare_with_etcd_env(
+    options: LocalOptions,
+    etcd_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<LocalEnv, LocalError> {
+    crate::serve::install_crypto_provider();
+    let state_dir_err = |source| LocalError::CreateStateDir {
+        path: options.state_dir.clone(),
+        source,
+    };
+    files::create_private_dir(&options.state_dir).map_err(state_dir_err)?;
+    let state_dir = std::fs::canonicalize(&options.state_dir).map_err(state_dir_err)?;
+
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| LocalError::Listen {
+            addr: options.listen,
+            source,
+        })?;
+    let listen = listener.local_addr().map_err(|source| LocalError::Listen {
+        addr: options.listen,
+        source,
+    })?;
+    let server_url = kubeconfig::server_url(listen);
+
+    let pki = pki::ensure(&state_dir.join("pki"), listen.ip())?;
+    let tls = crate::serve::server_config(
+        pki.server.cert_pem.as_bytes(),
+        pki.server.key_pem.as_bytes(),
+        Some(pki.ca.cert_pem.as_bytes()),
+    )?;
+
+    let binary = EtcdSearch::from_environment(options.etcd_binary.clone()).find()?;
+    let mut etcd_options = BackingEtcdOptions::new(state_dir.join("etcd"), binary);
+    etcd_options.extra_env = etcd_env;
+    let backing_etcd = BackingEtcd::start(etcd_options).await?;
+    let etcd_client = backing_etcd
+        .connect()
+        .await
+        .map_err(|source| LocalError::ConnectEtcd {
+            endpoint: backing_etcd.endpoint().to_owned(),
+            source,
+        })?;
+
+    let identity = |user: &str, pair: &PemPair| ClientIdentity {
+        server_url: server_url.clone(),
+        ca_pem: pki.ca.cert_pem.clone(),
+        user: user.to_owned(),
+        cert_pem: pair.cert_pem.clone(),
+        key_pem: pair.key_pem.clone(),
+    };
+    let kubeconfig_path = state_dir.join("kubeconfig");
+    Kubeconfig::for_identity(&identity(pki::ADMIN_USER, &pki.admin)).write(&kubeconfig_path)?;
+    let controller_identity = identity(pki::CONTROLLER_USER, &pki.controller);
+    tracing::info!(
+        %server_url,
+        kubeconfig = %kubeconfig_path.display(),
+        etcd = %backing_etcd.endpoint(),
+        "local mode ready"
+    );
+    Ok(LocalEnv {
+        state_dir,
+        listener,
+        listen,
+        server_url,
+        pki,
+        tls,
+        backing_etcd,
+        etcd_client,
+        kubeconfig_path,
+        controller_identity,
+    })
+}
+
+/// Local-mode authentication: the identity in the client certificate, if the client presented
+/// one (rustls has then verified it against the local CA, the server's only client CA): user =
+/// subject CN, groups = subject O values + `system:authenticated`. `None` for anonymous clients
+/// and for a certificate without a usable subject.
+pub fn authenticate_local(peer: &PeerCertificates) -> Option<UserInfo> {
+    let leaf = peer.leaf()?;
+    match user_from_client_certificate(leaf) {
+        Ok(user) => Some(user),
+        Err(error) => {
+            tracing::debug!(%error, "client certificate carries no usable identity");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,467 @@
+//! Tests of local mode: PKI, backing etcd (the installed etcd 3.5.1), kubeconfig, prepare.
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use rustls_pki_types::ServerName;
+
+use super::pki::{CertificateAuthority, LeafSpec};
+use super::*;
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Marks processes started by tests so the leftover check can tell them apart.
+fn owner_env() -> Vec<(OsString, OsString)> {
+    vec![(
+        etcd_operator_tests::process::OWNER_ENV.into(),
+        etcd_operator_tests::leftovers::owner_token().into(),
+    )]
+}
+
+fn etcd_binary() -> std::path::PathBuf {
+    EtcdSearch::from_environment(None)
+        .find()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn etcd_options(dir: &Path) -> BackingEtcdOptions {
+    let mut options = BackingEtcdOptions::new(dir.join("etcd"), etcd_binary());
+    options.extra_env = owner_env();
+    options
+}
+
+fn process_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+// ---- pki
+
+#[test]
+fn pki_is_created_once_then_reloaded_identical() {
+    crate::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki_dir = dir.path().join("pki");
+    let first = pki::ensure(&pki_dir, ip("127.0.0.1")).unwrap();
+    let second = pki::ensure(&pki_dir, ip("127.0.0.1")).unwrap();
+    assert_eq!(first.ca, second.ca);
+    assert_eq!(first.server, second.server);
+    assert_eq!(first.admin, second.admin);
+    assert_eq!(first.controller, second.controller);
+    assert_eq!(mode(&pki_dir), 0o700);
+    for base in ["ca", "server", "admin", "controller"] {
+        assert_eq!(mode(&pki_dir.join(format!("{base}.key"))), 0o600, "{base}.key");
+        assert_eq!(mode(&pki_dir.join(format!("{base}.crt"))), 0o644, "{base}.crt");
+    }
+    assert!(
+        !format!("{first:?}").contains("PRIVATE KEY"),
+        "Debug redacts keys"
+    );
+}
+
+#[test]
+fn leaves_verify_against_the_ca_with_the_expected_identities() {
+    crate::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let names = [
+        ServerName::try_from("localhost").unwrap(),
+        ServerName::from(ip("127.0.0.1")),
+        ServerName::from(ip("::1")),
+    ];
+    ca.verify_server(&pki.server.cert_pem, &names, SystemTime::now())
+        .unwrap();
+    let err = ca
+        .verify_server(
+            &pki.server.cert_pem,
+            &[ServerName::from(ip("10.9.8.7"))],
+            SystemTime::now(),
+        )
+        .unwrap_err();
+    assert!(err.contains("10.9.8.7"), "{err}");
+    // A client certificate is no server certificate, and the reverse.
+    assert!(
+        ca.verify_server(&pki.admin.cert_pem, &names[..1], SystemTime::now())
+            .is_err()
+    );
+    assert!(ca.verify_client(&pki.server.cert_pem, SystemTime::now()).is_err());
+    for (pair, user) in [
+        (&pki.admin, "admin"),
+        (&pki.controller, "system:etcd-operator:controller"),
+    ] {
+        ca.verify_client(&pair.cert_pem, SystemTime::now()).unwrap();
+        let der = rustls_pki_types::pem::PemObject::from_pem_slice(pair.cert_pem.as_bytes()).unwrap();
+        let peer = crate::serve::PeerCertificates(std::sync::Arc::new(vec![der]));
+        let user_info = authenticate_local(&peer).unwrap();
+        assert_eq!(user_info.name, user);
+        assert_eq!(user_info.groups, vec!["system:masters", "system:authenticated"]);
+    }
+    assert_eq!(
+        authenticate_local(&crate::serve::PeerCertificates::default()),
+        None
+    );
+    // Certificates of another CA do not verify.
+    let other = CertificateAuthority::generate("other", Duration::from_secs(86_400)).unwrap();
+    assert!(
+        other
+            .verify_client(&pki.admin.cert_pem, SystemTime::now())
+            .is_err()
+    );
+}
+
+#[test]
+fn serving_certificate_is_reissued_from_the_same_ca_for_a_new_listen_ip() {
+    crate::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let first = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
+    let second = pki::ensure(dir.path(), ip("10.1.2.3")).unwrap();
+    assert_eq!(first.ca, second.ca);
+    assert_eq!(first.admin, second.admin);
+    assert_ne!(first.server, second.server);
+    let ca = CertificateAuthority::load(&second.ca.cert_pem, &second.ca.key_pem).unwrap();
+    ca.verify_server(
+        &second.server.cert_pem,
+        &[
+            ServerName::from(ip("10.1.2.3")),
+            ServerName::try_from("localhost").unwrap(),
+        ],
+        SystemTime::now(),
+    )
+    .unwrap();
+    // A wildcard listen address needs no further name.
+    let third = pki::ensure(dir.path(), ip("0.0.0.0")).unwrap();
+    assert_eq!(third.server, second.server);
+}
+
+#[test]
+fn leaves_close_to_expiry_or_with_a_foreign_key_are_reissued() {
+    crate::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let first = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
+    let ca = CertificateAuthority::load(&first.ca.cert_pem, &first.ca.key_pem).unwrap();
+    // A serving certificate with 10 days left.
+    let mut spec = LeafSpec::server("short", &["localhost"], &[ip("127.0.0.1"), ip("::1")]);
+    spec.validity = Duration::from_secs(10 * 86_400);
+    let short = ca.issue(&spec).unwrap();
+    std::fs::write(dir.path().join("server.crt"), &short.cert_pem).unwrap();
+    std::fs::write(dir.path().join("server.key"), &short.key_pem).unwrap();
+    // The admin certificate with the controller's key.
+    std::fs::write(dir.path().join("admin.key"), &first.controller.key_pem).unwrap();
+
+    let second = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
+    assert_eq!(second.ca, first.ca);
+    assert_ne!(second.server, short);
+    assert_ne!(second.server, first.server);
+    assert_ne!(second.admin, first.admin);
+    assert_eq!(second.controller, first.controller);
+    ca.verify_client(&second.admin.cert_pem, SystemTime::now())
+        .unwrap();
+}
+
+#[test]
+fn an_incomplete_ca_is_an_error_not_a_silent_new_ca() {
+    crate::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
+    std::fs::remove_file(dir.path().join("ca.key")).unwrap();
+    let err = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap_err();
+    assert!(matches!(err, PkiError::IncompleteCa { .. }), "{err}");
+    assert!(err.to_string().contains("ca.key"), "{err}");
+}
+
+// ---- kubeconfig
+
+#[test]
+fn kubeconfig_is_yaml_with_the_expected_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = ClientIdentity {
+        server_url: kubeconfig::server_url("0.0.0.0:8443".parse().unwrap()),
+        ca_pem: "CA".into(),
+        user: "admin".into(),
+        cert_pem: "CERT".into(),
+        key_pem: "KEY".into(),
+    };
+    let path = dir.path().join("kubeconfig");
+    Kubeconfig::for_identity(&identity).write(&path).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(yaml["apiVersion"], "v1");
+    assert_eq!(yaml["kind"], "Config");
+    assert_eq!(yaml["current-context"], "etcd-operator-local");
+    assert_eq!(yaml["clusters"][0]["name"], "etcd-operator-local");
+    assert_eq!(yaml["clusters"][0]["cluster"]["server"], "https://127.0.0.1:8443");
+    assert_eq!(
+        yaml["clusters"][0]["cluster"]["certificate-authority-data"],
+        "Q0E="
+    );
+    assert_eq!(yaml["users"][0]["name"], "admin");
+    assert_eq!(yaml["users"][0]["user"]["client-certificate-data"], "Q0VSVA==");
+    assert_eq!(yaml["users"][0]["user"]["client-key-data"], "S0VZ");
+    assert_eq!(yaml["contexts"][0]["name"], "etcd-operator-local");
+    assert_eq!(yaml["contexts"][0]["context"]["cluster"], "etcd-operator-local");
+    assert_eq!(yaml["contexts"][0]["context"]["user"], "admin");
+    // kube-rs reads it as well.
+    let parsed = kube::config::Kubeconfig::read_from(&path).unwrap();
+    assert_eq!(parsed.current_context.as_deref(), Some("etcd-operator-local"));
+    assert_eq!(
+        kubeconfig::server_url("[::]:1234".parse().unwrap()),
+        "https://[::1]:1234"
+    );
+}
+
+// ---- backing etcd
+
+#[test]
+fn a_missing_etcd_binary_names_make_tools_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let search = EtcdSearch {
+        start_dirs: vec![dir.path().to_path_buf()],
+        path_var: Some(dir.path().as_os_str().to_owned()),
+        ..EtcdSearch::default()
+    };
+    let err = search.find().unwrap_err().to_string();
+    assert!(err.contains("make tools-etcd"), "{err}");
+    assert!(err.contains(".tools/etcd/3.5.1/etcd"), "{err}");
+
+    let explicit = EtcdSearch {
+        explicit: Some(dir.path().join("no-etcd")),
+        ..search
+    };
+    let err = explicit.find().unwrap_err().to_string();
+    assert!(
+        err.contains("make tools-etcd") && err.contains("no-etcd"),
+        "{err}"
+    );
+}
+
+#[test]
+fn etcd_is_found_in_a_tools_directory_above_a_start_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join(".tools/etcd/3.5.1/etcd");
+    std::fs::create_dir_all(binary.parent().unwrap()).unwrap();
+    std::fs::write(&binary, "").unwrap();
+    let nested = dir.path().join("a/b");
+    std::fs::create_dir_all(&nested).unwrap();
+    let search = EtcdSearch {
+        start_dirs: vec![nested],
+        ..EtcdSearch::default()
+    };
+    assert_eq!(search.find().unwrap(), binary);
+    // The environment variable comes first.
+    let env_binary = dir.path().join("my-etcd");
+    std::fs::write(&env_binary, "").unwrap();
+    let search = EtcdSearch {
+        env_binary: Some(env_binary.clone()),
+        ..search
+    };
+    assert_eq!(search.find().unwrap(), env_binary);
+}
+
+#[tokio::test]
+async fn backing_etcd_serves_restarts_on_the_same_dir_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    let first_endpoint = etcd.endpoint().to_owned();
+    let first_pid = etcd.pid();
+    assert!(process_running(first_pid));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("etcd/etcd.pid"))
+            .unwrap()
+            .trim(),
+        first_pid.to_string()
+    );
+    let mut client = etcd.connect().await.unwrap();
+    client.put("/registry/kept", "value", None).await.unwrap();
+    drop(client);
+    etcd.shutdown().await.unwrap();
+    assert!(!process_running(first_pid), "etcd stopped");
+    assert!(!dir.path().join("etcd/etcd.pid").exists());
+
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    assert_eq!(etcd.endpoint(), first_endpoint, "the stored ports are reused");
+    let mut client = etcd.connect().await.unwrap();
+    let got = client.get("/registry/kept", None).await.unwrap();
+    assert_eq!(got.kvs()[0].value(), b"value");
+    let pid = etcd.pid();
+    // Dropping the guard stops etcd too.
+    drop(etcd);
+    assert!(!process_running(pid), "etcd stopped on drop");
+    let log = std::fs::read_to_string(dir.path().join("etcd/etcd.log")).unwrap();
+    // The bootstrap start, the first serving start, the restart.
+    assert_eq!(
+        log.matches("=== etcd-operator: starting the backing etcd")
+            .count(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_stale_etcd_of_a_crashed_run_is_stopped_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd_dir = dir.path().join("etcd");
+    std::fs::create_dir_all(&etcd_dir).unwrap();
+    let etcd_dir = std::fs::canonicalize(&etcd_dir).unwrap();
+    let ports = etcd_operator_tests::ports::free_ports(2).unwrap();
+    let peer = format!("http://127.0.0.1:{}", ports[1]);
+    let mut cmd = std::process::Command::new(etcd_binary());
+    cmd.arg("--name=backing")
+        .arg(format!("--data-dir={}", etcd_dir.join("data").display()))
+        .arg(format!("--listen-client-urls=http://127.0.0.1:{}", ports[0]))
+        .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", ports[0]))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster=backing={peer}"));
+    let mut stale =
+        etcd_operator_tests::TestProcess::spawn("stale etcd", cmd, &dir.path().join("stale.log")).unwrap();
+    std::fs::write(etcd_dir.join("etcd.pid"), format!("{}\n", stale.pid())).unwrap();
+    // Let it bootstrap and serve, as the etcd of a run that crashed later would have.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let endpoint = format!("http://127.0.0.1:{}", ports[0]);
+        if let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await
+            && client.status().await.is_ok()
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", stale.log_tail(2000));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    assert!(stale.exited().is_some(), "the stale etcd was stopped");
+    assert_ne!(etcd.pid(), stale.pid());
+    let mut client = etcd.connect().await.unwrap();
+    client.status().await.unwrap();
+    etcd.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_etcd_that_cannot_start_reports_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = etcd_options(dir.path());
+    options.quota_backend_bytes = 0;
+    // An unknown flag makes etcd exit at once.
+    options.binary = dir.path().join("fake-etcd");
+    std::fs::write(
+        &options.binary,
+        "#!/bin/sh\necho 'fake etcd: cannot start' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&options.binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = BackingEtcd::start(options).await.unwrap_err().to_string();
+    assert!(
+        err.contains("exited") && err.contains("fake etcd: cannot start"),
+        "{err}"
+    );
+}
+
+// ---- prepare: everything together, and kube-rs as the client
+
+#[tokio::test]
+async fn prepare_sets_up_a_server_kube_clients_reach_with_the_kubeconfig() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LocalOptions {
+        state_dir: dir.path().join("state"),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        etcd_binary: None,
+    };
+    let env = prepare_with_etcd_env(options.clone(), owner_env()).await.unwrap();
+    assert_ne!(env.listen.port(), 0);
+    assert_eq!(env.server_url, format!("https://{}", env.listen));
+    assert_eq!(env.kubeconfig_path, env.state_dir.join("kubeconfig"));
+    assert_eq!(mode(&env.state_dir), 0o700);
+    assert_eq!(mode(&env.kubeconfig_path), 0o600);
+    env.etcd_client.clone().status().await.unwrap();
+
+    let app = axum::Router::new().route(
+        "/whoami",
+        axum::routing::get(|request: axum::extract::Request| async move {
+            let peer = request
+                .extensions()
+                .get::<crate::serve::PeerCertificates>()
+                .cloned()
+                .unwrap_or_default();
+            match authenticate_local(&peer) {
+                Some(user) => format!("{} {}", user.name, user.groups.join(",")),
+                None => "anonymous".to_owned(),
+            }
+        }),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crate::serve::serve(env.listener, env.tls, app, async move {
+        let _ = stopped.await;
+    }));
+
+    // The admin kubeconfig, as kubectl would use it.
+    let kubeconfig = kube::config::Kubeconfig::read_from(&env.kubeconfig_path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let text = client
+        .request_text(http::Request::get("/whoami").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(text, "admin system:masters,system:authenticated");
+
+    // The controller's identity, rendered the same way.
+    let yaml = Kubeconfig::for_identity(&env.controller_identity)
+        .to_yaml()
+        .unwrap();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let text = kube::Client::try_from(config)
+        .unwrap()
+        .request_text(http::Request::get("/whoami").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        text,
+        "system:etcd-operator:controller system:masters,system:authenticated"
+    );
+
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+    let first_ca = env.pki.ca.clone();
+    env.backing_etcd.shutdown().await.unwrap();
+
+    // A restart on the same directory keeps the CA, so the old kubeconfig still works.
+    let env = prepare_with_etcd_env(options, owner_env()).await.unwrap();
+    assert_eq!(env.pki.ca, first_ca);
+    env.backing_etcd.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unfinished_bootstrap_is_discarded_and_done_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd_dir = dir.path().join("etcd");
+    std::fs::create_dir_all(etcd_dir.join("data.bootstrap/member")).unwrap();
+    std::fs::write(etcd_dir.join("data.bootstrap/member/junk"), "half a bootstrap").unwrap();
+    std::fs::create_dir_all(etcd_dir.join("data")).unwrap();
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    assert!(etcd_dir.join("data/member/wal").is_dir());
+    assert!(!etcd_dir.join("data.bootstrap").exists());
+    let mut client = etcd.connect().await.unwrap();
+    client.put("k", "v", None).await.unwrap();
+    etcd.shutdown().await.unwrap();
+}

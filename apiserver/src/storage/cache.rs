@@ -1,0 +1,449 @@
+//! The watch cache: one etcd watch on the resource prefix feeds an in-memory copy of every
+//! object (serialized bytes, shared by `Arc`) and a bounded ring buffer of recent events that
+//! all client watches read from.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{EventType, GetOptions, WatchOptions as EtcdWatchOptions};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+use super::error::StorageError;
+
+/// Largest gRPC message the storage accepts from etcd (lists of many objects, batched events).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// One stored object: its JSON bytes as written to etcd (without `resourceVersion`) and its
+/// mod revision. Cloning is cheap; the bytes are shared with the event ring buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredObj {
+    pub(crate) data: Arc<[u8]>,
+    pub(crate) mod_rev: u64,
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change, as kept in the ring buffer. For `Deleted`, `data` is the last state and `rev`
+/// the revision of the delete.
+#[derive(Debug, Clone)]
+pub(crate) struct CacheEvent {
+    pub(crate) kind: EventKind,
+    pub(crate) key: Arc<str>,
+    pub(crate) data: Arc<[u8]>,
+    pub(crate) rev: u64,
+}
+
+/// The namespace part of a key relative to the prefix (`<ns>/<name>`).
+pub(crate) fn key_in_namespace(key: &str, namespace: Option<&str>) -> bool {
+    match namespace {
+        None => true,
+        Some(ns) => key.strip_prefix(ns).is_some_and(|rest| rest.starts_with('/')),
+    }
+}
+
+/// The key range `[start, end)` (relative to the prefix) holding one namespace, or everything.
+pub(crate) fn namespace_range(namespace: Option<&str>) -> (String, Option<String>) {
+    match namespace {
+        None => (String::new(), None),
+        // '0' is the byte after '/'.
+        Some(ns) => (format!("{ns}/"), Some(format!("{ns}0"))),
+    }
+}
+
+/// The in-memory state of the cache. Guarded by a `std::sync::RwLock`; never held across awaits.
+#[derive(Debug)]
+pub(crate) struct CacheState {
+    pub(crate) objects: BTreeMap<Arc<str>, StoredObj>,
+    pub(crate) events: VecDeque<CacheEvent>,
+    /// Sequence number of `events[0]`; sequence numbers never repeat within an epoch.
+    pub(crate) first_seq: u64,
+    /// The etcd revision the cache reflects (0 until the initial list is done).
+    pub(crate) rev: u64,
+    /// Watches starting at a resourceVersion `>= history_start` can be served from the buffer.
+    pub(crate) history_start: u64,
+    /// Bumped when the cache relists; watchers of an older epoch end with `Expired`.
+    pub(crate) epoch: u64,
+    /// The cache task stopped (the storage was dropped).
+    pub(crate) closed: bool,
+    capacity: usize,
+}
+
+impl CacheState {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            events: VecDeque::new(),
+            first_seq: 0,
+            rev: 0,
+            history_start: 0,
+            epoch: 0,
+            closed: false,
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub(crate) fn initialized(&self) -> bool {
+        self.rev > 0
+    }
+
+    pub(crate) fn end_seq(&self) -> u64 {
+        self.first_seq + self.events.len() as u64
+    }
+
+    /// The sequence number of the first event after revision `rv`, or `Expired` when events
+    /// after `rv` have already left the buffer.
+    pub(crate) fn seq_after(&self, rv: u64) -> Result<u64, StorageError> {
+        if rv < self.history_start {
+            return Err(too_old(rv, self.history_start));
+        }
+        let idx = self.events.partition_point(|e| e.rev <= rv);
+        Ok(self.first_seq + idx as u64)
+    }
+
+    /// Objects whose key lies in the namespace (or all), in key order.
+    pub(crate) fn snapshot(&self, namespace: Option<&str>) -> Vec<(Arc<str>, StoredObj)> {
+        self.range(namespace, None)
+            .into_iter()
+            .map(|(k, v)| (Arc::clone(k), v.clone()))
+            .collect()
+    }
+
+    /// The namespace (or everything) from `start` (inclusive, relative key) on, in key order.
+    pub(crate) fn range(&self, namespace: Option<&str>, start: Option<&str>) -> Vec<(&Arc<str>, &StoredObj)> {
+        let (ns_start, ns_end) = namespace_range(namespace);
+        let from = match start {
+            Some(s) if s > ns_start.as_str() => s.to_owned(),
+            _ => ns_start,
+        };
+        match ns_end {
+            Some(end) if from >= end => Vec::new(),
+            Some(end) => self
+                .objects
+                .range::<str, _>((Bound::Included(from.as_str()), Bound::Excluded(end.as_str())))
+                .collect(),
+            None => self
+                .objects
+                .range::<str, _>((Bound::Included(from.as_str()), Bound::Unbounded))
+                .collect(),
+        }
+    }
+
+    fn push(&mut self, event: CacheEvent) {
+        while self.events.len() >= self.capacity {
+            if let Some(old) = self.events.pop_front() {
+                self.first_seq += 1;
+                self.history_start = self.history_start.max(old.rev);
+            }
+        }
+        self.events.push_back(event);
+    }
+
+    pub(crate) fn apply_put(&mut self, key: Arc<str>, data: Arc<[u8]>, rev: u64) {
+        let kind = match self.objects.insert(
+            Arc::clone(&key),
+            StoredObj {
+                data: Arc::clone(&data),
+                mod_rev: rev,
+            },
+        ) {
+            Some(_) => EventKind::Modified,
+            None => EventKind::Added,
+        };
+        self.push(CacheEvent { kind, key, data, rev });
+        self.rev = self.rev.max(rev);
+    }
+
+    pub(crate) fn apply_delete(&mut self, key: &str, rev: u64, prev: Option<Arc<[u8]>>) {
+        let removed = self.objects.remove_entry(key);
+        let (key, data) = match (removed, prev) {
+            (Some((k, obj)), _) => (k, obj.data),
+            (None, Some(prev)) => (Arc::from(key), prev),
+            (None, None) => {
+                // Nothing known about the object: there is no last state to report.
+                self.rev = self.rev.max(rev);
+                return;
+            }
+        };
+        self.push(CacheEvent {
+            kind: EventKind::Deleted,
+            key,
+            data,
+            rev,
+        });
+        self.rev = self.rev.max(rev);
+    }
+
+    /// Replaces the whole state after a (re)list at `rev`; existing watchers expire.
+    pub(crate) fn replace(&mut self, objects: BTreeMap<Arc<str>, StoredObj>, rev: u64) {
+        let first = !self.initialized();
+        self.objects = objects;
+        self.first_seq = self.end_seq();
+        self.events.clear();
+        self.rev = rev;
+        self.history_start = rev;
+        if !first {
+            self.epoch += 1;
+        }
+    }
+
+    /// Forgets history at or before a compacted revision.
+    pub(crate) fn compacted(&mut self, rev: u64) {
+        while self.events.front().is_some_and(|e| e.rev <= rev) {
+            self.events.pop_front();
+            self.first_seq += 1;
+        }
+        self.history_start = self.history_start.max(rev);
+    }
+}
+
+/// The `Expired` error of a watch from a resourceVersion the cache no longer covers.
+pub(crate) fn too_old(requested: u64, oldest: u64) -> StorageError {
+    StorageError::Expired {
+        requested,
+        oldest,
+        message: format!("too old resource version: {requested} ({oldest})"),
+    }
+}
+
+/// Requests to the cache task.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// Ask etcd for a watch progress notification, so the cache revision catches up with
+    /// writes outside the prefix.
+    RequestProgress,
+    /// Drop the etcd watch and resume after a pause (tests use this to miss compacted history).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Disconnect(Duration),
+}
+
+enum WatchEnd {
+    Compacted(i64),
+    Failed(String),
+    Disconnect(Duration),
+    Cancelled,
+}
+
+/// Lists the whole prefix at the latest revision.
+async fn list_all(inner: &Inner) -> Result<(BTreeMap<Arc<str>, StoredObj>, u64), StorageError> {
+    let mut kv = inner
+        .client
+        .kv_client()
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let resp = kv
+        .get(inner.prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| StorageError::etcd("list for the watch cache", e))?;
+    let rev = resp.header().map_or(0, |h| h.revision()).max(1) as u64;
+    let mut objects = BTreeMap::new();
+    for kv in resp.kvs() {
+        if let Some(key) = inner.relative_key(kv.key()) {
+            objects.insert(
+                Arc::from(key),
+                StoredObj {
+                    data: Arc::from(kv.value()),
+                    mod_rev: kv.mod_revision() as u64,
+                },
+            );
+        }
+    }
+    Ok((objects, rev))
+}
+
+/// Whether etcd's version sends progress notifications in order with events (kube-apiserver's
+/// check: 3.4.31 <= v < 3.5.0, or v >= 3.5.13).
+pub(crate) fn progress_notify_reliable(version: &str) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    let patch = parts.next().unwrap_or(0);
+    match (major, minor) {
+        (3, 4) => patch >= 31,
+        (3, 5) => patch >= 13,
+        (3, m) => m > 5,
+        (m, _) => m > 3,
+    }
+}
+
+async fn detect_progress_support(inner: &Inner) {
+    let mut client = inner.client.maintenance_client();
+    match client.status().await {
+        Ok(status) => {
+            let reliable = progress_notify_reliable(status.version());
+            tracing::debug!(
+                version = status.version(),
+                reliable,
+                "etcd progress notifications"
+            );
+            inner
+                .progress_trusted
+                .store(reliable, std::sync::atomic::Ordering::SeqCst);
+        }
+        Err(e) => tracing::warn!(error = %e, "etcd status failed; not relying on progress notifications"),
+    }
+}
+
+/// The cache task: lists, watches from the list revision, relists when the watch falls behind
+/// a compaction, reconnects on errors. Ends when `cancel` fires.
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    mut control: mpsc::UnboundedReceiver<Control>,
+    cancel: CancellationToken,
+) {
+    let mut need_list = true;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if cancel.is_cancelled() {
+            break;
+        }
+        if need_list {
+            detect_progress_support(&inner).await;
+            match list_all(&inner).await {
+                Ok((objects, rev)) => {
+                    let count = objects.len();
+                    inner.with_state_mut(|s| s.replace(objects, rev));
+                    tracing::info!(prefix = %inner.prefix, rev, count, "watch cache listed");
+                    need_list = false;
+                    backoff = Duration::from_millis(100);
+                }
+                Err(e) => {
+                    tracing::warn!(prefix = %inner.prefix, error = %e, "watch cache list failed; retrying");
+                    if sleep_or_cancel(backoff, &cancel).await {
+                        break;
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            }
+        }
+        let start = inner.read_state(|s| s.rev) + 1;
+        match watch_once(&inner, start, &mut control, &cancel).await {
+            WatchEnd::Cancelled => break,
+            WatchEnd::Compacted(compact_rev) => {
+                tracing::warn!(prefix = %inner.prefix, start, compact_rev, "watch cache fell behind a compaction; relisting");
+                need_list = true;
+            }
+            WatchEnd::Failed(error) => {
+                tracing::warn!(prefix = %inner.prefix, start, %error, "etcd watch failed; reconnecting");
+                if sleep_or_cancel(backoff, &cancel).await {
+                    break;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            WatchEnd::Disconnect(pause) => {
+                tracing::info!(prefix = %inner.prefix, ?pause, "watch cache disconnecting on request");
+                if sleep_or_cancel(pause, &cancel).await {
+                    break;
+                }
+            }
+        }
+    }
+    inner.with_state_mut(|s| s.closed = true);
+}
+
+/// Sleeps; returns true when cancelled meanwhile.
+async fn sleep_or_cancel(d: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        () = cancel.cancelled() => true,
+        () = tokio::time::sleep(d) => false,
+    }
+}
+
+async fn watch_once(
+    inner: &Inner,
+    start: u64,
+    control: &mut mpsc::UnboundedReceiver<Control>,
+    cancel: &CancellationToken,
+) -> WatchEnd {
+    let options = EtcdWatchOptions::new()
+        .with_prefix()
+        .with_prev_key()
+        .with_progress_notify()
+        .with_start_revision(start as i64);
+    let mut client = inner
+        .client
+        .watch_client()
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let opened = tokio::select! {
+        () = cancel.cancelled() => return WatchEnd::Cancelled,
+        r = client.watch(inner.prefix.as_bytes(), Some(options)) => r,
+    };
+    let mut stream = match opened {
+        Ok(s) => s,
+        Err(e) => return WatchEnd::Failed(e.to_string()),
+    };
+    let mut progress_sent: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return WatchEnd::Cancelled,
+            c = control.recv() => match c {
+                None => return WatchEnd::Cancelled,
+                Some(Control::Disconnect(pause)) => return WatchEnd::Disconnect(pause),
+                Some(Control::RequestProgress) => {
+                    // One outstanding request at a time; re-send if no answer came in a while.
+                    if progress_sent.is_none_or(|t| t.elapsed() > Duration::from_millis(500)) {
+                        if let Err(e) = stream.request_progress().await {
+                            return WatchEnd::Failed(e.to_string());
+                        }
+                        progress_sent = Some(Instant::now());
+                    }
+                }
+            },
+            msg = stream.message() => match msg {
+                Err(e) => return WatchEnd::Failed(e.to_string()),
+                Ok(None) => return WatchEnd::Failed("watch stream ended".to_owned()),
+                Ok(Some(resp)) => {
+                    if resp.canceled() {
+                        if resp.compact_revision() > 0 {
+                            return WatchEnd::Compacted(resp.compact_revision());
+                        }
+                        return WatchEnd::Failed(format!("watch canceled: {}", resp.cancel_reason()));
+                    }
+                    if resp.created() {
+                        continue;
+                    }
+                    if resp.events().is_empty() {
+                        // A progress notification: every event up to the header revision was sent.
+                        progress_sent = None;
+                        if let Some(h) = resp.header() {
+                            let rev = h.revision().max(0) as u64;
+                            inner.with_state_mut(|s| s.rev = s.rev.max(rev));
+                        }
+                        continue;
+                    }
+                    inner.with_state_mut(|s| apply_events(inner, s, resp.events()));
+                }
+            },
+        }
+    }
+}
+
+fn apply_events(inner: &Inner, state: &mut CacheState, events: &[etcd_client::Event]) {
+    for event in events {
+        let Some(kv) = event.kv() else { continue };
+        let rev = kv.mod_revision().max(0) as u64;
+        let Some(key) = inner.relative_key(kv.key()) else {
+            state.rev = state.rev.max(rev);
+            continue;
+        };
+        match event.event_type() {
+            EventType::Put => state.apply_put(Arc::from(key), Arc::from(kv.value()), rev),
+            EventType::Delete => {
+                let prev = event.prev_kv().map(|p| Arc::from(p.value()));
+                state.apply_delete(key, rev, prev);
+            }
+        }
+    }
+}

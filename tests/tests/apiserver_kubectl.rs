@@ -1,0 +1,419 @@
+//! The API server end to end: real kubectl 1.35 against `etcd-operator local` and its real
+//! backing etcd. Each test starts its own operator.
+
+// Test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use etcd_operator_tests::LocalOperator;
+use serde_json::Value;
+
+const V2_CLUSTER: &str = r#"
+apiVersion: etcd.operator.dev/v1alpha2
+kind: EtcdCluster
+metadata:
+  name: alpha
+  namespace: default
+  labels:
+    team: storage
+spec:
+  replicas: 3
+  version: 3.5.1
+"#;
+
+const V1_CLUSTER: &str = r#"
+apiVersion: etcd.operator.dev/v1alpha1
+kind: EtcdCluster
+metadata:
+  name: legacy
+  namespace: default
+spec:
+  size: 3
+  version: 3.5.1
+  pod:
+    antiAffinity: true
+"#;
+
+fn run(mut cmd: Command, stdin: Option<&str>) -> std::process::Output {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs kubectl and returns stdout; fails the test (with stderr and the operator log) otherwise.
+fn kubectl(op: &LocalOperator, args: &[&str]) -> String {
+    kubectl_in(op, args, None)
+}
+
+fn kubectl_in(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = op.kubectl().unwrap();
+    cmd.args(args);
+    let out = run(cmd, stdin);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\nstdout: {}\nstderr: {}\noperator log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        op.log_tail()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs kubectl expecting failure; returns stderr.
+fn kubectl_fails(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = op.kubectl().unwrap();
+    cmd.args(args);
+    let out = run(cmd, stdin);
+    assert!(
+        !out.status.success(),
+        "kubectl {args:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn get_json(op: &LocalOperator, resource: &str, name: &str) -> Value {
+    serde_json::from_str(&kubectl(op, &["get", resource, name, "-o", "json"])).unwrap()
+}
+
+#[tokio::test]
+async fn apply_both_versions_get_columns_and_converted_yaml() {
+    let op = LocalOperator::start().await.unwrap();
+    let out = kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    assert!(
+        out.contains("etcdcluster.etcd.operator.dev/alpha created"),
+        "{out}"
+    );
+    let out = kubectl_in(&op, &["apply", "-f", "-"], Some(V1_CLUSTER));
+    assert!(
+        out.contains("etcdcluster.etcd.operator.dev/legacy created"),
+        "{out}"
+    );
+    // Applying the same manifest again changes nothing.
+    let out = kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    assert!(out.contains("unchanged"), "{out}");
+
+    // Printer columns from the server's Table.
+    let table = kubectl(&op, &["get", "etcdclusters"]);
+    let header = table.lines().next().unwrap();
+    for col in ["NAME", "REPLICAS", "READY", "VERSION", "PHASE", "AGE"] {
+        assert!(header.contains(col), "missing column {col}: {table}");
+    }
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("alpha") && l.contains("3.5.1")),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("legacy")), "{table}");
+    let wide = kubectl(&op, &["get", "ec", "-o", "wide"]);
+    assert!(wide.lines().next().unwrap().contains("LEADER"), "{wide}");
+
+    // The same object in both versions, converted.
+    let v2 = get_json(&op, "etcdclusters.v1alpha2.etcd.operator.dev", "legacy");
+    let v1 = get_json(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "legacy");
+    assert_eq!(v2["apiVersion"], "etcd.operator.dev/v1alpha2");
+    assert_eq!(v1["apiVersion"], "etcd.operator.dev/v1alpha1");
+    assert_eq!(v2["spec"]["replicas"], 3);
+    assert_eq!(v1["spec"]["size"], 3);
+    assert_eq!(
+        v1["spec"]["pod"]["antiAffinity"], true,
+        "v1alpha1-only field survives the hub: {v1}"
+    );
+    assert_eq!(v1["metadata"]["uid"], v2["metadata"]["uid"]);
+    assert_eq!(
+        v1["metadata"]["resourceVersion"],
+        v2["metadata"]["resourceVersion"]
+    );
+    let v1_of_v2 = get_json(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "alpha");
+    assert_eq!(v1_of_v2["spec"]["size"], 3);
+    let yaml = kubectl(
+        &op,
+        &[
+            "get",
+            "etcdclusters.v1alpha1.etcd.operator.dev",
+            "alpha",
+            "-o",
+            "yaml",
+        ],
+    );
+    assert!(
+        yaml.contains("apiVersion: etcd.operator.dev/v1alpha1") && yaml.contains("size: 3"),
+        "{yaml}"
+    );
+}
+
+#[tokio::test]
+async fn discovery_explain_and_dry_run() {
+    let op = LocalOperator::start().await.unwrap();
+    let resources = kubectl(&op, &["api-resources", "--api-group=etcd.operator.dev"]);
+    let line = resources
+        .lines()
+        .find(|l| l.starts_with("etcdclusters"))
+        .unwrap_or_else(|| panic!("{resources}"));
+    assert!(
+        line.contains("ec") && line.contains("etcd.operator.dev/v1alpha2") && line.contains("true"),
+        "{line}"
+    );
+    let versions = kubectl(&op, &["api-versions"]);
+    assert!(
+        versions.lines().any(|l| l == "etcd.operator.dev/v1alpha1"),
+        "{versions}"
+    );
+    assert!(
+        versions.lines().any(|l| l == "etcd.operator.dev/v1alpha2"),
+        "{versions}"
+    );
+
+    let explain = kubectl(&op, &["explain", "etcdclusters.spec.replicas"]);
+    assert!(
+        explain.contains("KIND:") && explain.contains("EtcdCluster"),
+        "{explain}"
+    );
+    assert!(explain.contains("FIELD: replicas"), "{explain}");
+
+    let out = kubectl_in(&op, &["apply", "--dry-run=server", "-f", "-"], Some(V2_CLUSTER));
+    assert!(out.contains("(server dry run)"), "{out}");
+    let err = kubectl_fails(&op, &["get", "etcdcluster", "alpha"], None);
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "dry run stored the object: {err}"
+    );
+    let out = kubectl_in(
+        &op,
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        Some(V2_CLUSTER),
+    );
+    let obj: Value = serde_json::from_str(&out).unwrap();
+    assert!(obj["metadata"]["uid"].is_string(), "{obj}");
+    assert!(obj["metadata"]["resourceVersion"].is_null(), "{obj}");
+    let list: Value = serde_json::from_str(&kubectl(&op, &["get", "ec", "-o", "json"])).unwrap();
+    assert_eq!(list["items"], serde_json::json!([]), "{list}");
+}
+
+#[tokio::test]
+async fn an_invalid_object_is_refused_with_every_cause() {
+    let op = LocalOperator::start().await.unwrap();
+    let bad = r#"
+apiVersion: etcd.operator.dev/v1alpha2
+kind: EtcdCluster
+metadata:
+  name: bad
+spec:
+  replicas: 12
+  version: 4.0.0
+  storage:
+    size: lots
+"#;
+    let err = kubectl_fails(&op, &["apply", "-f", "-"], Some(bad));
+    assert!(err.contains("is invalid"), "{err}");
+    for field in ["spec.replicas", "spec.version", "spec.storage.size"] {
+        assert!(err.contains(field), "cause for {field} missing: {err}");
+    }
+    let list: Value = serde_json::from_str(&kubectl(&op, &["get", "ec", "-o", "json"])).unwrap();
+    assert_eq!(
+        list["items"],
+        serde_json::json!([]),
+        "an invalid object was stored: {list}"
+    );
+
+    // Unknown fields: strict validation refuses them.
+    let unknown = V2_CLUSTER.replace("  replicas: 3", "  replicas: 3\n  bogus: 1");
+    let err = kubectl_fails(&op, &["apply", "--validate=strict", "-f", "-"], Some(&unknown));
+    assert!(err.contains("bogus"), "{err}");
+}
+
+#[tokio::test]
+async fn patch_scale_label_annotate_edit_wait_and_delete() {
+    let op = LocalOperator::start().await.unwrap();
+    kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    let before = get_json(&op, "ec", "alpha");
+    assert_eq!(before["metadata"]["generation"], 1);
+
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "ec",
+            "alpha",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":5}}"#,
+        ],
+    );
+    let after = get_json(&op, "ec", "alpha");
+    assert_eq!(after["spec"]["replicas"], 5);
+    assert_eq!(after["metadata"]["generation"], 2);
+
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "ec",
+            "alpha",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/replicas","value":3}]"#,
+        ],
+    );
+    assert_eq!(get_json(&op, "ec", "alpha")["spec"]["replicas"], 3);
+    // Strategic merge patch is not supported for this type, as for CRDs.
+    let err = kubectl_fails(
+        &op,
+        &["patch", "ec", "alpha", "-p", r#"{"spec":{"replicas":5}}"#],
+        None,
+    );
+    assert!(
+        err.contains("UnsupportedMediaType") || err.contains("415") || err.contains("unknown format"),
+        "{err}"
+    );
+
+    let out = kubectl(&op, &["scale", "ec", "alpha", "--replicas=5"]);
+    assert!(out.contains("scaled"), "{out}");
+    assert_eq!(get_json(&op, "ec", "alpha")["spec"]["replicas"], 5);
+    let scale: Value = serde_json::from_str(&kubectl(
+        &op,
+        &[
+            "get",
+            "--raw",
+            "/apis/etcd.operator.dev/v1alpha2/namespaces/default/etcdclusters/alpha/scale",
+        ],
+    ))
+    .unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 5);
+
+    kubectl(&op, &["label", "ec", "alpha", "tier=db"]);
+    kubectl(&op, &["annotate", "ec", "alpha", "note=hello"]);
+    let obj = get_json(&op, "ec", "alpha");
+    assert_eq!(obj["metadata"]["labels"]["tier"], "db");
+    assert_eq!(obj["metadata"]["annotations"]["note"], "hello");
+    let generation = obj["metadata"]["generation"].clone();
+    let selected = kubectl(&op, &["get", "ec", "-l", "tier=db", "-o", "name"]);
+    assert_eq!(selected.trim(), "etcdcluster.etcd.operator.dev/alpha");
+    assert_eq!(
+        kubectl(&op, &["get", "ec", "-l", "tier=web", "-o", "name"]).trim(),
+        ""
+    );
+
+    // kubectl edit with a scripted editor.
+    let dir = tempfile::tempdir().unwrap();
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(&editor, "#!/bin/sh\nsed -i 's/replicas: 5/replicas: 7/' \"$1\"\n").unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&editor)
+        .status()
+        .unwrap();
+    let mut cmd = op.kubectl().unwrap();
+    cmd.args(["edit", "ec", "alpha"]).env("KUBE_EDITOR", &editor);
+    let out = run(cmd, None);
+    assert!(
+        out.status.success(),
+        "edit failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let obj = get_json(&op, "ec", "alpha");
+    assert_eq!(obj["spec"]["replicas"], 7);
+    assert_ne!(
+        obj["metadata"]["generation"], generation,
+        "a spec edit bumps the generation"
+    );
+
+    kubectl(
+        &op,
+        &[
+            "wait",
+            "ec/alpha",
+            "--for=jsonpath={.spec.replicas}=7",
+            "--timeout=20s",
+        ],
+    );
+
+    let out = kubectl(&op, &["delete", "ec", "alpha", "--wait", "--timeout=30s"]);
+    assert!(out.contains("deleted"), "{out}");
+    let err = kubectl_fails(&op, &["get", "ec", "alpha"], None);
+    assert!(err.contains("not found"), "{err}");
+}
+
+#[tokio::test]
+async fn get_watch_sees_another_clients_change() {
+    let op = LocalOperator::start().await.unwrap();
+    kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    let mut cmd = op.kubectl().unwrap();
+    cmd.args([
+        "get",
+        "ec",
+        "alpha",
+        "-w",
+        "-o",
+        "jsonpath={.spec.replicas}{\"\\n\"}",
+        "--request-timeout=30s",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut watcher = cmd.spawn().unwrap();
+    let stdout = watcher.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)).unwrap(),
+        "3",
+        "initial state"
+    );
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "ec",
+            "alpha",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":5}}"#,
+        ],
+    );
+    let seen = rx.recv_timeout(Duration::from_secs(20));
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert_eq!(seen.unwrap(), "5", "the watch delivered the change");
+}
+
+#[tokio::test]
+async fn restart_keeps_every_object() {
+    let mut op = LocalOperator::start().await.unwrap();
+    kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    kubectl_in(&op, &["apply", "-f", "-"], Some(V1_CLUSTER));
+    let before = get_json(&op, "ec", "alpha");
+    op.restart().await.unwrap();
+    let after = get_json(&op, "ec", "alpha");
+    assert_eq!(before["metadata"]["uid"], after["metadata"]["uid"]);
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+    assert_eq!(after["spec"]["replicas"], 3);
+    let names = kubectl(&op, &["get", "ec", "-o", "name"]);
+    assert_eq!(names.lines().count(), 2, "{names}");
+}
