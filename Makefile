@@ -5,12 +5,13 @@ CARGO ?= cargo
 # cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
 TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
 
-.PHONY: help run test tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+.PHONY: help run test bench tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
 
 help:
 	@echo "make run    start etcd-operator locally (state in .local/)"
 	@echo "make test   install the test components, then fmt, clippy and every test"
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
+	@echo "make bench  run the benchmarks (release build) and print their figures"
 
 ## Components (pinned, checksummed, into .tools/; see tools/install.sh)
 tools:
@@ -49,3 +50,7 @@ leftovers: tools
 
 doc-test: tools-protoc
 	$(CARGO) test --workspace --doc
+
+## Benchmarks: print figures, each beside a baseline measured in the same run (never timed tests).
+bench: tools
+	$(CARGO) bench -p etcd-operator-apiserver --bench apiserver

@@ -78,16 +78,19 @@ impl Stash {
         )
     }
 
-    /// The stashed part `name`, if it parses and `forward(part) == *current`.
+    /// The stashed part `name`, if it parses and `forward(part)` equals `current` once both
+    /// have the defaults of their version (`normalize`): defaults the server filled in after the
+    /// stash was written (a write through the other version) do not make it stale.
     fn restore<T: DeserializeOwned, U: PartialEq>(
         &self,
         name: &str,
         current: &U,
         forward: impl Fn(&T) -> U,
+        normalize: impl Fn(&U) -> U,
     ) -> Option<T> {
         let value = self.0.get(name)?;
         let part: T = serde_json::from_value(value.clone()).ok()?;
-        (forward(&part) == *current).then_some(part)
+        (normalize(&forward(&part)) == normalize(current)).then_some(part)
     }
 
     /// Stashes `part` unless `backward(chosen) == *part`.
@@ -131,20 +134,27 @@ impl From<v1::EtcdCluster> for v2::EtcdCluster {
         let name = name.as_str();
 
         let pod: PodParts = stash
-            .restore(PART_POD, &spec.pod, pod_down)
+            .restore(PART_POD, &spec.pod, pod_down, Clone::clone)
             .unwrap_or_else(|| pod_up(spec.pod.as_ref()));
         let backup = stash
-            .restore(PART_BACKUP, &spec.backup, |b: &Option<v2::BackupSpec>| {
-                backup_down(b.as_ref())
-            })
+            .restore(
+                PART_BACKUP,
+                &spec.backup,
+                |b: &Option<v2::BackupSpec>| backup_down(b.as_ref()),
+                normalize_v1_backup,
+            )
             .unwrap_or_else(|| backup_up(spec.backup.as_ref(), name));
         let tls = stash
-            .restore(PART_TLS, &spec.tls, |t: &Option<v2::TlsSpec>| {
-                tls_down(t.as_ref())
-            })
+            .restore(
+                PART_TLS,
+                &spec.tls,
+                |t: &Option<v2::TlsSpec>| tls_down(t.as_ref()),
+                Clone::clone,
+            )
             .unwrap_or_else(|| tls_up(spec.tls.as_ref()));
-        let bootstrap: Option<v2::BootstrapSpec> =
-            stash.restore(PART_BOOTSTRAP, &(), |_: &Option<_>| ()).flatten();
+        let bootstrap: Option<v2::BootstrapSpec> = stash
+            .restore(PART_BOOTSTRAP, &(), |_: &Option<_>| (), |()| ())
+            .flatten();
 
         let mut keep = Stash::default();
         keep.keep(PART_POD, &spec.pod, &pod, pod_down);
@@ -189,19 +199,28 @@ impl From<v2::EtcdCluster> for v1::EtcdCluster {
         };
 
         let pod = stash
-            .restore(PART_POD, &pod_parts, |p: &Option<v1::PodPolicy>| {
-                pod_up(p.as_ref())
-            })
+            .restore(
+                PART_POD,
+                &pod_parts,
+                |p: &Option<v1::PodPolicy>| pod_up(p.as_ref()),
+                normalize_pod_parts,
+            )
             .unwrap_or_else(|| pod_down(&pod_parts));
         let backup = stash
-            .restore(PART_BACKUP, &spec.backup, |b: &Option<v1::BackupPolicy>| {
-                backup_up(b.as_ref(), name)
-            })
+            .restore(
+                PART_BACKUP,
+                &spec.backup,
+                |b: &Option<v1::BackupPolicy>| backup_up(b.as_ref(), name),
+                normalize_v2_backup,
+            )
             .unwrap_or_else(|| backup_down(spec.backup.as_ref()));
         let tls = stash
-            .restore(PART_TLS, &spec.tls, |t: &Option<v1::TlsPolicy>| {
-                tls_up(t.as_ref())
-            })
+            .restore(
+                PART_TLS,
+                &spec.tls,
+                |t: &Option<v1::TlsPolicy>| tls_up(t.as_ref()),
+                normalize_v2_tls,
+            )
             .unwrap_or_else(|| tls_down(spec.tls.as_ref()));
 
         let mut keep = Stash::default();
@@ -229,6 +248,40 @@ impl From<v2::EtcdCluster> for v1::EtcdCluster {
             status,
         }
     }
+}
+
+// --- defaults, for comparing parts (the same functions the server applies)
+
+fn normalize_pod_parts(parts: &PodParts) -> PodParts {
+    let mut obj = v2::EtcdCluster::default();
+    obj.spec.pod_template = parts.pod_template.clone();
+    obj.spec.storage = parts.storage.clone();
+    crate::defaults::apply_v1alpha2(&mut obj);
+    PodParts {
+        pod_template: obj.spec.pod_template,
+        storage: obj.spec.storage,
+    }
+}
+
+fn normalize_v2_backup(backup: &Option<v2::BackupSpec>) -> Option<v2::BackupSpec> {
+    let mut obj = v2::EtcdCluster::default();
+    obj.spec.backup = backup.clone();
+    crate::defaults::apply_v1alpha2(&mut obj);
+    obj.spec.backup
+}
+
+fn normalize_v2_tls(tls: &Option<v2::TlsSpec>) -> Option<v2::TlsSpec> {
+    let mut obj = v2::EtcdCluster::default();
+    obj.spec.tls = tls.clone();
+    crate::defaults::apply_v1alpha2(&mut obj);
+    obj.spec.tls
+}
+
+fn normalize_v1_backup(backup: &Option<v1::BackupPolicy>) -> Option<v1::BackupPolicy> {
+    let mut obj = v1::EtcdCluster::default();
+    obj.spec.backup = backup.clone();
+    crate::defaults::apply_v1alpha1(&mut obj);
+    obj.spec.backup
 }
 
 // --- pod ↔ podTemplate + storage
@@ -637,6 +690,25 @@ mod tests {
         assert_eq!(old.spec.pod.as_ref().unwrap().anti_affinity, Some(true));
         // The stale part is gone from the stash, the rest round-trips.
         assert_eq!(v2::EtcdCluster::from(old).spec, edited.spec);
+    }
+
+    #[test]
+    fn defaults_added_through_the_hub_do_not_make_the_stash_stale() {
+        // Created through v1alpha1 with antiAffinity (stashed on the hub); then any write
+        // through v1alpha2 applies the v1alpha2 defaults (storage, backup retention).
+        let mut hub = v2::EtcdCluster::from(v1_sample());
+        crate::defaults::apply_v1alpha2(&mut hub);
+        let old = v1::EtcdCluster::from(hub.clone());
+        assert_eq!(
+            old.spec.pod.as_ref().and_then(|p| p.anti_affinity),
+            Some(true),
+            "antiAffinity survives"
+        );
+        assert_eq!(old.spec.tls, v1_sample().spec.tls);
+        // And the hub keeps what it had when converted back.
+        let mut again = v2::EtcdCluster::from(old);
+        crate::defaults::apply_v1alpha2(&mut again);
+        assert_eq!(again.spec, hub.spec);
     }
 
     #[test]

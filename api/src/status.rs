@@ -73,6 +73,11 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
 
+    /// Client URLs of the voting members, for clients of the etcd cluster (learners are left
+    /// out: they do not serve reads or writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_endpoints: Option<Vec<String>>,
+
     /// Label selector of the member Pods, in the string form used by the `/scale` subresource,
     /// e.g. `etcd.operator.dev/cluster=example`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

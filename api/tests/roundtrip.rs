@@ -255,12 +255,13 @@ fn status() -> impl Strategy<Value = EtcdClusterStatus> {
             of(word()),
             of(word()),
             of(backup),
+            of(vec(word(), 0..3)),
         ),
     )
         .prop_map(
             |(
                 (phase, conditions, observed_generation, replicas, ready_replicas),
-                (members, cluster_id, leader, current_version, selector, last_backup),
+                (members, cluster_id, leader, current_version, selector, last_backup, client_endpoints),
             )| EtcdClusterStatus {
                 phase,
                 conditions,
@@ -271,6 +272,7 @@ fn status() -> impl Strategy<Value = EtcdClusterStatus> {
                 cluster_id,
                 leader,
                 current_version,
+                client_endpoints,
                 selector,
                 last_backup,
             },

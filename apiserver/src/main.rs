@@ -37,6 +37,10 @@ enum Mode {
         /// .tools/etcd/3.5.1/etcd found from here upwards, then `etcd` on the PATH).
         #[arg(long)]
         etcd_binary: Option<std::path::PathBuf>,
+        /// Directory of etcd binaries for cluster members, as `<dir>/<version>/etcd` (default:
+        /// the directory two levels above the backing etcd binary, i.e. `.tools/etcd`).
+        #[arg(long)]
+        etcd_binaries: Option<std::path::PathBuf>,
         /// How often the backing etcd is compacted (kube-apiserver: 5 minutes).
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         compaction_interval: Duration,
@@ -70,15 +74,42 @@ enum LocalModeError {
     OpenApi(#[from] openapi::OpenApiGenerateError),
     #[error("serve HTTPS: {0}")]
     Serve(#[from] serve::ServeError),
+    #[error("build the controller's client: {0}")]
+    ControllerClient(String),
+}
+
+async fn controller_client(
+    identity: &local::kubeconfig::ClientIdentity,
+) -> Result<kube::Client, LocalModeError> {
+    let err = |e: &dyn std::fmt::Display| LocalModeError::ControllerClient(e.to_string());
+    let yaml = local::kubeconfig::Kubeconfig::for_identity(identity)
+        .to_yaml()
+        .map_err(|e| err(&e))?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).map_err(|e| err(&e))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(&e))?;
+    kube::Client::try_from(config).map_err(|e| err(&e))
 }
 
 async fn run_local(
     state_dir: std::path::PathBuf,
     listen: std::net::SocketAddr,
     etcd_binary: Option<std::path::PathBuf>,
+    etcd_binaries: Option<std::path::PathBuf>,
     compaction_interval: Duration,
 ) -> Result<(), LocalModeError> {
     serve::install_crypto_provider();
+    let binaries = match etcd_binaries {
+        Some(dir) => dir,
+        None => local::backing_etcd::EtcdSearch::from_environment(etcd_binary.clone())
+            .find()
+            .ok()
+            .and_then(|bin| Some(bin.parent()?.parent()?.to_path_buf()))
+            .unwrap_or_else(|| state_dir.join("bin")),
+    };
+    let members_dir = state_dir.join("members");
     let env = local::prepare(local::LocalOptions {
         state_dir,
         listen,
@@ -105,7 +136,24 @@ async fn run_local(
         "etcd-operator local is serving; try: KUBECONFIG={} kubectl get etcdclusters",
         env.kubeconfig_path.display()
     );
+    // The controller reaches the API over loopback HTTPS with its own client certificate.
+    let controller_client = controller_client(&env.controller_identity).await?;
+    let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries);
+    let ctx =
+        etcd_operator_controller::reconcile::Context::new(controller_client, runtime, Default::default());
+    let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
+        let _ = controller_stopped.await;
+    }));
     let served = serve::serve(env.listener, env.tls, app, serve::shutdown_signal()).await;
+    let _ = stop_controller.send(());
+    // Members keep running (like Pods when a controller stops); only the server goes away.
+    if tokio::time::timeout(Duration::from_secs(5), controller)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the controller did not stop within 5 s");
+    }
     compactor.abort();
     tracing::info!("stopping the backing etcd");
     if let Err(error) = env.backing_etcd.shutdown().await {
@@ -136,14 +184,23 @@ fn main() -> ExitCode {
             state_dir,
             listen,
             etcd_binary,
+            etcd_binaries,
             compaction_interval,
-        } => match runtime.block_on(run_local(state_dir, listen, etcd_binary, compaction_interval)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                tracing::error!(%error, "etcd-operator local failed");
-                ExitCode::FAILURE
+        } => {
+            match runtime.block_on(run_local(
+                state_dir,
+                listen,
+                etcd_binary,
+                etcd_binaries,
+                compaction_interval,
+            )) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(%error, "etcd-operator local failed");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Mode::Serve => {
             tracing::error!("serve mode is not built yet: it arrives with the cluster-mode issue");
             ExitCode::FAILURE

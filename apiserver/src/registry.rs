@@ -149,6 +149,9 @@ pub fn prepare_create(mut obj: VersionedCluster, namespace: &str) -> Result<Admi
     }
     let warnings = outcome.warning_messages();
     let mut hub = obj.into_hub();
+    // Stored objects carry the hub's defaults whatever version they were written in, so a later
+    // write through the other version does not see the defaults as a spec change.
+    etcd_operator_api::defaults::apply_v1alpha2(&mut hub);
     let meta = &mut hub.metadata;
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
     meta.creation_timestamp = Some(now());
@@ -236,8 +239,10 @@ pub fn prepare_update(
             Some(rv) if rv == old_rv => {}
             Some(_) => return Err(ApiError::modified(RESOURCE, name)),
         }
-        // Identity metadata is owned by the server: a different value is an error, an absent
-        // one is filled from the stored object.
+        // Identity metadata is owned by the server: a different uid is an error, an absent one is
+        // filled from the stored object. A different creationTimestamp is silently replaced, as
+        // k8s.io/apiserver's `BeforeUpdate` does ("ignore changes to timestamp"), so that
+        // re-sending an object with a reformatted timestamp still works.
         let mut errors = Vec::new();
         if meta
             .uid
@@ -245,9 +250,6 @@ pub fn prepare_update(
             .is_some_and(|u| !u.is_empty() && Some(u) != old.metadata.uid.as_deref())
         {
             errors.push(("metadata.uid", meta.uid.clone().unwrap_or_default()));
-        }
-        if meta.creation_timestamp.is_some() && meta.creation_timestamp != old.metadata.creation_timestamp {
-            errors.push(("metadata.creationTimestamp", String::new()));
         }
         if let Some((field, value)) = errors.first() {
             let shown = if value.is_empty() {
@@ -286,7 +288,12 @@ pub fn prepare_update(
                 "metadata.finalizers",
                 "FieldValueForbidden",
                 format!(
-                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    added
+                        .iter()
+                        .map(|f| format!("{f:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
@@ -298,6 +305,7 @@ pub fn prepare_update(
     }
     let warnings = outcome.warning_messages();
     let mut hub = new.into_hub();
+    etcd_operator_api::defaults::apply_v1alpha2(&mut hub);
     // The main resource ignores status.
     hub.status = old.status.clone();
     if spec_fingerprint(&hub) != spec_fingerprint(old) {
@@ -450,6 +458,53 @@ pub fn prepare_delete(old: &hub::EtcdCluster, propagation: Option<&str>) -> Opti
     }
     obj.metadata.resource_version = None;
     Some(obj)
+}
+
+/// Refuses input whose JSON type differs from the schema's where the decoder would not notice:
+/// serde builds a struct from an array (field by position), so `spec: []` would silently become
+/// a defaulted spec. kube-apiserver refuses such input with 422 `FieldValueTypeInvalid`.
+pub fn check_types(input: &Value, typed: &Value) -> Result<(), ApiError> {
+    fn walk(input: &Value, typed: &Value, path: &str, out: &mut Vec<Cause>) {
+        let mismatch = |actual: &str, expected: &str| Cause {
+            reason: "FieldValueTypeInvalid".into(),
+            message: format!(
+                "Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\""
+            ),
+            field: path.to_string(),
+        };
+        match (input, typed) {
+            (Value::Object(i), Value::Object(t)) => {
+                for (k, v) in i {
+                    if let Some(tv) = t.get(k) {
+                        let child = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
+                        walk(v, tv, &child, out);
+                    }
+                }
+            }
+            (Value::Array(i), Value::Array(t)) => {
+                for (idx, (iv, tv)) in i.iter().zip(t).enumerate() {
+                    walk(iv, tv, &format!("{path}[{idx}]"), out);
+                }
+            }
+            (Value::Array(_), Value::Object(_)) => out.push(mismatch("array", "object")),
+            (Value::Object(_), Value::Array(_)) => out.push(mismatch("object", "array")),
+            _ => {}
+        }
+    }
+    let mut causes = Vec::new();
+    walk(input, typed, "", &mut causes);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = input
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Err(ApiError::invalid(KIND, name, causes))
 }
 
 /// Lists the paths of fields in `input` that the typed object dropped (unknown fields), for
@@ -641,6 +696,14 @@ mod tests {
                 .code,
             400
         );
+        let mut created_at = old.clone();
+        created_at.metadata.creation_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let UpdateDecision::Store(a) =
+            prepare_update(VersionedCluster::V1alpha2(created_at), &old, "a", "ns", true).unwrap()
+        else {
+            panic!("expected store")
+        };
+        assert_eq!(a.hub.metadata.creation_timestamp, old.metadata.creation_timestamp);
         let mut uid = old.clone();
         uid.metadata.uid = Some("other".into());
         assert_eq!(
@@ -730,6 +793,19 @@ mod tests {
         );
         let stale = json!({"metadata": {"resourceVersion": "3"}, "spec": {"replicas": 5}});
         assert_eq!(apply_scale(&stale, &old, "a").unwrap_err().code, 409);
+    }
+
+    #[test]
+    fn arrays_where_objects_belong_are_type_errors() {
+        let input = json!({"metadata": {"name": "a"}, "spec": [3, "3.5.1"]});
+        let typed = json!({"metadata": {"name": "a"}, "spec": {"replicas": 3, "version": "3.5.1"}});
+        let err = check_types(&input, &typed).unwrap_err();
+        assert_eq!(err.code, 422);
+        assert_eq!(
+            err.message,
+            "EtcdCluster.etcd.operator.dev \"a\" is invalid: spec: Invalid value: \"array\": spec in body must be of type object: \"array\""
+        );
+        assert!(check_types(&typed, &typed).is_ok());
     }
 
     #[test]

@@ -1,4 +1,15 @@
 //! The EtcdCluster controller: observe members, plan one safe step, act through a runtime.
 //!
-//! The reconcile machinery arrives with the controller issue; this crate exists so the workspace
-//! has its final shape from the start.
+//! - [`plan`] decides the next step from data (pure);
+//! - [`etcd`] talks to etcd (member list, status, learner add/promote, remove, move leader);
+//! - [`runtime`] places members: local etcd processes or Kubernetes Pods;
+//! - [`status`] computes what the status says (pure);
+//! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
+
+pub mod etcd;
+pub mod model;
+pub mod plan;
+pub mod reconcile;
+pub mod resources;
+pub mod runtime;
+pub mod status;

@@ -29,6 +29,9 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Seconds for a `Retry-After` header.
     pub retry_after: Option<u64>,
+    /// `Status.metadata.continue`: for an expired continue token, a token that continues the
+    /// list inconsistently (at the latest revision), as kube-apiserver sends it.
+    pub continue_token: Option<String>,
 }
 
 /// The qualified resource of every error about EtcdClusters: `etcdclusters.etcd.operator.dev`.
@@ -44,6 +47,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            continue_token: None,
         }
     }
 
@@ -103,8 +107,19 @@ impl ApiError {
         )
     }
 
-    /// 422 with every cause.
+    /// 422 with every cause, about an object of this API group.
     pub fn invalid(kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        Self::invalid_in(etcd_operator_api::GROUP, kind, name, causes)
+    }
+
+    /// 422 about request options (`ListOptions`, `CreateOptions`, `DeleteOptions`, ...), which
+    /// kube-apiserver reports as kinds of `meta.k8s.io` with an empty name.
+    pub fn invalid_options(kind: &str, causes: Vec<Cause>) -> Self {
+        Self::invalid_in("meta.k8s.io", kind, "", causes)
+    }
+
+    /// 422 with every cause: `<kind>.<group> "<name>" is invalid: <causes>`.
+    pub fn invalid_in(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
         let summary = causes
             .iter()
             .map(|c| {
@@ -126,14 +141,9 @@ impl ApiError {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
-            format!(
-                "{kind}.{} \"{name}\" is invalid: {summary}",
-                etcd_operator_api::GROUP
-            ),
+            format!("{kind}.{group} \"{name}\" is invalid: {summary}"),
         )
-        .with_details(
-            json!({"name": name, "group": etcd_operator_api::GROUP, "kind": kind, "causes": causes_json}),
-        )
+        .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
     }
 
     /// 400.
@@ -161,13 +171,14 @@ impl ApiError {
         )
     }
 
-    /// 415.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// 415, naming the media types this request accepts.
+    pub fn unsupported_media_type(content_type: &str, accepted: &[&str]) -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
+                "the body of the request was in an unknown format - accepted media types include: {} (got {content_type})",
+                accepted.join(", ")
             ),
         )
     }
@@ -184,6 +195,14 @@ impl ApiError {
     /// 410 for a resourceVersion older than the retained history.
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(StatusCode::GONE, "Expired", message)
+    }
+
+    /// 410 for an expired continue token; `continue_token` (when there is one) lets the client
+    /// go on with an inconsistent list, in `Status.metadata.continue`.
+    pub fn expired_continue(message: impl Into<String>, continue_token: Option<String>) -> Self {
+        let mut err = Self::gone(message);
+        err.continue_token = continue_token.filter(|t| !t.is_empty());
+        err
     }
 
     /// 401.
@@ -231,6 +250,9 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code.as_u16(),
         });
+        if let Some(token) = &self.continue_token {
+            status["metadata"]["continue"] = json!(token);
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }
@@ -303,6 +325,37 @@ mod tests {
             status["message"],
             "EtcdCluster.etcd.operator.dev \"a\" is invalid: [spec.replicas: Invalid value: 0: must be 1..9, spec.version: Required value]"
         );
+    }
+
+    #[test]
+    fn option_errors_are_about_meta_k8s_io_kinds() {
+        let status = ApiError::invalid_options(
+            "ListOptions",
+            vec![Cause {
+                reason: "FieldValueForbidden".into(),
+                message: "Forbidden: sendInitialEvents is forbidden for list".into(),
+                field: "sendInitialEvents".into(),
+            }],
+        )
+        .to_status();
+        assert_eq!(status["code"], 422);
+        assert_eq!(
+            status["message"],
+            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
+        );
+        assert_eq!(status["details"]["group"], "meta.k8s.io");
+        assert_eq!(status["details"]["kind"], "ListOptions");
+        assert_eq!(status["details"]["name"], "");
+    }
+
+    #[test]
+    fn expired_continue_carries_the_inconsistent_token() {
+        let status = ApiError::expired_continue("too old", Some("abc".into())).to_status();
+        assert_eq!(status["code"], 410);
+        assert_eq!(status["reason"], "Expired");
+        assert_eq!(status["metadata"], json!({"continue": "abc"}));
+        let status = ApiError::expired_continue("too old", None).to_status();
+        assert_eq!(status["metadata"], json!({}));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::{self, FieldValidation, WriteOptions};
-use super::error::ApiError;
+use super::error::{ApiError, Cause};
 use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -136,12 +136,17 @@ pub fn storage_error(e: StorageError, name: &str) -> ApiError {
             ),
         ),
         StorageError::Conflict { .. } => ApiError::modified(RESOURCE, name),
-        e @ (StorageError::Expired { .. } | StorageError::ExpiredContinue { .. }) => {
-            ApiError::gone(e.to_string())
+        e @ StorageError::Expired { .. } => ApiError::gone(e.to_string()),
+        StorageError::ExpiredContinue {
+            message,
+            inconsistent_continue,
+            ..
+        } => ApiError::expired_continue(message, inconsistent_continue),
+        StorageError::InvalidContinue { reason } => {
+            ApiError::bad_request(format!("invalid continue token: {reason}"))
         }
-        e @ (StorageError::InvalidContinue { .. }
-        | StorageError::InvalidResourceVersion { .. }
-        | StorageError::InvalidOptions { .. }) => ApiError::bad_request(e.to_string()),
+        StorageError::InvalidOptions { reason } => ApiError::bad_request(reason),
+        e @ StorageError::InvalidResourceVersion { .. } => ApiError::bad_request(e.to_string()),
         e @ StorageError::TooLargeResourceVersion { .. } => {
             let mut err = ApiError::unavailable(e.to_string());
             err.code = StatusCode::GATEWAY_TIMEOUT;
@@ -300,53 +305,127 @@ impl Selectors {
     }
 }
 
-fn list_options_error(message: &str) -> ApiError {
-    ApiError::invalid(
-        "ListOptions",
-        "",
-        vec![super::error::Cause {
-            reason: "FieldValueForbidden".into(),
-            message: message.into(),
-            field: String::new(),
-        }],
-    )
+/// kube-apiserver's `ValidateListOptions` (apimachinery `internalversion/validation`): every
+/// forbidden combination of list or watch options, as causes of one 422 about `ListOptions`.
+fn list_option_causes(q: Option<&str>, watch: bool) -> Vec<Cause> {
+    let forbidden = |field: &str, detail: &str| Cause {
+        reason: "FieldValueForbidden".into(),
+        message: format!("Forbidden: {detail}"),
+        field: field.into(),
+    };
+    let not_supported = |field: &str, value: &str, supported: &[&str]| Cause {
+        reason: "FieldValueNotSupported".into(),
+        message: format!(
+            "Unsupported value: {value:?}: supported values: {}",
+            supported
+                .iter()
+                .map(|v| format!("{v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        field: field.into(),
+    };
+    let rv = query_value(q, "resourceVersion").unwrap_or_default();
+    let rv_match = query_value(q, "resourceVersionMatch").unwrap_or_default();
+    let has_continue = query_value(q, "continue").is_some_and(|c| !c.is_empty());
+    let send_initial_events = query_value(q, "sendInitialEvents");
+    let mut causes = Vec::new();
+    if watch {
+        if send_initial_events.is_some() {
+            if rv_match != "NotOlderThan" {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            // The initial-events-end marker is a bookmark: without bookmarks the client would
+            // never learn that the initial state is complete.
+            if !query_value(q, "allowWatchBookmarks").is_some_and(|v| v == "true" || v == "1") {
+                causes.push(forbidden(
+                    "allowWatchBookmarks",
+                    "sendInitialEvents requires setting allowWatchBookmarks to true",
+                ));
+            }
+        }
+        if !rv_match.is_empty() {
+            if send_initial_events.is_none() {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if rv_match != "NotOlderThan" {
+                causes.push(not_supported(
+                    "resourceVersionMatch",
+                    &rv_match,
+                    &["NotOlderThan"],
+                ));
+            }
+            if has_continue {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+        return causes;
+    }
+    if !rv_match.is_empty() {
+        if rv.is_empty() {
+            causes.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if has_continue {
+            causes.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if rv_match != "Exact" && rv_match != "NotOlderThan" {
+            causes.push(not_supported(
+                "resourceVersionMatch",
+                &rv_match,
+                &["Exact", "NotOlderThan", ""],
+            ));
+        }
+        if rv_match == "Exact" && rv == "0" {
+            causes.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    if send_initial_events.is_some() {
+        causes.push(forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
+    }
+    causes
+}
+
+fn check_list_options(q: Option<&str>, watch: bool) -> Result<(), ApiError> {
+    let causes = list_option_causes(q, watch);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_options("ListOptions", causes))
+    }
 }
 
 async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     let q = t.query.as_deref();
     let selectors = Selectors::parse(q)?;
-    if query_value(q, "sendInitialEvents").is_some() {
-        return Err(list_options_error(
-            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
-        ));
-    }
+    check_list_options(q, false)?;
     let resource_version = query_value(q, "resourceVersion").filter(|s| !s.is_empty());
     let rv_match = match query_value(q, "resourceVersionMatch").as_deref() {
-        None | Some("") => None,
         Some("Exact") => Some(RvMatch::Exact),
         Some("NotOlderThan") => Some(RvMatch::NotOlderThan),
-        Some(other) => {
-            return Err(list_options_error(&format!(
-                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
-            )));
-        }
+        _ => None,
     };
     let continue_token = query_value(q, "continue").filter(|s| !s.is_empty());
-    if rv_match.is_some() && resource_version.is_none() {
-        return Err(list_options_error(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-        ));
-    }
-    if rv_match.is_some() && continue_token.is_some() {
-        return Err(list_options_error(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided",
-        ));
-    }
-    if rv_match == Some(RvMatch::Exact) && resource_version.as_deref() == Some("0") {
-        return Err(list_options_error(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-        ));
-    }
     let limit = match query_value(q, "limit").filter(|s| !s.is_empty()) {
         Some(l) => Some(
             l.parse::<i64>()
@@ -445,6 +524,7 @@ fn decode_request(
     let typed = versioned
         .to_value()
         .map_err(|e| ApiError::internal(format!("encode EtcdCluster: {e}")))?;
+    registry::check_types(&value, &typed)?;
     let warnings = check_unknown_fields(&value, &typed, mode)?;
     Ok((versioned, warnings))
 }
@@ -459,7 +539,7 @@ async fn create(
         .namespace
         .as_deref()
         .ok_or_else(|| ApiError::method_not_allowed("create without a namespace"))?;
-    let opts = WriteOptions::parse(t.query.as_deref())?;
+    let opts = WriteOptions::parse(t.query.as_deref(), "CreateOptions")?;
     let bytes = body::read(body).await?;
     let value = body::decode_object(&bytes, content_type)?;
     let (versioned, mut warnings) = decode_request(value, &t.version, opts.field_validation)?;
@@ -468,6 +548,15 @@ async fn create(
     let name = admitted.hub.metadata.name.clone().unwrap_or_default();
     let stored = registry::to_storage(admitted.hub)?;
     let result = if opts.dry_run {
+        // As kube-apiserver's dry-run storage: everything but the write, including the check
+        // that the name is free.
+        let existing = storage
+            .get(namespace, &name, ReadConsistency::Consistent)
+            .await
+            .map_err(|e| storage_error(e, &name))?;
+        if existing.is_some() {
+            return Err(ApiError::already_exists(RESOURCE, &name));
+        }
         stored
     } else {
         storage
@@ -540,7 +629,7 @@ async fn update(
     content_type: Option<&str>,
 ) -> Result<Response, ApiError> {
     let (ns, name) = ns_and_name(t)?;
-    let opts = WriteOptions::parse(t.query.as_deref())?;
+    let opts = WriteOptions::parse(t.query.as_deref(), "UpdateOptions")?;
     let bytes = body::read(body).await?;
     let value = body::decode_object(&bytes, content_type)?;
     if sub == Some("scale") {
@@ -587,19 +676,19 @@ async fn patch(
     content_type: Option<&str>,
 ) -> Result<Response, ApiError> {
     let (ns, name) = ns_and_name(t)?;
-    let opts = WriteOptions::parse(t.query.as_deref())?;
     let patch_type = body::patch_type(content_type)?;
+    let opts = WriteOptions::parse(t.query.as_deref(), "PatchOptions")?;
     let bytes = body::read(body).await?;
     let mut warnings = Vec::new();
     let result = run_update(storage, ns, name, opts.dry_run, |current| {
         let old = registry::from_storage(current)?;
         warnings.clear();
         if sub == Some("scale") {
-            let patched = body::apply_patch(&registry::scale_of(&old), &bytes, patch_type)?;
+            let patched = body::apply_patch(&registry::scale_of(&old), name, &bytes, patch_type)?;
             return decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings);
         }
         let original = registry::to_version(old.clone(), &t.version)?;
-        let patched = body::apply_patch(&original, &bytes, patch_type)?;
+        let patched = body::apply_patch(&original, name, &bytes, patch_type)?;
         let (versioned, unknown) = decode_request(patched, &t.version, opts.field_validation)?;
         warnings.extend(unknown);
         if sub == Some("status") {
@@ -628,6 +717,7 @@ async fn patch(
 }
 
 /// DeleteOptions, from the body when there is one, else from the query.
+#[derive(Debug)]
 struct DeleteOptions {
     propagation: Option<String>,
     uid: Option<String>,
@@ -636,46 +726,96 @@ struct DeleteOptions {
 }
 
 fn delete_options(bytes: &[u8], query: Option<&str>) -> Result<DeleteOptions, ApiError> {
-    let from_query = WriteOptions::parse(query)?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(DeleteOptions {
-            propagation: query_value(query, "propagationPolicy"),
-            uid: None,
-            resource_version: None,
-            dry_run: from_query.dry_run,
-        });
+    const POLICIES: [&str; 3] = ["Foreground", "Background", "Orphan"];
+    let from_query = WriteOptions::parse(query, "DeleteOptions")?;
+    let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    if !body.is_null() && !body.is_object() {
+        return Err(ApiError::bad_request(
+            "invalid DeleteOptions: the request body must be a JSON object",
+        ));
     }
-    let v: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
-    let dry_run = match v.get("dryRun") {
+    // kube-apiserver's ValidateDeleteOptions: every unsupported value, as one 422.
+    let mut causes = Vec::new();
+    let dry_run = match body.get("dryRun") {
         None | Some(Value::Null) => from_query.dry_run,
         Some(Value::Array(a)) if a.is_empty() => false,
-        Some(Value::Array(a)) if a.len() == 1 && a[0] == "All" => true,
+        Some(Value::Array(a)) if a.iter().all(|v| v == "All") => true,
+        Some(Value::Array(a)) => {
+            let values: Vec<String> = a
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect();
+            causes.push(body::dry_run_unsupported(
+                &values.iter().map(String::as_str).collect::<Vec<_>>(),
+            ));
+            false
+        }
         Some(other) => {
             return Err(ApiError::bad_request(format!(
-                "dryRun: Unsupported value: {other}"
+                "invalid DeleteOptions: dryRun must be a list of strings, not {other}"
             )));
         }
     };
-    let propagation = match v.get("propagationPolicy").and_then(Value::as_str) {
-        None => query_value(query, "propagationPolicy"),
-        Some(p @ ("Foreground" | "Background" | "Orphan")) => Some(p.to_string()),
+    let propagation = match body.get("propagationPolicy") {
+        None | Some(Value::Null) => query_value(query, "propagationPolicy").filter(|p| !p.is_empty()),
+        Some(Value::String(p)) => Some(p.clone()),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
-                "propagationPolicy: Unsupported value: \"{other}\""
+                "invalid DeleteOptions: propagationPolicy must be a string, not {other}"
             )));
         }
+    };
+    let orphan_dependents = match body.get("orphanDependents") {
+        None | Some(Value::Null) => query_value(query, "orphanDependents").map(|v| v == "true" || v == "1"),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid DeleteOptions: orphanDependents must be a boolean, not {other}"
+            )));
+        }
+    };
+    if let Some(p) = &propagation {
+        if orphan_dependents.is_some() {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: {p:?}: orphanDependents and deletionPropagation cannot be both set"
+                ),
+                field: "propagationPolicy".into(),
+            });
+        }
+        if !POLICIES.contains(&p.as_str()) {
+            causes.push(Cause {
+                reason: "FieldValueNotSupported".into(),
+                message: format!(
+                    "Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+                field: "propagationPolicy".into(),
+            });
+        }
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid_options("DeleteOptions", causes));
+    }
+    let propagation = propagation.or_else(|| match orphan_dependents {
+        Some(true) => Some("Orphan".to_string()),
+        Some(false) => Some("Background".to_string()),
+        None => None,
+    });
+    let precondition = |key: &str| {
+        body.pointer(&format!("/preconditions/{key}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
     };
     Ok(DeleteOptions {
         propagation,
-        uid: v
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        resource_version: v
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        uid: precondition("uid"),
+        resource_version: precondition("resourceVersion"),
         dry_run,
     })
 }
@@ -791,19 +931,7 @@ fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
     let flag = |key: &str| query_value(q, key).is_some_and(|v| v == "true" || v == "1");
     let send_initial_events = flag("sendInitialEvents");
     let allow_bookmarks = flag("allowWatchBookmarks");
-    let rv_match = query_value(q, "resourceVersionMatch").filter(|s| !s.is_empty());
-    if query_value(q, "sendInitialEvents").is_some()
-        && (rv_match.as_deref() != Some("NotOlderThan") || !allow_bookmarks)
-    {
-        return Err(list_options_error(
-            "sendInitialEvents: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan and allowWatchBookmarks to true",
-        ));
-    }
-    if rv_match.is_some() && query_value(q, "sendInitialEvents").is_none() {
-        return Err(list_options_error(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        ));
-    }
+    check_list_options(q, true)?;
     let timeout = match query_value(q, "timeoutSeconds").filter(|s| !s.is_empty()) {
         Some(s) => std::time::Duration::from_secs(
             s.parse::<u64>()
@@ -832,4 +960,110 @@ fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
 /// Exposed for the watch module.
 pub(crate) fn convert_for_watch(stored: Value, version: &str) -> Result<Value, ApiError> {
     in_version(stored, version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(causes: &[Cause]) -> Vec<&str> {
+        causes.iter().map(|c| c.field.as_str()).collect()
+    }
+
+    #[test]
+    fn list_options_are_validated_as_kube_apiserver_does() {
+        assert!(list_option_causes(Some("limit=5&resourceVersion=0"), false).is_empty());
+        assert!(
+            list_option_causes(Some("resourceVersion=5&resourceVersionMatch=NotOlderThan"), false).is_empty()
+        );
+        let c = list_option_causes(Some("sendInitialEvents=false"), false);
+        assert_eq!(fields(&c), ["sendInitialEvents"]);
+        assert_eq!(c[0].message, "Forbidden: sendInitialEvents is forbidden for list");
+        assert_eq!(c[0].reason, "FieldValueForbidden");
+        // Every violation at once.
+        let c = list_option_causes(Some("resourceVersionMatch=Newest&continue=x"), false);
+        assert_eq!(
+            c.iter().map(|c| c.message.as_str()).collect::<Vec<_>>(),
+            [
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                "Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\"",
+            ]
+        );
+        let c = list_option_causes(Some("resourceVersion=0&resourceVersionMatch=Exact"), false);
+        assert_eq!(fields(&c), ["resourceVersionMatch"]);
+    }
+
+    #[test]
+    fn watch_options_are_validated_as_kube_apiserver_does() {
+        let ok = "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+        assert!(list_option_causes(Some(ok), true).is_empty());
+        assert!(list_option_causes(Some("resourceVersion=7&allowWatchBookmarks=true"), true).is_empty());
+        let c = list_option_causes(Some("sendInitialEvents=true&allowWatchBookmarks=true"), true);
+        assert_eq!(fields(&c), ["resourceVersionMatch"]);
+        assert_eq!(
+            c[0].message,
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+        );
+        let c = list_option_causes(Some("resourceVersionMatch=NotOlderThan&resourceVersion=1"), true);
+        assert_eq!(
+            c[0].message,
+            "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+        );
+        let c = list_option_causes(
+            Some("sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
+            true,
+        );
+        assert_eq!(fields(&c), ["allowWatchBookmarks"]);
+    }
+
+    #[test]
+    fn delete_options_come_from_the_body_or_the_query() {
+        let o = delete_options(b"", Some("propagationPolicy=Foreground&dryRun=All")).unwrap();
+        assert_eq!(o.propagation.as_deref(), Some("Foreground"));
+        assert!(o.dry_run);
+        let o = delete_options(
+            br#"{"kind":"DeleteOptions","apiVersion":"v1","orphanDependents":true,"preconditions":{"uid":"u","resourceVersion":"5"}}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(o.propagation.as_deref(), Some("Orphan"));
+        assert_eq!(o.uid.as_deref(), Some("u"));
+        assert_eq!(o.resource_version.as_deref(), Some("5"));
+        let err = delete_options(br#"{"propagationPolicy":"Sideways","dryRun":["Some"]}"#, None).unwrap_err();
+        assert_eq!(err.code, StatusCode::UNPROCESSABLE_ENTITY);
+        let status = err.to_status();
+        assert_eq!(status["details"]["kind"], "DeleteOptions");
+        assert_eq!(status["details"]["causes"].as_array().map(Vec::len), Some(2));
+        let err = delete_options(
+            br#"{"propagationPolicy":"Orphan","orphanDependents":false}"#,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            delete_options(b"[1]", None).unwrap_err().code,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            delete_options(b"{", None).unwrap_err().code,
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[test]
+    fn expired_continue_keeps_the_inconsistent_token() {
+        let err = storage_error(
+            StorageError::ExpiredContinue {
+                requested: 5,
+                message: "too old".into(),
+                inconsistent_continue: Some("tok".into()),
+            },
+            "",
+        );
+        assert_eq!(err.code, StatusCode::GONE);
+        assert_eq!(err.to_status()["metadata"]["continue"], "tok");
+        let err = storage_error(StorageError::InvalidContinue { reason: "bad".into() }, "");
+        assert_eq!(err.message, "invalid continue token: bad");
+    }
 }

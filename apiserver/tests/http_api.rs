@@ -1,0 +1,2442 @@
+//! The HTTP API driven in process: the real router over real storage on a real etcd, one request
+//! at a time through `tower::ServiceExt::oneshot`. Every failure path asserts the `Status` body
+//! kube-apiserver sends (code, `kind`, `apiVersion`, reason, message, causes) and that nothing was
+//! stored: the backing etcd's revision and every key under the resource prefix are unchanged.
+//! The verbs' semantics around those failures (finalizers, subresources, generation, paging,
+//! dry runs, Table output, discovery, OpenAPI) are checked on the same server.
+
+// Test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use etcd_client::GetOptions;
+use etcd_operator_apiserver::http::auth::{AllowAuthenticated, Authenticator, LocalAuthenticator, UserInfo};
+use etcd_operator_apiserver::http::error::ApiError;
+use etcd_operator_apiserver::http::openapi::Documents;
+use etcd_operator_apiserver::http::{AppState, router};
+use etcd_operator_apiserver::storage::{Storage, StorageOptions};
+use etcd_operator_tests::{EtcdVersion, TestEtcd};
+use http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
+const NS: &str = "team-a";
+const GROUP_PATH: &str = "/apis/etcd.operator.dev";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+const AGGREGATED_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+const NOT_FOUND_X: &str = "etcdclusters.etcd.operator.dev \"x\" not found";
+const MODIFIED: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
+const MERGE: &str = "application/merge-patch+json";
+const JSON_PATCH: &str = "application/json-patch+json";
+
+/// Every request is made by this user.
+struct FixedUser;
+
+impl Authenticator for FixedUser {
+    fn authenticate(&self, _parts: &mut http::request::Parts) -> Result<Option<UserInfo>, ApiError> {
+        Ok(Some(UserInfo {
+            name: "tester".into(),
+            uid: None,
+            groups: vec!["system:authenticated".into()],
+            extra: Default::default(),
+        }))
+    }
+}
+
+/// A response, read to the end.
+#[derive(Debug)]
+struct Resp {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "{} response is not JSON ({e}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.headers
+            .get_all(header::WARNING)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[track_caller]
+    fn expect(&self, code: u16) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            code,
+            "body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
+        self.json()
+    }
+}
+
+/// Everything stored under the resource prefix, and the etcd revision: equal before and after a
+/// refused request means nothing was written anywhere.
+#[derive(Debug, PartialEq, Eq)]
+struct Stored {
+    revision: i64,
+    keys: Vec<(String, i64, String)>,
+}
+
+struct Api {
+    app: axum::Router,
+    storage: Storage,
+    etcd_client: etcd_client::Client,
+    _etcd: TestEtcd,
+}
+
+fn coll(ns: &str) -> String {
+    format!("{GROUP_PATH}/v1alpha2/namespaces/{ns}/etcdclusters")
+}
+
+fn obj(ns: &str, name: &str) -> String {
+    format!("{}/{name}", coll(ns))
+}
+
+fn cluster(name: &str) -> Value {
+    json!({
+        "apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
+        "metadata": {"name": name},
+        "spec": {"replicas": 3, "version": "3.5.21"},
+    })
+}
+
+/// Asserts a `Status` failure body: code, kind, apiVersion, reason, and a part of the message.
+#[track_caller]
+fn assert_status(r: &Resp, code: u16, reason: &str, message: &str) -> Value {
+    let s = r.json();
+    assert_eq!(r.status.as_u16(), code, "{s:#}");
+    assert_eq!(r.header("content-type"), Some("application/json"), "{s:#}");
+    assert_eq!(s["kind"], "Status", "{s:#}");
+    assert_eq!(s["apiVersion"], "v1", "{s:#}");
+    assert_eq!(s["status"], "Failure", "{s:#}");
+    assert_eq!(s["code"], code, "{s:#}");
+    assert_eq!(s["reason"], reason, "{s:#}");
+    let text = s["message"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(message),
+        "message {text:?} lacks {message:?}: {s:#}"
+    );
+    s
+}
+
+/// The `field` of every cause.
+fn cause_fields(status: &Value) -> Vec<String> {
+    status["details"]["causes"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| c["field"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Api {
+    async fn start() -> Self {
+        Self::start_with(Arc::new(FixedUser)).await
+    }
+
+    async fn start_with(authenticator: Arc<dyn Authenticator>) -> Self {
+        let etcd = TestEtcd::start(EtcdVersion::V3_5_1)
+            .await
+            .expect("start etcd 3.5.1 (install it with `make tools`)");
+        let etcd_client = etcd.client().await.unwrap();
+        let app = Self::app_on(&etcd_client, authenticator).await;
+        let storage = app.1;
+        Self {
+            app: app.0,
+            storage,
+            etcd_client,
+            _etcd: etcd,
+        }
+    }
+
+    /// A router (a "server process") over the backing etcd.
+    async fn app_on(
+        client: &etcd_client::Client,
+        authenticator: Arc<dyn Authenticator>,
+    ) -> (axum::Router, Storage) {
+        let storage = Storage::new(client.clone(), PREFIX, StorageOptions::default())
+            .await
+            .unwrap();
+        storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
+        let app = router(AppState {
+            storage: storage.clone(),
+            authenticator,
+            authorizer: Arc::new(AllowAuthenticated),
+            openapi: Arc::new(Documents::generate().unwrap()),
+        });
+        (app, storage)
+    }
+
+    async fn send(&self, req: Request<Body>) -> Resp {
+        send_to(&self.app, req).await
+    }
+
+    async fn call(&self, method: Method, uri: &str, headers: &[(&str, &str)], body: impl Into<Body>) -> Resp {
+        let mut req = Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.send(req.body(body.into()).unwrap()).await
+    }
+
+    async fn get(&self, uri: &str) -> Resp {
+        self.call(Method::GET, uri, &[], Body::empty()).await
+    }
+
+    async fn get_accept(&self, uri: &str, accept: &str) -> Resp {
+        self.call(Method::GET, uri, &[("accept", accept)], Body::empty())
+            .await
+    }
+
+    async fn post(&self, uri: &str, body: &Value) -> Resp {
+        self.call(
+            Method::POST,
+            uri,
+            &[("content-type", "application/json")],
+            body.to_string(),
+        )
+        .await
+    }
+
+    async fn put(&self, uri: &str, body: &Value) -> Resp {
+        self.call(
+            Method::PUT,
+            uri,
+            &[("content-type", "application/json")],
+            body.to_string(),
+        )
+        .await
+    }
+
+    async fn patch(&self, uri: &str, content_type: &str, body: &str) -> Resp {
+        self.call(
+            Method::PATCH,
+            uri,
+            &[("content-type", content_type)],
+            body.to_string(),
+        )
+        .await
+    }
+
+    async fn delete(&self, uri: &str, body: Option<&Value>) -> Resp {
+        match body {
+            Some(b) => {
+                self.call(
+                    Method::DELETE,
+                    uri,
+                    &[("content-type", "application/json")],
+                    b.to_string(),
+                )
+                .await
+            }
+            None => self.call(Method::DELETE, uri, &[], Body::empty()).await,
+        }
+    }
+
+    /// Creates `name` in `ns` (v1alpha2, 3 replicas) and returns the stored object.
+    async fn create_in(&self, ns: &str, body: &Value) -> Value {
+        self.post(&coll(ns), body).await.expect(201)
+    }
+
+    async fn create(&self, name: &str) -> Value {
+        self.create_in(NS, &cluster(name)).await
+    }
+
+    async fn stored(&self) -> Stored {
+        let resp = self
+            .etcd_client
+            .kv_client()
+            .get(PREFIX, Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        Stored {
+            revision: resp.header().unwrap().revision(),
+            keys: resp
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    (
+                        kv.key_str().unwrap().to_string(),
+                        kv.mod_revision(),
+                        kv.value_str().unwrap().to_string(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    async fn assert_unchanged(&self, before: &Stored, what: &str) {
+        let after = self.stored().await;
+        assert_eq!(&after, before, "{what} changed what is stored");
+    }
+
+    /// Names listed in a namespace.
+    async fn names(&self, ns: &str) -> BTreeSet<String> {
+        self.get(&coll(ns)).await.expect(200)["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+async fn send_to(app: &axum::Router, req: Request<Body>) -> Resp {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = tokio::time::timeout(Duration::from_secs(30), body.collect())
+        .await
+        .expect("the response body ends within 30 s")
+        .unwrap()
+        .to_bytes();
+    Resp {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication
+
+#[tokio::test]
+async fn local_authenticator_refuses_requests_without_a_client_certificate_except_health_checks() {
+    let api = Api::start_with(Arc::new(LocalAuthenticator)).await;
+    for path in [
+        coll(NS),
+        obj(NS, "a"),
+        "/apis".to_string(),
+        format!("{GROUP_PATH}/v1alpha2"),
+        "/openapi/v2".to_string(),
+        "/version".to_string(),
+    ] {
+        let r = api.get(&path).await;
+        assert_status(&r, 401, "Unauthorized", "Unauthorized");
+    }
+    // Identity headers from an unverified client are no credentials.
+    let r = api
+        .call(
+            Method::POST,
+            &coll(NS),
+            &[
+                ("x-remote-user", "admin"),
+                ("x-remote-group", "system:masters"),
+                ("content-type", "application/json"),
+            ],
+            cluster("a").to_string(),
+        )
+        .await;
+    assert_status(&r, 401, "Unauthorized", "Unauthorized");
+    for path in ["/healthz", "/livez", "/readyz"] {
+        let r = api.get(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        assert_eq!(&r.body[..], b"ok", "{path}");
+    }
+    assert!(api.stored().await.keys.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+#[tokio::test]
+async fn malformed_and_non_object_bodies_are_400_and_store_nothing() {
+    let api = Api::start().await;
+    let existing = api.create("keep").await;
+    let before = api.stored().await;
+    let json = "application/json";
+    let yaml = "application/yaml";
+    let cases: [(&str, &str, &str, &str); 8] = [
+        ("malformed JSON", json, "{\"apiVersion\": ", "json parse error"),
+        ("JSON with trailing garbage", json, "{} {", "json parse error"),
+        ("empty body", json, "", "json parse error"),
+        (
+            "malformed YAML",
+            yaml,
+            "apiVersion: [unclosed\nkind: EtcdCluster\n",
+            "error converting YAML to JSON",
+        ),
+        ("JSON array", json, "[1, 2]", "must be a JSON object"),
+        ("JSON string", json, "\"EtcdCluster\"", "must be a JSON object"),
+        ("YAML scalar", yaml, "just a string\n", "must be a JSON object"),
+        ("YAML list", yaml, "- a\n- b\n", "must be a JSON object"),
+    ];
+    for (what, content_type, body, message) in cases {
+        let r = api
+            .call(Method::POST, &coll(NS), &[("content-type", content_type)], body)
+            .await;
+        let s = assert_status(&r, 400, "BadRequest", message);
+        assert!(
+            s.get("details").is_none_or(|d| d["causes"].is_null()),
+            "{what}: {s}"
+        );
+        let r = api
+            .call(
+                Method::PUT,
+                &obj(NS, "keep"),
+                &[("content-type", content_type)],
+                body,
+            )
+            .await;
+        assert_status(&r, 400, "BadRequest", message);
+    }
+    // A YAML body that is fine is accepted (the check above is not about YAML as such).
+    let r = api
+        .call(
+            Method::POST,
+            &coll(NS),
+            &[("content-type", yaml)],
+            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata: {name: yaml-ok}\nspec: {replicas: 3, version: 3.5.1}\n",
+        )
+        .await;
+    r.expect(201);
+    assert_eq!(existing["metadata"]["name"], "keep");
+    let after = api.stored().await;
+    assert_eq!(after.keys.len(), before.keys.len() + 1);
+    assert_eq!(after.keys[0], before.keys[0], "the existing object is untouched");
+}
+
+#[tokio::test]
+async fn wrong_kind_or_api_version_is_400_and_stores_nothing() {
+    let api = Api::start().await;
+    let existing = api.create("keep").await;
+    let before = api.stored().await;
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = cluster("new");
+        f(&mut b);
+        b
+    };
+    let cases = [
+        (
+            with(&|b| b["kind"] = json!("Pod")),
+            "the kind in the data (Pod) does not match the expected kind (EtcdCluster)",
+        ),
+        (
+            with(&|b| {
+                b.as_object_mut().unwrap().remove("kind");
+            }),
+            "Object 'Kind' is missing",
+        ),
+        (
+            with(&|b| b["apiVersion"] = json!("v1")),
+            "the API version in the data (v1) does not match the expected API version (etcd.operator.dev/v1alpha2)",
+        ),
+        (
+            with(&|b| b["apiVersion"] = json!("other.example.com/v1alpha2")),
+            "does not match the expected API version (etcd.operator.dev/v1alpha2)",
+        ),
+        (
+            with(&|b| {
+                b.as_object_mut().unwrap().remove("apiVersion");
+            }),
+            "Object 'apiVersion' is missing",
+        ),
+        (
+            // The other served version than the URL's.
+            with(&|b| b["apiVersion"] = json!("etcd.operator.dev/v1alpha1")),
+            "the API version in the data (etcd.operator.dev/v1alpha1) does not match the expected API version (etcd.operator.dev/v1alpha2)",
+        ),
+    ];
+    for (body, message) in &cases {
+        let r = api.post(&coll(NS), body).await;
+        assert_status(&r, 400, "BadRequest", message);
+        let mut put = body.clone();
+        put["metadata"] = existing["metadata"].clone();
+        let r = api.put(&obj(NS, "keep"), &put).await;
+        assert_status(&r, 400, "BadRequest", message);
+    }
+    // And the reverse: a v1alpha2 body to the v1alpha1 URL.
+    let r = api
+        .post(
+            &format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters"),
+            &cluster("new"),
+        )
+        .await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "the API version in the data (etcd.operator.dev/v1alpha2) does not match the expected API version (etcd.operator.dev/v1alpha1)",
+    );
+    api.assert_unchanged(&before, "wrong kind/apiVersion").await;
+}
+
+#[tokio::test]
+async fn identity_metadata_that_disagrees_with_the_request_is_refused() {
+    let api = Api::start().await;
+    let existing = api.create("a").await;
+    let before = api.stored().await;
+
+    let mut b = cluster("b");
+    b["metadata"]["namespace"] = json!("other");
+    let r = api.post(&coll(NS), &b).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "the namespace of the provided object does not match the namespace sent on the request",
+    );
+
+    let mut b = cluster("b");
+    b["metadata"]["resourceVersion"] = json!("5");
+    let r = api.post(&coll(NS), &b).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "resourceVersion should not be set on objects to be created",
+    );
+
+    let mut renamed = existing.clone();
+    renamed["metadata"]["name"] = json!("other");
+    let r = api.put(&obj(NS, "a"), &renamed).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "the name of the object (other) does not match the name on the URL (a)",
+    );
+    let r = api.put(&format!("{}/status", obj(NS, "a")), &renamed).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "the name of the object (other) does not match the name on the URL (a)",
+    );
+
+    let mut moved = existing.clone();
+    moved["metadata"]["namespace"] = json!("other");
+    let r = api.put(&obj(NS, "a"), &moved).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "the namespace of the provided object does not match the namespace sent on the request",
+    );
+
+    // Neither name nor generateName.
+    let mut nameless = cluster("x");
+    nameless["metadata"] = json!({});
+    let r = api.post(&coll(NS), &nameless).await;
+    let s = assert_status(&r, 422, "Invalid", "is invalid");
+    assert_eq!(cause_fields(&s), ["metadata.name"], "{s:#}");
+
+    // Server-owned identity cannot change.
+    let mut uid = existing.clone();
+    uid["metadata"]["uid"] = json!("6a1cbd0d-0000-0000-0000-000000000000");
+    let r = api.put(&obj(NS, "a"), &uid).await;
+    let s = assert_status(&r, 422, "Invalid", "field is immutable");
+    assert_eq!(cause_fields(&s), ["metadata.uid"]);
+    // A different creationTimestamp is ignored (k8s.io/apiserver's BeforeUpdate): a no-op here.
+    let mut created = existing.clone();
+    created["metadata"]["creationTimestamp"] = json!("2001-01-01T00:00:00Z");
+    let r = api.put(&obj(NS, "a"), &created).await;
+    assert_eq!(r.expect(200), existing);
+
+    api.assert_unchanged(&before, "identity mismatches").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+#[tokio::test]
+async fn invalid_objects_are_422_with_every_cause_and_store_nothing() {
+    let api = Api::start().await;
+    let existing = api.create("a").await;
+    let mut old = cluster("old");
+    old["spec"]["version"] = json!("3.4.23");
+    let old = api.create_in(NS, &old).await;
+    let before = api.stored().await;
+
+    let mut bad = cluster("bad");
+    bad["spec"] = json!({"replicas": 0, "version": "4.0.0", "storage": {"size": "lots"}});
+    let r = api.post(&coll(NS), &bad).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"bad\" is invalid: [",
+    );
+    let fields = cause_fields(&s);
+    assert_eq!(
+        fields,
+        ["spec.replicas", "spec.version", "spec.storage.size"],
+        "{s:#}"
+    );
+    for cause in s["details"]["causes"].as_array().unwrap() {
+        assert_eq!(cause["reason"], "FieldValueInvalid", "{s:#}");
+        let msg = cause["message"].as_str().unwrap();
+        assert!(msg.starts_with("Invalid value: "), "{msg}");
+        let field = cause["field"].as_str().unwrap();
+        assert!(
+            s["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{field}: {msg}")),
+            "{s:#}"
+        );
+    }
+    assert_eq!(s["details"]["name"], "bad");
+    assert_eq!(s["details"]["group"], "etcd.operator.dev");
+    assert_eq!(s["details"]["kind"], "EtcdCluster");
+
+    // Field paths are those of the version the client wrote.
+    let v1 = json!({"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
+                    "metadata": {"name": "old"}, "spec": {"size": 0, "version": "2.3.8"}});
+    let r = api
+        .post(
+            &format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters"),
+            &v1,
+        )
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"old\" is invalid",
+    );
+    assert_eq!(cause_fields(&s), ["spec.size", "spec.version"], "{s:#}");
+
+    // Updates and patches are validated the same way.
+    let mut update = existing.clone();
+    update["spec"]["replicas"] = json!(0);
+    update["spec"]["version"] = json!("4.0.0");
+    let r = api.put(&obj(NS, "a"), &update).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"a\" is invalid",
+    );
+    assert_eq!(cause_fields(&s), ["spec.replicas", "spec.version"], "{s:#}");
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            MERGE,
+            r#"{"spec":{"replicas":10,"storage":{"size":"-1Gi"}}}"#,
+        )
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"a\" is invalid",
+    );
+    assert!(cause_fields(&s).contains(&"spec.replicas".to_string()), "{s:#}");
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            JSON_PATCH,
+            r#"[{"op":"replace","path":"/spec/replicas","value":0}]"#,
+        )
+        .await;
+    let s = assert_status(&r, 422, "Invalid", "spec.replicas");
+    assert_eq!(cause_fields(&s), ["spec.replicas"]);
+    // Version moves are update-only rules: no skipped minor, no downgrade 3.5 -> 3.4.
+    let mut skip = old.clone();
+    skip["spec"]["version"] = json!("3.6.0");
+    let r = api.put(&obj(NS, "old"), &skip).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"old\" is invalid: spec.version: Invalid value: \"3.6.0\"",
+    );
+    assert_eq!(cause_fields(&s), ["spec.version"], "{s:#}");
+    let mut older = existing.clone();
+    older["spec"]["version"] = json!("3.4.23");
+    let r = api.put(&obj(NS, "a"), &older).await;
+    let s = assert_status(&r, 422, "Invalid", "spec.version: Invalid value: \"3.4.23\"");
+    assert_eq!(cause_fields(&s), ["spec.version"], "{s:#}");
+    // Immutable fields.
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            MERGE,
+            r#"{"spec":{"storage":{"medium":"Memory"}}}"#,
+        )
+        .await;
+    let s = assert_status(&r, 422, "Invalid", "field is immutable");
+    assert_eq!(cause_fields(&s), ["spec.storage.medium"], "{s:#}");
+    api.assert_unchanged(&before, "invalid writes").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency and existence
+
+#[tokio::test]
+async fn conflicts_and_existing_names_are_409_and_missing_resource_versions_422() {
+    let api = Api::start().await;
+    let first = api.create("a").await;
+    let r = api.post(&coll(NS), &cluster("a")).await;
+    let s = assert_status(
+        &r,
+        409,
+        "AlreadyExists",
+        "etcdclusters.etcd.operator.dev \"a\" already exists",
+    );
+    assert_eq!(s["details"]["name"], "a");
+    assert_eq!(s["details"]["kind"], "etcdclusters");
+
+    // A newer version exists: writes with the first resourceVersion are stale.
+    let mut newer = first.clone();
+    newer["metadata"]["labels"] = json!({"x": "1"});
+    api.put(&obj(NS, "a"), &newer).await.expect(200);
+    let before = api.stored().await;
+
+    let mut stale = first.clone();
+    stale["spec"]["replicas"] = json!(5);
+    let r = api.put(&obj(NS, "a"), &stale).await;
+    let s = assert_status(
+        &r,
+        409,
+        "Conflict",
+        &format!("Operation cannot be fulfilled on etcdclusters.etcd.operator.dev \"a\": {MODIFIED}"),
+    );
+    assert_eq!(s["details"]["name"], "a");
+    let rv = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            MERGE,
+            &json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": 5}}).to_string(),
+        )
+        .await;
+    assert_status(&r, 409, "Conflict", MODIFIED);
+    let r = api.put(&format!("{}/status", obj(NS, "a")), &stale).await;
+    assert_status(&r, 409, "Conflict", MODIFIED);
+    let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                       "metadata": {"name": "a", "namespace": NS, "resourceVersion": rv},
+                       "spec": {"replicas": 5}});
+    let r = api.put(&format!("{}/scale", obj(NS, "a")), &scale).await;
+    assert_status(&r, 409, "Conflict", MODIFIED);
+
+    // PUT must carry a resourceVersion (CRDs disallow unconditional updates).
+    let mut unconditional = first.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    unconditional["spec"]["replicas"] = json!(5);
+    let r = api.put(&obj(NS, "a"), &unconditional).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"a\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+    );
+    assert_eq!(cause_fields(&s), ["metadata.resourceVersion"]);
+    let r = api.put(&format!("{}/status", obj(NS, "a")), &unconditional).await;
+    assert_status(&r, 422, "Invalid", "must be specified for an update");
+    api.assert_unchanged(&before, "stale and unconditional writes")
+        .await;
+}
+
+#[tokio::test]
+async fn missing_objects_are_404_for_every_verb() {
+    let api = Api::start().await;
+    api.create("a").await;
+    let before = api.stored().await;
+    let x = obj(NS, "x");
+    let body = {
+        let mut b = cluster("x");
+        b["metadata"]["resourceVersion"] = json!("1");
+        b
+    };
+    let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                       "metadata": {"name": "x"}, "spec": {"replicas": 5}});
+    let responses = [
+        api.get(&x).await,
+        api.get(&format!("{x}/status")).await,
+        api.get(&format!("{x}/scale")).await,
+        api.put(&x, &body).await,
+        api.put(&format!("{x}/status"), &body).await,
+        api.put(&format!("{x}/scale"), &scale).await,
+        api.patch(&x, MERGE, r#"{"metadata":{"labels":{"a":"b"}}}"#).await,
+        api.patch(
+            &x,
+            JSON_PATCH,
+            r#"[{"op":"add","path":"/metadata/labels","value":{}}]"#,
+        )
+        .await,
+        api.patch(&format!("{x}/status"), MERGE, r#"{"status":{}}"#).await,
+        api.patch(&format!("{x}/scale"), MERGE, r#"{"spec":{"replicas":5}}"#)
+            .await,
+        api.delete(&x, None).await,
+        api.delete(&format!("{x}?dryRun=All"), None).await,
+        api.patch(&format!("{x}?dryRun=All"), MERGE, "{}").await,
+        // Another namespace is another object.
+        api.get(&obj("elsewhere", "a")).await,
+    ];
+    for (i, r) in responses.iter().enumerate() {
+        let expected = if i == responses.len() - 1 {
+            "etcdclusters.etcd.operator.dev \"a\" not found"
+        } else {
+            NOT_FOUND_X
+        };
+        let s = assert_status(r, 404, "NotFound", expected);
+        assert_eq!(s["details"]["group"], "etcd.operator.dev", "{s:#}");
+        assert_eq!(s["details"]["kind"], "etcdclusters", "{s:#}");
+    }
+    api.assert_unchanged(&before, "requests for missing objects")
+        .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport-level refusals
+
+#[tokio::test]
+async fn bodies_over_3_mib_are_413() {
+    let api = Api::start().await;
+    let existing = api.create("a").await;
+    let before = api.stored().await;
+    let mut big = cluster("big");
+    big["metadata"]["annotations"] = json!({"blob": "x".repeat(3 * 1024 * 1024)});
+    let big = big.to_string();
+    let message = "Request entity too large: limit is 3145728";
+    let r = api
+        .call(
+            Method::POST,
+            &coll(NS),
+            &[("content-type", "application/json")],
+            big.clone(),
+        )
+        .await;
+    assert_status(&r, 413, "RequestEntityTooLarge", message);
+    let mut big_put = existing.clone();
+    big_put["metadata"]["annotations"] = json!({"blob": "x".repeat(3 * 1024 * 1024)});
+    let r = api.put(&obj(NS, "a"), &big_put).await;
+    assert_status(&r, 413, "RequestEntityTooLarge", message);
+    let patch = json!({"metadata": {"annotations": {"blob": "x".repeat(3 * 1024 * 1024)}}}).to_string();
+    let r = api.patch(&obj(NS, "a"), MERGE, &patch).await;
+    assert_status(&r, 413, "RequestEntityTooLarge", message);
+    let r = api
+        .call(
+            Method::DELETE,
+            &obj(NS, "a"),
+            &[("content-type", "application/json")],
+            " ".repeat(3 * 1024 * 1024 + 1),
+        )
+        .await;
+    assert_status(&r, 413, "RequestEntityTooLarge", message);
+    // Exactly at the limit is read (and then judged on its content).
+    let mut at_limit = " ".repeat(3 * 1024 * 1024 - 2);
+    at_limit.push_str("{}");
+    let r = api
+        .call(
+            Method::POST,
+            &coll(NS),
+            &[("content-type", "application/json")],
+            at_limit,
+        )
+        .await;
+    assert_status(&r, 400, "BadRequest", "apiVersion");
+    api.assert_unchanged(&before, "oversized bodies").await;
+}
+
+#[tokio::test]
+async fn unsupported_content_types_are_415_and_unsatisfiable_accepts_406() {
+    let api = Api::start().await;
+    api.create("a").await;
+    let before = api.stored().await;
+    for content_type in [
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+        "application/apply-patch+cbor",
+        "text/plain",
+        "application/json",
+    ] {
+        let r = api
+            .patch(&obj(NS, "a"), content_type, r#"{"spec":{"replicas":5}}"#)
+            .await;
+        let s = assert_status(
+            &r,
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json",
+        );
+        assert!(s["message"].as_str().unwrap().contains(content_type), "{s}");
+    }
+    let r = api
+        .call(Method::PATCH, &obj(NS, "a"), &[], r#"{"spec":{"replicas":5}}"#)
+        .await;
+    assert_status(&r, 415, "UnsupportedMediaType", "unknown format");
+    for (method, uri) in [(Method::POST, coll(NS)), (Method::PUT, obj(NS, "a"))] {
+        for content_type in [
+            "text/plain",
+            "application/xml",
+            "application/vnd.kubernetes.protobuf",
+        ] {
+            let r = api
+                .call(
+                    method.clone(),
+                    &uri,
+                    &[("content-type", content_type)],
+                    cluster("b").to_string(),
+                )
+                .await;
+            let s = assert_status(
+                &r,
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
+            );
+            assert!(s["message"].as_str().unwrap().contains(content_type), "{s}");
+        }
+    }
+    for accept in [
+        "application/vnd.kubernetes.protobuf",
+        "text/html",
+        "application/json;as=Table;v=v2;g=meta.k8s.io",
+        "application/json;as=Scale;v=v1;g=autoscaling",
+    ] {
+        for r in [
+            api.get_accept(&obj(NS, "a"), accept).await,
+            api.get_accept(&coll(NS), accept).await,
+            api.call(
+                Method::POST,
+                &coll(NS),
+                &[("accept", accept), ("content-type", "application/json")],
+                cluster("b").to_string(),
+            )
+            .await,
+        ] {
+            let s = assert_status(
+                &r,
+                406,
+                "NotAcceptable",
+                "only the following media types are accepted",
+            );
+            assert!(s["message"].as_str().unwrap().contains(accept), "{s}");
+        }
+    }
+    api.assert_unchanged(&before, "unsupported media types").await;
+}
+
+#[tokio::test]
+async fn unknown_paths_are_404_and_wrong_methods_405() {
+    let api = Api::start().await;
+    api.create("a").await;
+    let before = api.stored().await;
+    for path in [
+        format!("{GROUP_PATH}/v9"),
+        format!("{GROUP_PATH}/v9/namespaces/{NS}/etcdclusters"),
+        format!("{GROUP_PATH}/v1alpha2/namespaces/{NS}/widgets"),
+        format!("{GROUP_PATH}/v1alpha2/namespaces/{NS}/etcdclusters/a/bogus"),
+        format!("{GROUP_PATH}/v1alpha2/widgets"),
+        format!("/apis/other.example.com/v1/namespaces/{NS}/etcdclusters"),
+        "/api/v1/namespaces".to_string(),
+        "/nothing/here".to_string(),
+        format!("/openapi/v3/apis/{}/v9", "etcd.operator.dev"),
+    ] {
+        let r = api.get(&path).await;
+        assert_status(
+            &r,
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    }
+    let r = api
+        .post(
+            &format!("{GROUP_PATH}/v9/namespaces/{NS}/etcdclusters"),
+            &cluster("b"),
+        )
+        .await;
+    assert_status(&r, 404, "NotFound", "could not find the requested resource");
+    // Creating on an object path, or deleting every namespace's objects, is not a verb here.
+    let r = api.post(&obj(NS, "a"), &cluster("a")).await;
+    assert_status(&r, 405, "MethodNotAllowed", "does not allow this method");
+    let r = api
+        .delete(&format!("{GROUP_PATH}/v1alpha2/etcdclusters"), None)
+        .await;
+    assert_status(&r, 405, "MethodNotAllowed", "does not allow this method");
+    let r = api.put(&coll(NS), &cluster("a")).await;
+    assert_status(&r, 405, "MethodNotAllowed", "does not allow this method");
+    api.assert_unchanged(&before, "unknown paths").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options: fieldValidation, dryRun
+
+#[tokio::test]
+async fn unknown_fields_follow_field_validation() {
+    let api = Api::start().await;
+    let before = api.stored().await;
+    let mut bogus = cluster("strict");
+    bogus["spec"]["bogus"] = json!(1);
+    let r = api
+        .post(&format!("{}?fieldValidation=Strict", coll(NS)), &bogus)
+        .await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "strict decoding error: unknown field \"spec.bogus\"",
+    );
+    let mut two = bogus.clone();
+    two["metadata"]["bogus"] = json!("x");
+    let r = api
+        .post(&format!("{}?fieldValidation=Strict", coll(NS)), &two)
+        .await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "strict decoding error: unknown field \"metadata.bogus\", unknown field \"spec.bogus\"",
+    );
+    let r = api
+        .post(&format!("{}?fieldValidation=Loose", coll(NS)), &cluster("loose"))
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Loose\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+    );
+    assert_eq!(cause_fields(&s), ["fieldValidation"]);
+    assert_eq!(s["details"]["group"], "meta.k8s.io");
+    assert_eq!(s["details"]["kind"], "CreateOptions");
+    api.assert_unchanged(&before, "strict decoding").await;
+
+    // Warn is the default: stored without the field, with a Warning header.
+    let expected_warning = "299 - \"unknown field \\\"spec.bogus\\\"\"";
+    for (name, query) in [("warn-default", ""), ("warn", "?fieldValidation=Warn")] {
+        let mut b = bogus.clone();
+        b["metadata"]["name"] = json!(name);
+        let r = api.post(&format!("{}{query}", coll(NS)), &b).await;
+        let created = r.expect(201);
+        assert_eq!(r.warnings(), [expected_warning], "{name}");
+        assert!(created["spec"].get("bogus").is_none());
+        let got = api.get(&obj(NS, name)).await.expect(200);
+        assert!(got["spec"].get("bogus").is_none());
+    }
+    let mut b = bogus.clone();
+    b["metadata"]["name"] = json!("ignore");
+    let r = api
+        .post(&format!("{}?fieldValidation=Ignore", coll(NS)), &b)
+        .await;
+    r.expect(201);
+    assert!(r.warnings().is_empty(), "{:?}", r.warnings());
+
+    // Updates and patches too.
+    let current = api.get(&obj(NS, "ignore")).await.expect(200);
+    let before = api.stored().await;
+    let mut put = current.clone();
+    put["spec"]["bogus"] = json!(true);
+    let r = api
+        .put(&format!("{}?fieldValidation=Strict", obj(NS, "ignore")), &put)
+        .await;
+    assert_status(&r, 400, "BadRequest", "unknown field \"spec.bogus\"");
+    let r = api
+        .patch(
+            &format!("{}?fieldValidation=Strict", obj(NS, "ignore")),
+            MERGE,
+            r#"{"spec":{"bogus":true,"replicas":5}}"#,
+        )
+        .await;
+    assert_status(&r, 400, "BadRequest", "unknown field \"spec.bogus\"");
+    api.assert_unchanged(&before, "strict update and patch").await;
+    let r = api
+        .patch(
+            &obj(NS, "ignore"),
+            MERGE,
+            r#"{"spec":{"bogus":true,"replicas":5}}"#,
+        )
+        .await;
+    let patched = r.expect(200);
+    assert_eq!(r.warnings(), [expected_warning]);
+    assert_eq!(patched["spec"]["replicas"], 5);
+}
+
+#[tokio::test]
+async fn dry_run_stores_nothing() {
+    let api = Api::start().await;
+    let existing = api.create("a").await;
+    let before = api.stored().await;
+
+    let r = api
+        .post(&format!("{}?dryRun=All", coll(NS)), &cluster("dry"))
+        .await;
+    let created = r.expect(201);
+    let meta = &created["metadata"];
+    assert_eq!(meta["name"], "dry");
+    assert_eq!(meta["namespace"], NS);
+    assert_eq!(meta["uid"].as_str().map(str::len), Some(36), "{created:#}");
+    assert!(meta["creationTimestamp"].is_string(), "{created:#}");
+    assert_eq!(meta["generation"], 1);
+    assert!(
+        meta["resourceVersion"].is_null() || meta["resourceVersion"] == "",
+        "{created:#}"
+    );
+    // A dry-run create of an existing name still conflicts, and of an invalid object is 422.
+    let r = api.post(&format!("{}?dryRun=All", coll(NS)), &cluster("a")).await;
+    assert_status(
+        &r,
+        409,
+        "AlreadyExists",
+        "etcdclusters.etcd.operator.dev \"a\" already exists",
+    );
+    let mut bad = cluster("bad");
+    bad["spec"]["replicas"] = json!(0);
+    let r = api.post(&format!("{}?dryRun=All", coll(NS)), &bad).await;
+    assert_status(&r, 422, "Invalid", "spec.replicas");
+
+    let mut update = existing.clone();
+    update["spec"]["replicas"] = json!(5);
+    let r = api.put(&format!("{}?dryRun=All", obj(NS, "a")), &update).await;
+    let updated = r.expect(200);
+    assert_eq!(updated["spec"]["replicas"], 5);
+    assert_eq!(updated["metadata"]["generation"], 2);
+
+    let r = api
+        .patch(
+            &format!("{}?dryRun=All", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":7}}"#,
+        )
+        .await;
+    assert_eq!(r.expect(200)["spec"]["replicas"], 7);
+    let r = api
+        .patch(
+            &format!("{}/scale?dryRun=All", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":7}}"#,
+        )
+        .await;
+    assert_eq!(r.expect(200)["spec"]["replicas"], 7);
+
+    api.delete(&format!("{}?dryRun=All", obj(NS, "a")), None)
+        .await
+        .expect(200);
+    api.delete(
+        &obj(NS, "a"),
+        Some(&json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]})),
+    )
+    .await
+    .expect(200);
+    api.delete(&format!("{}?dryRun=All", coll(NS)), None)
+        .await
+        .expect(200);
+    api.assert_unchanged(&before, "dry runs").await;
+
+    // Only `All` is a dry-run value: anything else is refused, as kube-apiserver's option
+    // validation does, before anything happens.
+    let unsupported = "dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\"";
+    let r = api
+        .post(&format!("{}?dryRun=Some", coll(NS)), &cluster("dry"))
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        &format!("CreateOptions.meta.k8s.io \"\" is invalid: {unsupported}"),
+    );
+    assert_eq!(cause_fields(&s), ["dryRun"]);
+    let r = api.put(&format!("{}?dryRun=Some", obj(NS, "a")), &update).await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        &format!("UpdateOptions.meta.k8s.io \"\" is invalid: {unsupported}"),
+    );
+    let r = api
+        .patch(
+            &format!("{}?dryRun=Some", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":7}}"#,
+        )
+        .await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        &format!("PatchOptions.meta.k8s.io \"\" is invalid: {unsupported}"),
+    );
+    let r = api.delete(&format!("{}?dryRun=Some", obj(NS, "a")), None).await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        &format!("DeleteOptions.meta.k8s.io \"\" is invalid: {unsupported}"),
+    );
+    let r = api
+        .delete(
+            &obj(NS, "a"),
+            Some(&json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["Some"]})),
+        )
+        .await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        "DeleteOptions.meta.k8s.io \"\" is invalid: dryRun",
+    );
+    let r = api.delete(&format!("{}?dryRun=Some", coll(NS)), None).await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        "DeleteOptions.meta.k8s.io \"\" is invalid: dryRun",
+    );
+    api.assert_unchanged(&before, "invalid dryRun values").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// List and watch options
+
+#[tokio::test]
+async fn bad_selectors_are_400() {
+    let api = Api::start().await;
+    for (name, tier) in [("a", "x"), ("b", "y")] {
+        let mut b = cluster(name);
+        b["metadata"]["labels"] = json!({"tier": tier});
+        api.create_in(NS, &b).await;
+    }
+    let before = api.stored().await;
+    for selector in ["tier in (x", "tier=x=y", "!", "bad key=x", "tier=in valid"] {
+        let q = format!("labelSelector={}", urlencode(selector));
+        for uri in [
+            format!("{}?{q}", coll(NS)),
+            format!("{}?watch=true&{q}", coll(NS)),
+            format!("{GROUP_PATH}/v1alpha2/etcdclusters?{q}"),
+        ] {
+            let r = api.get(&uri).await;
+            assert_status(&r, 400, "BadRequest", "unable to parse requirement");
+        }
+        let r = api.delete(&format!("{}?{q}", coll(NS)), None).await;
+        assert_status(&r, 400, "BadRequest", "unable to parse requirement");
+    }
+    for (selector, message) in [
+        ("spec.replicas=3", "field label not supported: spec.replicas"),
+        ("status.phase!=Running", "field label not supported: status.phase"),
+        ("metadata.labels=x", "field label not supported: metadata.labels"),
+    ] {
+        let q = format!("fieldSelector={}", urlencode(selector));
+        for uri in [format!("{}?{q}", coll(NS)), format!("{}?watch=1&{q}", coll(NS))] {
+            let r = api.get(&uri).await;
+            assert_status(&r, 400, "BadRequest", message);
+        }
+        let r = api.delete(&format!("{}?{q}", coll(NS)), None).await;
+        assert_status(&r, 400, "BadRequest", message);
+    }
+    api.assert_unchanged(&before, "bad selectors").await;
+    // The supported ones select.
+    let r = api
+        .get(&format!("{}?labelSelector=tier%3Dx", coll(NS)))
+        .await
+        .expect(200);
+    assert_eq!(r["items"].as_array().unwrap().len(), 1);
+    let r = api
+        .get(&format!(
+            "{}?fieldSelector=metadata.name%3Db,metadata.namespace%3D{NS}",
+            coll(NS)
+        ))
+        .await
+        .expect(200);
+    assert_eq!(r["items"][0]["metadata"]["name"], "b");
+    assert_eq!(r["items"].as_array().unwrap().len(), 1);
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn list_and_watch_options_kube_apiserver_forbids_are_422() {
+    let api = Api::start().await;
+    api.create("a").await;
+    let list_options = |r: &Resp, message: &str, field: &str| {
+        let s = assert_status(
+            r,
+            422,
+            "Invalid",
+            &format!("ListOptions.meta.k8s.io \"\" is invalid: {message}"),
+        );
+        assert_eq!(s["details"]["group"], "meta.k8s.io", "{s:#}");
+        assert_eq!(s["details"]["kind"], "ListOptions", "{s:#}");
+        assert!(cause_fields(&s).contains(&field.to_string()), "{s:#}");
+    };
+    let r = api.get(&format!("{}?sendInitialEvents=true", coll(NS))).await;
+    list_options(
+        &r,
+        "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        "sendInitialEvents",
+    );
+    let r = api
+        .get(&format!("{}?sendInitialEvents=false&limit=1", coll(NS)))
+        .await;
+    list_options(
+        &r,
+        "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        "sendInitialEvents",
+    );
+    let r = api
+        .get(&format!("{}?resourceVersionMatch=NotOlderThan", coll(NS)))
+        .await;
+    list_options(
+        &r,
+        "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        "resourceVersionMatch",
+    );
+    let r = api
+        .get(&format!(
+            "{}?resourceVersion=0&resourceVersionMatch=Exact",
+            coll(NS)
+        ))
+        .await;
+    list_options(
+        &r,
+        "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        "resourceVersionMatch",
+    );
+    let r = api
+        .get(&format!(
+            "{}?resourceVersion=1&resourceVersionMatch=Newest",
+            coll(NS)
+        ))
+        .await;
+    list_options(
+        &r,
+        "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\"",
+        "resourceVersionMatch",
+    );
+    // A watch-list needs resourceVersionMatch=NotOlderThan.
+    let r = api
+        .get(&format!(
+            "{}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true",
+            coll(NS)
+        ))
+        .await;
+    list_options(
+        &r,
+        "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        "resourceVersionMatch",
+    );
+    let r = api
+        .get(&format!(
+            "{}?watch=true&resourceVersionMatch=NotOlderThan&resourceVersion=1",
+            coll(NS)
+        ))
+        .await;
+    list_options(
+        &r,
+        "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        "resourceVersionMatch",
+    );
+    let r = api
+        .get(&format!(
+            "{}?watch=true&sendInitialEvents=true&resourceVersionMatch=Exact&allowWatchBookmarks=true",
+            coll(NS)
+        ))
+        .await;
+    list_options(
+        &r,
+        "[resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan, resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]",
+        "resourceVersionMatch",
+    );
+
+    // Malformed values are 400.
+    for (query, message) in [
+        ("continue=not-a-token", "invalid continue token"),
+        ("limit=2&continue=%25%25%25", "invalid continue token"),
+        ("limit=ten", "limit"),
+        ("resourceVersion=abc", "resourceVersion"),
+        ("watch=true&resourceVersion=abc", "resourceVersion"),
+        ("watch=true&timeoutSeconds=soon", "timeoutSeconds"),
+        ("includeObject=Everything", "includeObject"),
+    ] {
+        let r = api.get_accept(&format!("{}?{query}", coll(NS)), TABLE).await;
+        assert_status(&r, 400, "BadRequest", message);
+    }
+    // A continue token whose start key escapes the resource prefix.
+    let escaping =
+        base64_url(&json!({"v": "meta.k8s.io/v1", "rv": 1, "start": "../../secrets/x\u{0}"}).to_string());
+    let r = api
+        .get(&format!("{}?limit=1&continue={escaping}", coll(NS)))
+        .await;
+    assert_status(&r, 400, "BadRequest", "invalid continue token");
+}
+
+fn base64_url(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Patches
+
+#[tokio::test]
+async fn failing_and_malformed_patches_change_nothing() {
+    let api = Api::start().await;
+    api.create("a").await;
+    let before = api.stored().await;
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            JSON_PATCH,
+            r#"[{"op":"test","path":"/spec/replicas","value":9},{"op":"replace","path":"/spec/replicas","value":5}]"#,
+        )
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"a\" is invalid",
+    );
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed at path '/spec/replicas'"),
+        "{s:#}"
+    );
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            JSON_PATCH,
+            r#"[{"op":"remove","path":"/spec/nothing"}]"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "could not be applied");
+    for (content_type, body, message) in [
+        (JSON_PATCH, "not json", "invalid JSON patch"),
+        (JSON_PATCH, r#"{"op":"add"}"#, "invalid JSON patch"),
+        (
+            JSON_PATCH,
+            r#"[{"op":"frobnicate","path":"/spec"}]"#,
+            "invalid JSON patch",
+        ),
+        (JSON_PATCH, r#"[{"op":"add","value":1}]"#, "invalid JSON patch"),
+        (MERGE, "{\"spec\":", "invalid merge patch"),
+        (MERGE, "[1]", "a merge patch must be a JSON object"),
+    ] {
+        let r = api.patch(&obj(NS, "a"), content_type, body).await;
+        assert_status(&r, 400, "BadRequest", message);
+    }
+    // A patch cannot rename, move, or retype the object.
+    let r = api
+        .patch(&obj(NS, "a"), MERGE, r#"{"metadata":{"name":"b"}}"#)
+        .await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "the name of the object (b) does not match the name on the URL (a)",
+    );
+    let r = api
+        .patch(&obj(NS, "a"), MERGE, r#"{"metadata":{"namespace":"other"}}"#)
+        .await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "does not match the namespace sent on the request",
+    );
+    let r = api.patch(&obj(NS, "a"), MERGE, r#"{"kind":"Pod"}"#).await;
+    assert_status(&r, 400, "BadRequest", "kind");
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            MERGE,
+            r#"{"apiVersion":"etcd.operator.dev/v1alpha1"}"#,
+        )
+        .await;
+    assert_status(&r, 400, "BadRequest", "API version");
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            JSON_PATCH,
+            r#"[{"op":"test","path":"/metadata/resourceVersion","value":"1"}]"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "failed at path '/metadata/resourceVersion'");
+    api.assert_unchanged(&before, "failing patches").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deletion
+
+#[tokio::test]
+async fn delete_preconditions_that_do_not_match_are_409_and_delete_nothing() {
+    let api = Api::start().await;
+    let a = api.create("a").await;
+    let uid = a["metadata"]["uid"].as_str().unwrap();
+    let rv = a["metadata"]["resourceVersion"].as_str().unwrap();
+    let before = api.stored().await;
+    let r = api
+        .delete(
+            &obj(NS, "a"),
+            Some(&json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                          "preconditions": {"uid": "0f4b5c52-0000-0000-0000-000000000000"}})),
+        )
+        .await;
+    let s = assert_status(
+        &r,
+        409,
+        "Conflict",
+        &format!(
+            "Operation cannot be fulfilled on etcdclusters.etcd.operator.dev \"a\": Precondition failed: UID in precondition: 0f4b5c52-0000-0000-0000-000000000000, UID in object meta: {uid}"
+        ),
+    );
+    assert_eq!(s["details"]["name"], "a");
+    let r = api
+        .delete(
+            &obj(NS, "a"),
+            Some(&json!({"preconditions": {"resourceVersion": "1"}})),
+        )
+        .await;
+    assert_status(
+        &r,
+        409,
+        "Conflict",
+        &format!(
+            "Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}"
+        ),
+    );
+    // The same preconditions hold on deletecollection.
+    let r = api
+        .delete(
+            &coll(NS),
+            Some(&json!({"preconditions": {"uid": "0f4b5c52-0000-0000-0000-000000000000"}})),
+        )
+        .await;
+    assert_status(&r, 409, "Conflict", "Precondition failed: UID in precondition");
+    // Malformed or unsupported DeleteOptions.
+    let r = api
+        .call(
+            Method::DELETE,
+            &obj(NS, "a"),
+            &[("content-type", "application/json")],
+            "{\"preconditions\":",
+        )
+        .await;
+    assert_status(&r, 400, "BadRequest", "DeleteOptions");
+    let r = api
+        .delete(&obj(NS, "a"), Some(&json!({"propagationPolicy": "Sideways"})))
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"Sideways\"",
+    );
+    assert_eq!(cause_fields(&s), ["propagationPolicy"]);
+    let r = api
+        .delete(&format!("{}?propagationPolicy=Sideways", obj(NS, "a")), None)
+        .await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        "propagationPolicy: Unsupported value: \"Sideways\"",
+    );
+    api.assert_unchanged(&before, "failed preconditions").await;
+
+    // Matching preconditions delete.
+    api.delete(
+        &obj(NS, "a"),
+        Some(&json!({"preconditions": {"uid": uid, "resourceVersion": rv}})),
+    )
+    .await
+    .expect(200);
+    assert_status(&api.get(&obj(NS, "a")).await, 404, "NotFound", "\"a\" not found");
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_the_last_one_is_removed() {
+    let api = Api::start().await;
+    let mut b = cluster("held");
+    b["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    api.create_in(NS, &b).await;
+
+    let r = api.delete(&obj(NS, "held"), None).await;
+    let deleting = r.expect(200);
+    assert!(
+        deleting["metadata"]["deletionTimestamp"].is_string(),
+        "{deleting:#}"
+    );
+    assert_eq!(deleting["metadata"]["deletionGracePeriodSeconds"], 0);
+    let got = api.get(&obj(NS, "held")).await.expect(200);
+    assert_eq!(
+        got["metadata"]["deletionTimestamp"],
+        deleting["metadata"]["deletionTimestamp"]
+    );
+    assert_eq!(got["metadata"]["finalizers"], json!(["example.com/hold"]));
+    let before = api.stored().await;
+
+    // Deleting again changes nothing.
+    api.delete(&obj(NS, "held"), None).await.expect(200);
+    api.assert_unchanged(&before, "a second delete").await;
+
+    // No new finalizers while deleting, by PUT or by patch.
+    let mut more = got.clone();
+    more["metadata"]["finalizers"] = json!(["example.com/hold", "example.com/more"]);
+    let r = api.put(&obj(NS, "held"), &more).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/more\"}",
+    );
+    assert_eq!(cause_fields(&s), ["metadata.finalizers"]);
+    let r = api
+        .patch(
+            &obj(NS, "held"),
+            JSON_PATCH,
+            r#"[{"op":"add","path":"/metadata/finalizers/-","value":"example.com/more"}]"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "no new finalizers can be added");
+    // deletionTimestamp cannot be taken back.
+    let mut undelete = got.clone();
+    undelete["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("deletionTimestamp");
+    let r = api.put(&obj(NS, "held"), &undelete).await;
+    assert_eq!(r.expect(200), got);
+    api.assert_unchanged(&before, "an update without deletionTimestamp")
+        .await;
+
+    // Other updates are allowed while deleting and keep the deletion mark.
+    let labelled = api
+        .patch(&obj(NS, "held"), MERGE, r#"{"metadata":{"labels":{"a":"b"}}}"#)
+        .await
+        .expect(200);
+    assert_eq!(
+        labelled["metadata"]["deletionTimestamp"],
+        got["metadata"]["deletionTimestamp"]
+    );
+
+    // Removing the last finalizer deletes the object.
+    let r = api
+        .patch(&obj(NS, "held"), MERGE, r#"{"metadata":{"finalizers":null}}"#)
+        .await;
+    r.expect(200);
+    assert_status(
+        &api.get(&obj(NS, "held")).await,
+        404,
+        "NotFound",
+        "\"held\" not found",
+    );
+    assert!(api.stored().await.keys.is_empty());
+
+    // Foreground propagation holds the object with its finalizer, for the garbage collector.
+    api.create("fg").await;
+    let fg = api
+        .delete(
+            &obj(NS, "fg"),
+            Some(&json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"})),
+        )
+        .await
+        .expect(200);
+    assert_eq!(fg["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    assert!(fg["metadata"]["deletionTimestamp"].is_string());
+}
+
+#[tokio::test]
+async fn deletecollection_deletes_exactly_the_selected_objects() {
+    let api = Api::start().await;
+    for (ns, name, tier) in [
+        (NS, "a", Some("x")),
+        (NS, "b", Some("x")),
+        (NS, "c", Some("y")),
+        (NS, "d", None),
+        ("team-b", "e", Some("x")),
+    ] {
+        let mut b = cluster(name);
+        if let Some(t) = tier {
+            b["metadata"]["labels"] = json!({"tier": t});
+        }
+        api.create_in(ns, &b).await;
+    }
+    let mut held = cluster("f");
+    held["metadata"]["labels"] = json!({"tier": "x"});
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    api.create_in(NS, &held).await;
+
+    let r = api
+        .delete(&format!("{}?labelSelector=tier%3Dx", coll(NS)), None)
+        .await;
+    let list = r.expect(200);
+    assert_eq!(list["kind"], "EtcdClusterList");
+    let deleted: BTreeSet<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(deleted, BTreeSet::from(["a", "b", "f"]));
+    assert_eq!(
+        api.names(NS).await,
+        BTreeSet::from(["c".to_string(), "d".to_string(), "f".to_string()])
+    );
+    let f = api.get(&obj(NS, "f")).await.expect(200);
+    assert!(f["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(api.names("team-b").await, BTreeSet::from(["e".to_string()]));
+
+    // A field selector narrows the same way; nothing matching deletes nothing.
+    let before = api.stored().await;
+    let r = api
+        .delete(&format!("{}?labelSelector=tier%3Dnone", coll(NS)), None)
+        .await;
+    assert_eq!(r.expect(200)["items"], json!([]));
+    api.assert_unchanged(&before, "an empty deletecollection").await;
+    api.delete(&format!("{}?fieldSelector=metadata.name%3Dc", coll(NS)), None)
+        .await
+        .expect(200);
+    assert_eq!(
+        api.names(NS).await,
+        BTreeSet::from(["d".to_string(), "f".to_string()])
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subresources, generation, no-op writes, generateName
+
+#[tokio::test]
+async fn status_writes_change_only_status_and_main_writes_ignore_status() {
+    let api = Api::start().await;
+    let mut b = cluster("a");
+    b["status"] = json!({"replicas": 9, "phase": "Running"});
+    let created = api.create_in(NS, &b).await;
+    assert!(
+        created.get("status").is_none_or(Value::is_null),
+        "status is dropped on create: {created:#}"
+    );
+
+    let mut with_status = created.clone();
+    with_status["spec"]["replicas"] = json!(5);
+    with_status["metadata"]["labels"] = json!({"ignored": "yes"});
+    with_status["status"] = json!({"replicas": 3, "readyReplicas": 2, "observedGeneration": 1});
+    let r = api.put(&format!("{}/status", obj(NS, "a")), &with_status).await;
+    let after = r.expect(200);
+    assert_eq!(after["spec"]["replicas"], 3, "spec untouched: {after:#}");
+    assert!(
+        after["metadata"].get("labels").is_none(),
+        "metadata untouched: {after:#}"
+    );
+    assert_eq!(after["status"]["readyReplicas"], 2);
+    assert_eq!(after["metadata"]["generation"], 1);
+    assert_ne!(
+        after["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    let got = api.get(&format!("{}/status", obj(NS, "a"))).await.expect(200);
+    assert_eq!(got, after);
+
+    // The main resource ignores status: only a status change is a no-op.
+    let mut main = after.clone();
+    main["status"] = json!({"replicas": 1});
+    let before = api.stored().await;
+    let r = api.put(&obj(NS, "a"), &main).await;
+    let same = r.expect(200);
+    assert_eq!(same["status"], after["status"]);
+    assert_eq!(
+        same["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+    api.assert_unchanged(&before, "a main-resource PUT of status only")
+        .await;
+    let r = api
+        .patch(&obj(NS, "a"), MERGE, r#"{"status":{"readyReplicas":0}}"#)
+        .await;
+    assert_eq!(r.expect(200)["status"]["readyReplicas"], 2);
+    api.assert_unchanged(&before, "a main-resource patch of status only")
+        .await;
+
+    // A status patch.
+    let r = api
+        .patch(
+            &format!("{}/status", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":7},"status":{"readyReplicas":3}}"#,
+        )
+        .await;
+    let patched = r.expect(200);
+    assert_eq!(patched["status"]["readyReplicas"], 3);
+    assert_eq!(patched["spec"]["replicas"], 3);
+    assert_eq!(patched["metadata"]["generation"], 1);
+}
+
+#[tokio::test]
+async fn scale_subresource_reads_and_writes_replicas() {
+    let api = Api::start().await;
+    let created = api.create("a").await;
+    let scale = api.get(&format!("{}/scale", obj(NS, "a"))).await.expect(200);
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["apiVersion"], "autoscaling/v1");
+    assert_eq!(scale["metadata"]["name"], "a");
+    assert_eq!(scale["metadata"]["namespace"], NS);
+    assert_eq!(scale["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(
+        scale["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "etcd.operator.dev/cluster=a");
+    assert!(scale["status"]["selector"].is_string());
+
+    let mut put = scale.clone();
+    put["spec"]["replicas"] = json!(5);
+    let r = api.put(&format!("{}/scale", obj(NS, "a")), &put).await;
+    let scaled = r.expect(200);
+    assert_eq!(scaled["kind"], "Scale");
+    assert_eq!(scaled["spec"]["replicas"], 5);
+    let parent = api.get(&obj(NS, "a")).await.expect(200);
+    assert_eq!(parent["spec"]["replicas"], 5);
+    assert_eq!(parent["metadata"]["generation"], 2);
+    assert_eq!(
+        scaled["metadata"]["resourceVersion"],
+        parent["metadata"]["resourceVersion"]
+    );
+
+    let r = api
+        .patch(
+            &format!("{}/scale", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":7}}"#,
+        )
+        .await;
+    assert_eq!(r.expect(200)["spec"]["replicas"], 7);
+    let parent = api.get(&obj(NS, "a")).await.expect(200);
+    assert_eq!(parent["spec"]["replicas"], 7);
+    assert_eq!(parent["metadata"]["generation"], 3);
+
+    let before = api.stored().await;
+    let mut zero = put.clone();
+    zero["spec"]["replicas"] = json!(0);
+    zero["metadata"]["resourceVersion"] = parent["metadata"]["resourceVersion"].clone();
+    let r = api.put(&format!("{}/scale", obj(NS, "a")), &zero).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdCluster.etcd.operator.dev \"a\" is invalid",
+    );
+    assert_eq!(cause_fields(&s), ["spec.replicas"]);
+    let r = api
+        .patch(
+            &format!("{}/scale", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":0}}"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "spec.replicas");
+    let r = api
+        .patch(
+            &format!("{}/scale", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":"many"}}"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "spec.replicas");
+    let mut wrong_kind = zero.clone();
+    wrong_kind["kind"] = json!("Pod");
+    wrong_kind["spec"]["replicas"] = json!(5);
+    let r = api.put(&format!("{}/scale", obj(NS, "a")), &wrong_kind).await;
+    assert_status(&r, 400, "BadRequest", "Scale");
+    let mut renamed = zero.clone();
+    renamed["metadata"]["name"] = json!("b");
+    renamed["spec"]["replicas"] = json!(5);
+    let r = api.put(&format!("{}/scale", obj(NS, "a")), &renamed).await;
+    assert_status(&r, 400, "BadRequest", "does not match the name on the URL");
+    api.assert_unchanged(&before, "invalid scale writes").await;
+
+    // The v1alpha1 path scales `size`.
+    let v1 = format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters/a");
+    let r = api
+        .patch(&format!("{v1}/scale"), MERGE, r#"{"spec":{"replicas":3}}"#)
+        .await;
+    assert_eq!(r.expect(200)["spec"]["replicas"], 3);
+    assert_eq!(api.get(&v1).await.expect(200)["spec"]["size"], 3);
+}
+
+#[tokio::test]
+async fn generation_bumps_only_for_spec_changes_and_identical_writes_are_no_ops() {
+    let api = Api::start().await;
+    let created = api.create("a").await;
+    assert_eq!(created["metadata"]["generation"], 1);
+
+    let before = api.stored().await;
+    let r = api.put(&obj(NS, "a"), &created).await;
+    let same = r.expect(200);
+    assert_eq!(same, created, "an identical PUT returns the stored object");
+    api.assert_unchanged(&before, "an identical PUT").await;
+    let r = api.patch(&obj(NS, "a"), MERGE, "{}").await;
+    assert_eq!(r.expect(200), created);
+    let r = api
+        .patch(&obj(NS, "a"), MERGE, r#"{"spec":{"replicas":3}}"#)
+        .await;
+    assert_eq!(r.expect(200), created);
+    api.assert_unchanged(&before, "no-op patches").await;
+
+    let labelled = api
+        .patch(
+            &obj(NS, "a"),
+            MERGE,
+            r#"{"metadata":{"labels":{"x":"y"},"annotations":{"n":"1"}}}"#,
+        )
+        .await
+        .expect(200);
+    assert_eq!(labelled["metadata"]["generation"], 1);
+    assert_ne!(
+        labelled["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+
+    let mut bigger = labelled.clone();
+    bigger["spec"]["replicas"] = json!(5);
+    let updated = api.put(&obj(NS, "a"), &bigger).await.expect(200);
+    assert_eq!(updated["metadata"]["generation"], 2);
+    // A client cannot set generation.
+    let mut forged = updated.clone();
+    forged["metadata"]["generation"] = json!(42);
+    let r = api.put(&obj(NS, "a"), &forged).await.expect(200);
+    assert_eq!(r["metadata"]["generation"], 2);
+    let v1 = api
+        .patch(
+            &format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters/a"),
+            MERGE,
+            r#"{"spec":{"size":7}}"#,
+        )
+        .await
+        .expect(200);
+    assert_eq!(v1["metadata"]["generation"], 3);
+}
+
+#[tokio::test]
+async fn generate_name_completes_the_name() {
+    let api = Api::start().await;
+    let mut b = cluster("x");
+    b["metadata"] = json!({"generateName": "demo-"});
+    let mut names = BTreeSet::new();
+    for _ in 0..3 {
+        let created = api.create_in(NS, &b).await;
+        let name = created["metadata"]["name"].as_str().unwrap().to_string();
+        assert_eq!(name.len(), "demo-".len() + 5, "{name}");
+        assert!(name.starts_with("demo-"), "{name}");
+        assert!(
+            name[5..]
+                .bytes()
+                .all(|c| b"bcdfghjklmnpqrstvwxz2456789".contains(&c)),
+            "{name}"
+        );
+        assert_eq!(created["metadata"]["generateName"], "demo-");
+        api.get(&obj(NS, &name)).await.expect(200);
+        names.insert(name);
+    }
+    assert_eq!(names.len(), 3);
+    assert_eq!(api.names(NS).await, names);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paging and compaction
+
+#[tokio::test]
+async fn list_pages_through_every_object_exactly_once() {
+    let api = Api::start().await;
+    for i in 0..5 {
+        api.create(&format!("p{i}")).await;
+    }
+    api.create_in("team-b", &cluster("other")).await;
+
+    let mut seen = Vec::new();
+    let mut list_rv: Option<String> = None;
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    let mut remaining = Vec::new();
+    loop {
+        let uri = match &token {
+            Some(t) => format!("{}?limit=2&continue={t}", coll(NS)),
+            None => format!("{}?limit=2", coll(NS)),
+        };
+        let page = api.get(&uri).await.expect(200);
+        pages += 1;
+        let rv = page["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        match &list_rv {
+            Some(first) => assert_eq!(&rv, first, "every page carries the list's resourceVersion"),
+            None => list_rv = Some(rv),
+        }
+        for item in page["items"].as_array().unwrap() {
+            seen.push(item["metadata"]["name"].as_str().unwrap().to_string());
+        }
+        remaining.push(page["metadata"]["remainingItemCount"].clone());
+        if pages == 1 {
+            // A write between pages does not show in later pages: they are one snapshot.
+            api.patch(&obj(NS, "p4"), MERGE, r#"{"metadata":{"labels":{"late":"yes"}}}"#)
+                .await
+                .expect(200);
+        }
+        match page["metadata"]["continue"].as_str() {
+            Some(t) if !t.is_empty() => token = Some(t.to_string()),
+            _ => {
+                let last = page["items"].as_array().unwrap().last().unwrap().clone();
+                assert!(last["metadata"].get("labels").is_none(), "{last:#}");
+                break;
+            }
+        }
+    }
+    assert_eq!(seen, ["p0", "p1", "p2", "p3", "p4"]);
+    assert_eq!(pages, 3);
+    assert_eq!(remaining, [json!(3), json!(1), Value::Null]);
+
+    // Across all namespaces too.
+    let all = api
+        .get(&format!("{GROUP_PATH}/v1alpha2/etcdclusters?limit=4"))
+        .await
+        .expect(200);
+    assert_eq!(all["items"].as_array().unwrap().len(), 4);
+    assert_eq!(all["metadata"]["remainingItemCount"], 2);
+    // Empty lists have `items: []`.
+    let empty = api.get(&coll("nobody")).await.expect(200);
+    assert_eq!(empty["items"], json!([]));
+}
+
+#[tokio::test]
+async fn an_expired_continue_token_is_410_with_an_inconsistent_continue_token() {
+    let api = Api::start().await;
+    for i in 0..5 {
+        api.create(&format!("p{i}")).await;
+    }
+    let first = api.get(&format!("{}?limit=2", coll(NS))).await.expect(200);
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    // Move on and compact the backing etcd past the list's revision.
+    api.patch(&obj(NS, "p3"), MERGE, r#"{"metadata":{"labels":{"late":"yes"}}}"#)
+        .await
+        .expect(200);
+    let revision = api.stored().await.revision;
+    api.etcd_client.kv_client().compact(revision, None).await.unwrap();
+
+    let r = api.get(&format!("{}?limit=2&continue={token}", coll(NS))).await;
+    let s = assert_status(
+        &r,
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result.",
+    );
+    let inconsistent = s["metadata"]["continue"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| panic!("the Status carries a continue token: {s:#}"))
+        .to_string();
+    assert_ne!(inconsistent, token);
+
+    // It continues where the expired one would have, at the latest state.
+    let mut names = Vec::new();
+    let mut next = Some(inconsistent);
+    while let Some(t) = next {
+        let page = api
+            .get(&format!("{}?limit=2&continue={t}", coll(NS)))
+            .await
+            .expect(200);
+        for item in page["items"].as_array().unwrap() {
+            names.push(item["metadata"]["name"].as_str().unwrap().to_string());
+            if item["metadata"]["name"] == "p3" {
+                assert_eq!(item["metadata"]["labels"]["late"], "yes");
+            }
+        }
+        next = page["metadata"]["continue"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+    }
+    assert_eq!(names, ["p2", "p3", "p4"]);
+
+    // An exact list at the compacted revision is 410 too.
+    let old = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let r = api
+        .get(&format!(
+            "{}?resourceVersion={old}&resourceVersionMatch=Exact",
+            coll(NS)
+        ))
+        .await;
+    assert_status(
+        &r,
+        410,
+        "Expired",
+        "The resourceVersion for the provided list is too old.",
+    );
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_resource_version_is_an_error_event_with_410() {
+    let api = Api::start().await;
+    let first = api.create("a").await;
+    let old: u64 = first["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for i in 0..3 {
+        api.patch(
+            &obj(NS, "a"),
+            MERGE,
+            &json!({"metadata": {"labels": {"n": i.to_string()}}}).to_string(),
+        )
+        .await
+        .expect(200);
+    }
+    // Compact the backing etcd past `old` and start a server on it (its history begins now).
+    let revision = api.stored().await.revision;
+    api.etcd_client.kv_client().compact(revision, None).await.unwrap();
+    let (restarted, _storage) = Api::app_on(&api.etcd_client, Arc::new(FixedUser)).await;
+    let r = send_to(
+        &restarted,
+        Request::get(format!("{}?watch=true&resourceVersion={old}", coll(NS)))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.len(), 1, "{text}");
+    assert_eq!(events[0]["type"], "ERROR");
+    let status = &events[0]["object"];
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["apiVersion"], "v1");
+    assert_eq!(status["code"], 410);
+    assert_eq!(status["reason"], "Expired");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("too old resource version: {old} (")),
+        "{status:#}"
+    );
+
+    // The running server's own compactor tells its watch cache, with the same outcome.
+    api.storage.compact().await.unwrap();
+    api.patch(&obj(NS, "a"), MERGE, r#"{"metadata":{"labels":{"n":"x"}}}"#)
+        .await
+        .expect(200);
+    api.storage.compact().await.unwrap();
+    let r = api
+        .get(&format!("{}?watch=1&resourceVersion={old}", coll(NS)))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let event: Value = serde_json::from_slice(r.body.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ERROR", "{event:#}");
+    assert_eq!(event["object"]["code"], 410, "{event:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Representations
+
+#[tokio::test]
+async fn tables_and_partial_object_metadata() {
+    let api = Api::start().await;
+    let a = api.create("a").await;
+    api.create("b").await;
+
+    let r = api.get_accept(&coll(NS), TABLE).await;
+    let table = r.expect(200);
+    assert_eq!(table["kind"], "Table");
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+    let columns = table["columnDefinitions"].as_array().unwrap();
+    assert!(columns.len() >= 3);
+    assert_eq!(columns[0]["name"], "Name");
+    assert_eq!(columns[0]["format"], "name");
+    let rows = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["cells"][0], "a");
+    assert_eq!(rows[0]["cells"].as_array().unwrap().len(), columns.len());
+    assert_eq!(rows[0]["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(rows[0]["object"]["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(rows[0]["object"]["metadata"]["uid"], a["metadata"]["uid"]);
+    assert!(rows[0]["object"].get("spec").is_none());
+
+    let one = api.get_accept(&obj(NS, "a"), TABLE).await.expect(200);
+    assert_eq!(one["kind"], "Table");
+    assert_eq!(one["rows"].as_array().unwrap().len(), 1);
+    let full = api
+        .get_accept(&format!("{}?includeObject=Object", coll(NS)), TABLE)
+        .await
+        .expect(200);
+    assert_eq!(full["rows"][0]["object"]["kind"], "EtcdCluster");
+    let none = api
+        .get_accept(&format!("{}?includeObject=None", coll(NS)), TABLE)
+        .await
+        .expect(200);
+    assert!(none["rows"][0]["object"].is_null());
+    let empty = api.get_accept(&coll("nobody"), TABLE).await.expect(200);
+    assert_eq!(empty["rows"], json!([]));
+
+    let meta_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let list = api.get_accept(&coll(NS), meta_accept).await.expect(200);
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert_eq!(list["apiVersion"], "meta.k8s.io/v1");
+    assert!(list["metadata"]["resourceVersion"].is_string());
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0]["kind"], "PartialObjectMetadata");
+    assert_eq!(items[0]["metadata"]["name"], "a");
+    assert!(items[0].get("spec").is_none());
+    let empty = api.get_accept(&coll("nobody"), meta_accept).await.expect(200);
+    assert_eq!(empty["items"], json!([]));
+    let one = api
+        .get_accept(
+            &obj(NS, "a"),
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .await
+        .expect(200);
+    assert_eq!(one["kind"], "PartialObjectMetadata");
+    assert_eq!(one["metadata"]["name"], "a");
+
+    let yaml = api.get_accept(&obj(NS, "a"), "application/yaml").await;
+    assert_eq!(yaml.status, StatusCode::OK);
+    assert_eq!(yaml.header("content-type"), Some("application/yaml"));
+    let parsed: Value = serde_yaml::from_slice(&yaml.body).unwrap();
+    assert_eq!(parsed, a);
+}
+
+#[tokio::test]
+async fn discovery_and_openapi_are_cacheable() {
+    let api = Api::start().await;
+    let r = api.get_accept("/apis", AGGREGATED_ACCEPT).await;
+    let doc = r.expect(200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    );
+    assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    let etag = r.header("etag").expect("an ETag").to_string();
+    let r = api
+        .call(
+            Method::GET,
+            "/apis",
+            &[("accept", AGGREGATED_ACCEPT), ("if-none-match", &etag)],
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    assert!(r.body.is_empty());
+    let r = api
+        .call(
+            Method::GET,
+            "/apis",
+            &[("accept", AGGREGATED_ACCEPT), ("if-none-match", "\"stale\"")],
+            Body::empty(),
+        )
+        .await;
+    r.expect(200);
+    let legacy = api.get_accept("/apis", "application/json").await.expect(200);
+    assert_eq!(legacy["kind"], "APIGroupList");
+
+    let resources = api.get(&format!("{GROUP_PATH}/v1alpha2")).await.expect(200);
+    let names: Vec<&str> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["etcdclusters", "etcdclusters/status", "etcdclusters/scale"]
+    );
+
+    let root = api.get("/openapi/v3").await.expect(200);
+    let paths = root["paths"].as_object().unwrap();
+    assert_eq!(paths.len(), 2, "{root:#}");
+    for version in ["v1alpha1", "v1alpha2"] {
+        let url = paths[&format!("apis/etcd.operator.dev/{version}")]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            url.starts_with(&format!("/openapi/v3/apis/etcd.operator.dev/{version}?hash=")),
+            "{url}"
+        );
+        let r = api
+            .get(&format!(
+                "/openapi/v3/apis/etcd.operator.dev/{version}?hash=WRONG"
+            ))
+            .await;
+        assert_eq!(r.status, StatusCode::MOVED_PERMANENTLY);
+        assert_eq!(r.header("location"), Some(url.as_str()));
+        let r = api.get(&url).await;
+        let doc = r.expect(200);
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        assert_eq!(r.header("cache-control"), Some("public, immutable"));
+        assert!(r.header("etag").is_some());
+    }
+    let r = api.get("/openapi/v2").await;
+    r.expect(200);
+    let etag = r.header("etag").unwrap().to_string();
+    let r = api
+        .call(
+            Method::GET,
+            "/openapi/v2",
+            &[("if-none-match", &etag)],
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Odd input never reaches a 500
+
+#[tokio::test]
+async fn odd_input_gets_a_client_error_never_a_server_error() {
+    let api = Api::start().await;
+    let existing = api.create("a").await;
+    let before = api.stored().await;
+    let mut bodies = Vec::new();
+    let mut named = |f: &dyn Fn(&mut Value)| {
+        let mut b = cluster("odd");
+        f(&mut b);
+        bodies.push(b);
+    };
+    named(&|b| b["metadata"]["name"] = json!("UPPER"));
+    named(&|b| b["metadata"]["name"] = json!("a.b"));
+    named(&|b| b["metadata"]["name"] = json!("x".repeat(80)));
+    named(&|b| b["metadata"]["name"] = json!("../escape"));
+    named(&|b| b["metadata"]["name"] = json!(5));
+    named(&|b| b["metadata"] = json!("string"));
+    named(&|b| b["metadata"] = json!(null));
+    named(&|b| b["spec"] = json!([]));
+    named(&|b| b["spec"]["replicas"] = json!("three"));
+    named(&|b| b["spec"]["replicas"] = json!(1e12));
+    named(&|b| b["metadata"]["labels"] = json!({"bad key": "x"}));
+    named(&|b| b["metadata"]["labels"] = json!({"k": "v w"}));
+    named(&|b| b["metadata"]["annotations"] = json!({"k": 1}));
+    for body in &bodies {
+        let r = api.post(&coll(NS), body).await;
+        assert!(
+            r.status.is_client_error(),
+            "{body}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.json()["kind"], "Status", "{body}");
+    }
+    let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+    let deep_yaml = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+    let bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]\ni: [*h, *h, *h, *h, *h, *h, *h, *h, *h]\n";
+    for (content_type, body) in [
+        ("application/json", deep.as_str()),
+        ("application/yaml", deep_yaml.as_str()),
+        ("application/yaml", bomb),
+        ("application/json", "\u{feff}{}"),
+        ("application/json", "{\"a\":\"\\ud800\"}"),
+    ] {
+        let r = api
+            .call(
+                Method::POST,
+                &coll(NS),
+                &[("content-type", content_type)],
+                body.to_string(),
+            )
+            .await;
+        assert!(
+            r.status.is_client_error(),
+            "{}: {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.json()["kind"], "Status");
+    }
+    for (content_type, patch) in [
+        (MERGE, r#"{"metadata":null}"#),
+        (MERGE, r#"{"spec":null}"#),
+        (MERGE, r#"{"apiVersion":null}"#),
+        (MERGE, r#"{"metadata":{"name":null}}"#),
+        (JSON_PATCH, r#"[{"op":"remove","path":"/metadata"}]"#),
+        (JSON_PATCH, r#"[{"op":"replace","path":"/spec","value":"x"}]"#),
+        (JSON_PATCH, r#"[{"op":"replace","path":"","value":[]}]"#),
+        (JSON_PATCH, r#"[{"op":"move","from":"/spec","path":"/spec/x"}]"#),
+        (JSON_PATCH, r#"[]"#),
+    ] {
+        let r = api.patch(&obj(NS, "a"), content_type, patch).await;
+        assert!(
+            r.status.is_client_error() || r.status == StatusCode::OK,
+            "{patch}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        if r.status == StatusCode::OK {
+            assert_eq!(
+                r.json()["metadata"]["resourceVersion"],
+                existing["metadata"]["resourceVersion"],
+                "{patch}"
+            );
+        } else {
+            assert_eq!(r.json()["kind"], "Status");
+        }
+    }
+    for path in [
+        format!("{}/%2e%2e", coll(NS)),
+        format!("{}/a%2Fb", coll(NS)),
+        format!("{}/UPPER", coll(NS)),
+        format!("{GROUP_PATH}/v1alpha2/namespaces/%2e%2e/etcdclusters/a"),
+        format!("{GROUP_PATH}/v1alpha2/namespaces/UPPER_NS/etcdclusters"),
+        format!("{GROUP_PATH}/v1alpha2/namespaces//etcdclusters"),
+        format!("{}?limit=-1", coll(NS)),
+        format!("{}?limit=99999999999999999999", coll(NS)),
+        format!("{}?resourceVersion=99999999999999999999", coll(NS)),
+        format!("{}?resourceVersion=-5", coll(NS)),
+        format!("{}?labelSelector=%ff%fe", coll(NS)),
+        format!("{}?watch=true&timeoutSeconds=-1", coll(NS)),
+        format!("{}?watch=true&resourceVersion=99999999999999999999", coll(NS)),
+        format!("{}/a?resourceVersion=abc", coll(NS)),
+    ] {
+        let r = api.get(&path).await;
+        assert!(
+            !r.status.is_server_error(),
+            "{path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        if !r.status.is_success() {
+            assert_eq!(r.json()["kind"], "Status", "{path}");
+        }
+    }
+    for path in [
+        format!("{GROUP_PATH}/v1alpha2/namespaces/UPPER_NS/etcdclusters"),
+        format!("{GROUP_PATH}/v1alpha2/namespaces/%2e%2e/etcdclusters"),
+    ] {
+        let r = api.post(&path, &cluster("b")).await;
+        assert!(
+            r.status.is_client_error(),
+            "{path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    api.assert_unchanged(&before, "odd input").await;
+}

@@ -1,0 +1,170 @@
+//! The controller's vocabulary: which cluster, how a member is configured, and what the runtime
+//! and etcd report about members. Plain data, shared by the planner, runtimes and reconciler.
+
+use serde::{Deserialize, Serialize};
+
+/// The EtcdCluster a member belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClusterRef {
+    /// Namespace of the EtcdCluster.
+    pub namespace: String,
+    /// Name of the EtcdCluster.
+    pub name: String,
+    /// UID of the EtcdCluster (owner references; the cluster token).
+    pub uid: String,
+}
+
+impl ClusterRef {
+    /// `<namespace>/<name>`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// How a member joins: as part of a brand-new cluster, or into a running one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialState {
+    /// `--initial-cluster-state=new`: static bootstrap with every initial member.
+    New,
+    /// `--initial-cluster-state=existing`: joins a running cluster (after a member add).
+    Existing,
+}
+
+impl InitialState {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::Existing => "existing",
+        }
+    }
+}
+
+/// Everything etcd needs to start a member, decided once and persisted with the member so a
+/// restarted operator starts it the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberConfig {
+    /// etcd version to run, e.g. `3.5.1`.
+    pub version: String,
+    /// `--initial-cluster` as (name, peer URL) pairs.
+    pub initial_cluster: Vec<(String, String)>,
+    /// `--initial-cluster-state`.
+    pub initial_state: InitialState,
+    /// `--initial-cluster-token`.
+    pub cluster_token: String,
+}
+
+impl MemberConfig {
+    /// `--initial-cluster` as etcd wants it: `a=http://..,b=http://..`.
+    pub fn initial_cluster_flag(&self) -> String {
+        self.initial_cluster
+            .iter()
+            .map(|(n, u)| format!("{n}={u}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Whether a member's process (or Pod) runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// Addresses and storage are reserved; never started (no config yet, or not started yet).
+    Reserved,
+    /// The process or Pod runs.
+    Running,
+    /// It was started and is gone now (process exited, Pod failed or deleted).
+    Gone {
+        /// Why, for status and events.
+        reason: String,
+        /// Whether its data survived, so starting it again brings the member back (a volume
+        /// or data directory still there); otherwise it must be replaced.
+        restartable: bool,
+    },
+}
+
+/// A member as the runtime sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeMember {
+    /// Member name (Pod name in Kubernetes).
+    pub name: String,
+    /// Peer URL other members reach it on.
+    pub peer_url: String,
+    /// Client URL.
+    pub client_url: String,
+    /// The start configuration, once decided.
+    pub config: Option<MemberConfig>,
+    /// Process state.
+    pub liveness: Liveness,
+}
+
+/// A member as etcd's member list reports it, joined with its status when it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdMember {
+    /// Member ID.
+    pub id: u64,
+    /// Name (empty until the member has started once).
+    pub name: String,
+    /// Peer URLs.
+    pub peer_urls: Vec<String>,
+    /// Client URLs (empty until started).
+    pub client_urls: Vec<String>,
+    /// Non-voting learner.
+    pub learner: bool,
+    /// Health and version, when its endpoint answered a status request.
+    pub status: Option<MemberHealth>,
+}
+
+/// What a member's own status endpoint said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberHealth {
+    /// Server version.
+    pub version: String,
+    /// Raft applied index.
+    pub raft_applied_index: u64,
+    /// The leader it sees (0: none).
+    pub leader: u64,
+    /// Alarms or errors it reports (empty when healthy).
+    pub errors: Vec<String>,
+}
+
+/// The cluster as etcd reports it (from any member that answered).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EtcdView {
+    /// Cluster ID.
+    pub cluster_id: u64,
+    /// The member list.
+    pub members: Vec<EtcdMember>,
+    /// Current leader ID (0: none known).
+    pub leader: u64,
+}
+
+impl EtcdView {
+    /// Voting members.
+    pub fn voters(&self) -> impl Iterator<Item = &EtcdMember> {
+        self.members.iter().filter(|m| !m.learner)
+    }
+
+    /// Voters that answered their status without errors and see a leader.
+    pub fn healthy_voters(&self) -> usize {
+        self.voters().filter(|m| is_healthy(m)).count()
+    }
+
+    /// The member with this peer URL.
+    pub fn by_peer_url(&self, url: &str) -> Option<&EtcdMember> {
+        self.members.iter().find(|m| m.peer_urls.iter().any(|u| u == url))
+    }
+}
+
+/// Whether a member answered its status, reports no errors and sees a leader.
+pub fn is_healthy(m: &EtcdMember) -> bool {
+    m.status
+        .as_ref()
+        .is_some_and(|s| s.errors.is_empty() && s.leader != 0)
+}
+
+/// Quorum of a cluster of `voters` voting members.
+pub fn quorum(voters: usize) -> usize {
+    voters / 2 + 1
+}

@@ -1,0 +1,709 @@
+//! The kubernetes runtime: every member is a Pod named after it with its own PVC (`<member>-data`),
+//! or a tmpfs emptyDir for `medium: Memory`; a headless peer Service, a client Service and a
+//! PodDisruptionBudget per cluster. Objects are built by [`crate::resources`].
+//!
+//! State lives in the cluster, so a restarted operator re-adopts its members:
+//! - the member label on Pods and PVCs names the members;
+//! - a member's [`MemberConfig`] is stored as the `etcd.operator.dev/member-config` annotation on
+//!   its PVC when it is started (before its Pod exists) and on its Pod, so a deleted Pod is
+//!   recreated identically on the same PVC.
+//!
+//! `medium: Memory` members have no PVC, so nothing in the cluster records them before their Pod
+//! exists. Their reservation (and configuration, until the Pod carries it) is kept in this
+//! runtime's memory: after an operator restart a reserved-but-unstarted memory member is simply
+//! unknown (the planner sees it as absent and plans again), and a running one is re-adopted from
+//! its Pod. A memory member whose Pod is gone has lost its data: it is reported `Gone` while the
+//! runtime remembers it, and [`Runtime::start`] refuses to restart it empty (it must be replaced).
+//!
+//! Liveness of a member:
+//! - Pod present and not being deleted: `Running` (also while `Pending` or `Unknown`: etcd's own
+//!   health decides whether it works), `Gone` when its phase is `Failed` or `Succeeded`, or when
+//!   its PVC is being deleted;
+//! - Pod being deleted, or missing while a configuration is recorded: `Gone`;
+//! - no Pod and no configuration: `Reserved`.
+//!
+//! A member whose every object is being deleted (after [`Runtime::remove`]) is not reported.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use etcd_operator_api::defaults::effective_storage;
+use etcd_operator_api::naming::{self, MEMBER_LABEL};
+use etcd_operator_api::v1alpha2::StorageMedium;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{ClusterSpecView, Runtime, RuntimeError};
+use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+use crate::resources::{
+    self, FIELD_MANAGER, MEMBER_CONFIG_ANNOTATION, RELEASED_FROM_ANNOTATION, build_client_service, build_pdb,
+    build_peer_service, build_pod, build_pvc, cluster_object_reference, list_selector,
+};
+
+/// A `medium: Memory` member as this runtime remembers it.
+#[derive(Debug, Clone, Default)]
+struct MemoryMember {
+    /// The first start configuration.
+    config: Option<MemberConfig>,
+    /// Its Pod was created (or seen running): a missing Pod now means lost data.
+    pod_created: bool,
+}
+
+/// Memory members per cluster (`namespace/name`).
+type MemoryMembers = HashMap<String, BTreeMap<String, MemoryMember>>;
+
+/// Runs members as Pods through a Kubernetes API server.
+#[derive(Clone)]
+pub struct KubernetesRuntime {
+    client: Client,
+    recorder: Recorder,
+    memory: Arc<Mutex<MemoryMembers>>,
+}
+
+impl fmt::Debug for KubernetesRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubernetesRuntime").finish_non_exhaustive()
+    }
+}
+
+/// The Pod and PVC of one member, as listed.
+#[derive(Debug, Default)]
+struct MemberObjects {
+    pod: Option<Pod>,
+    pvc: Option<PersistentVolumeClaim>,
+}
+
+fn kube_error(op: &'static str) -> impl FnOnce(kube::Error) -> RuntimeError {
+    move |source| RuntimeError::Kube { op, source }
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.is_not_found())
+}
+
+fn is_already_exists(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.is_already_exists() || status.code == 409)
+}
+
+/// Treats "not found" as done (deletes are idempotent).
+fn ignore_not_found<T>(result: Result<T, kube::Error>, op: &'static str) -> Result<(), RuntimeError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(error) if is_not_found(&error) => Ok(()),
+        Err(source) => Err(RuntimeError::Kube { op, source }),
+    }
+}
+
+fn being_deleted<K: Resource>(obj: &K) -> bool {
+    obj.meta().deletion_timestamp.is_some()
+}
+
+fn pod_phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// Whether a Pod's data volume is a tmpfs emptyDir (`medium: Memory`).
+fn is_memory_pod(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|volumes| {
+            volumes
+                .iter()
+                .any(|v| v.name == resources::DATA_VOLUME && v.empty_dir.is_some())
+        })
+}
+
+/// The configuration stored on an object, if any.
+fn stored_config<K: Resource>(obj: &K, member: &str) -> Result<Option<MemberConfig>, RuntimeError> {
+    let Some(value) = obj
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MEMBER_CONFIG_ANNOTATION))
+    else {
+        return Ok(None);
+    };
+    resources::decode_config(value)
+        .map(Some)
+        .map_err(|e| RuntimeError::State {
+            member: member.to_owned(),
+            detail: format!(
+                "annotation {MEMBER_CONFIG_ANNOTATION} does not hold a member configuration: {e}"
+            ),
+        })
+}
+
+/// A merge patch that detaches a kept PVC from its cluster: no cluster or member label (so it is
+/// no member any more), no owner reference (so deleting the cluster does not collect it), and an
+/// annotation naming where it came from.
+fn release_patch(cluster: &ClusterRef, member: &str) -> serde_json::Value {
+    json!({
+        "metadata": {
+            "labels": { naming::CLUSTER_LABEL: null, MEMBER_LABEL: null },
+            "ownerReferences": null,
+            "annotations": {
+                RELEASED_FROM_ANNOTATION: format!("{}/{}/{member}", cluster.namespace, cluster.name),
+            },
+        }
+    })
+}
+
+impl KubernetesRuntime {
+    /// A runtime acting through `client`; Events are reported as `etcd-operator`.
+    pub fn new(client: Client) -> Self {
+        let recorder = Recorder::new(client.clone(), Reporter::from(FIELD_MANAGER));
+        Self {
+            client,
+            recorder,
+            memory: Arc::default(),
+        }
+    }
+
+    fn api<K>(&self, cluster: &ClusterRef) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &cluster.namespace)
+    }
+
+    /// Runs `f` on the memory members of `cluster`.
+    fn with_memory<T>(
+        &self,
+        cluster: &ClusterRef,
+        f: impl FnOnce(&mut BTreeMap<String, MemoryMember>) -> T,
+    ) -> T {
+        let mut all = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
+        let members = all.entry(cluster.key()).or_default();
+        let out = f(members);
+        if members.is_empty() {
+            all.remove(&cluster.key());
+        }
+        out
+    }
+
+    /// Lists the Pods and PVCs of the cluster, grouped by member.
+    async fn list_objects(
+        &self,
+        cluster: &ClusterRef,
+    ) -> Result<BTreeMap<String, MemberObjects>, RuntimeError> {
+        let params = ListParams::default().labels(&list_selector(cluster));
+        let pods = self
+            .api::<Pod>(cluster)
+            .list(&params)
+            .await
+            .map_err(kube_error("list member Pods"))?;
+        let pvcs = self
+            .api::<PersistentVolumeClaim>(cluster)
+            .list(&params)
+            .await
+            .map_err(kube_error("list member PersistentVolumeClaims"))?;
+        let mut objects: BTreeMap<String, MemberObjects> = BTreeMap::new();
+        for pod in pods.items {
+            match pod.labels().get(MEMBER_LABEL).cloned() {
+                Some(member) => objects.entry(member).or_default().pod = Some(pod),
+                None => debug!(pod = %pod.name_any(), "ignoring a Pod without the member label"),
+            }
+        }
+        for pvc in pvcs.items {
+            match pvc.labels().get(MEMBER_LABEL).cloned() {
+                Some(member) => objects.entry(member).or_default().pvc = Some(pvc),
+                None => debug!(pvc = %pvc.name_any(), "ignoring a PVC without the member label"),
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Classifies one member; `None` when it is on its way out.
+    fn classify(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        objects: &MemberObjects,
+        memory: Option<&MemoryMember>,
+    ) -> Result<Option<RuntimeMember>, RuntimeError> {
+        let pod = objects.pod.as_ref();
+        let pvc = objects.pvc.as_ref();
+        let pod_alive = pod.is_some_and(|p| !being_deleted(p));
+        let pvc_alive = pvc.is_some_and(|p| !being_deleted(p));
+        let remembered = memory.is_some();
+        if !pod_alive && !pvc_alive && !remembered {
+            return Ok(None);
+        }
+        let config = match pod.map(|p| stored_config(p, name)).transpose()?.flatten() {
+            Some(config) => Some(config),
+            None => match pvc.map(|p| stored_config(p, name)).transpose()?.flatten() {
+                Some(config) => Some(config),
+                None => memory.and_then(|m| m.config.clone()),
+            },
+        };
+        let liveness = match pod {
+            Some(pod) if !being_deleted(pod) => match pod_phase(pod) {
+                phase @ ("Failed" | "Succeeded") => Liveness::Gone {
+                    reason: format!("Pod {name} has phase {phase}"),
+                    restartable: pvc.is_some(),
+                },
+                _ if pvc.is_some_and(being_deleted) => Liveness::Gone {
+                    reason: format!("the PersistentVolumeClaim of member {name} is being deleted"),
+                    restartable: false,
+                },
+                _ => Liveness::Running,
+            },
+            Some(_) => Liveness::Gone {
+                reason: format!("Pod {name} is being deleted"),
+                restartable: pvc.is_some_and(|p| !being_deleted(p)),
+            },
+            None if memory.is_some_and(|m| m.pod_created) => Liveness::Gone {
+                reason: format!("Pod {name} is gone and with it the member's in-memory data"),
+                restartable: false,
+            },
+            None if pvc.is_some() && config.is_some() => Liveness::Gone {
+                reason: format!("Pod {name} is missing"),
+                restartable: true,
+            },
+            None => Liveness::Reserved,
+        };
+        Ok(Some(RuntimeMember {
+            name: name.to_owned(),
+            peer_url: resources::peer_url(cluster, name),
+            client_url: resources::client_url(cluster, name),
+            config,
+            liveness,
+        }))
+    }
+
+    /// Every member, with memory members seen running remembered.
+    async fn list_members(&self, cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
+        let mut objects = self.list_objects(cluster).await?;
+        let memory = self.with_memory(cluster, |remembered| {
+            // Adopt running memory members (e.g. after an operator restart), so that their Pod
+            // disappearing later is reported as `Gone`.
+            for (name, member) in &objects {
+                if let Some(pod) = member
+                    .pod
+                    .as_ref()
+                    .filter(|p| !being_deleted(*p) && is_memory_pod(p))
+                {
+                    let entry = remembered.entry(name.clone()).or_default();
+                    entry.pod_created = true;
+                    if entry.config.is_none() {
+                        entry.config = stored_config(pod, name).ok().flatten();
+                    }
+                }
+            }
+            remembered.clone()
+        });
+        for name in memory.keys() {
+            objects.entry(name.clone()).or_default();
+        }
+        let mut members = Vec::with_capacity(objects.len());
+        for (name, member) in &objects {
+            if let Some(m) = self.classify(cluster, name, member, memory.get(name))? {
+                members.push(m);
+            }
+        }
+        Ok(members)
+    }
+
+    /// Applies the peer and client Services (server-side apply, forced).
+    async fn apply_services(&self, cluster: &ClusterRef) -> Result<(), RuntimeError> {
+        let services = self.api::<Service>(cluster);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let peer = build_peer_service(cluster);
+        services
+            .patch(&peer.name_any(), &params, &Patch::Apply(&peer))
+            .await
+            .map_err(kube_error("apply the peer Service"))?;
+        let client = build_client_service(cluster);
+        services
+            .patch(&client.name_any(), &params, &Patch::Apply(&client))
+            .await
+            .map_err(kube_error("apply the client Service"))?;
+        Ok(())
+    }
+
+    /// Applies the PodDisruptionBudget for the quorum of `members` members.
+    async fn apply_pdb(&self, cluster: &ClusterRef, members: usize) -> Result<(), RuntimeError> {
+        let pdb = build_pdb(cluster, members);
+        self.api::<PodDisruptionBudget>(cluster)
+            .patch(
+                &pdb.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&pdb),
+            )
+            .await
+            .map_err(kube_error("apply the PodDisruptionBudget"))?;
+        Ok(())
+    }
+
+    /// Creates the member's PVC unless it exists; returns the configuration it records.
+    async fn ensure_pvc(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<Option<MemberConfig>, RuntimeError> {
+        let pvcs = self.api::<PersistentVolumeClaim>(cluster);
+        let pvc = build_pvc(cluster, spec, name);
+        match pvcs.create(&PostParams::default(), &pvc).await {
+            Ok(_) => {
+                info!(cluster = %cluster.key(), member = name, pvc = %pvc.name_any(), "created member PVC");
+                Ok(None)
+            }
+            Err(error) if is_already_exists(&error) => {
+                let existing = pvcs
+                    .get(&pvc.name_any())
+                    .await
+                    .map_err(kube_error("read the member PersistentVolumeClaim"))?;
+                stored_config(&existing, name)
+            }
+            Err(source) => Err(RuntimeError::Kube {
+                op: "create the member PersistentVolumeClaim",
+                source,
+            }),
+        }
+    }
+
+    /// Records `config` on the member's PVC unless one is recorded; returns the recorded one.
+    async fn record_config_on_pvc(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<MemberConfig, RuntimeError> {
+        let pvcs = self.api::<PersistentVolumeClaim>(cluster);
+        let pvc_name = naming::member_pvc_name(name);
+        let Some(pvc) = pvcs
+            .get_opt(&pvc_name)
+            .await
+            .map_err(kube_error("read the member PersistentVolumeClaim"))?
+        else {
+            return Err(RuntimeError::UnknownMember {
+                name: name.to_owned(),
+            });
+        };
+        if being_deleted(&pvc) {
+            // A Pod on it would never start: the member has to be replaced.
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: format!("its PersistentVolumeClaim {pvc_name} is being deleted"),
+            });
+        }
+        if let Some(recorded) = stored_config(&pvc, name)? {
+            if &recorded != config {
+                debug!(cluster = %cluster.key(), member = name, "member keeps its first configuration");
+            }
+            return Ok(recorded);
+        }
+        let encoded = resources::encode_config(name, config).map_err(|e| RuntimeError::State {
+            member: name.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
+        pvcs.patch(&pvc_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_error(
+                "record the member configuration on its PersistentVolumeClaim",
+            ))?;
+        Ok(config.clone())
+    }
+
+    /// Creates the member Pod (server-side apply) and reports an Event.
+    async fn create_pod(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
+        let pod = build_pod(cluster, spec, name, config).map_err(|e| RuntimeError::State {
+            member: name.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let created = self
+            .api::<Pod>(cluster)
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&pod),
+            )
+            .await
+            .map_err(kube_error("create the member Pod"))?;
+        info!(cluster = %cluster.key(), member = name, version = %config.version, "created member Pod");
+        self.publish(
+            cluster,
+            "MemberPodCreated",
+            "CreatePod",
+            format!("Created member Pod {name} (etcd {})", config.version),
+            Some(created.object_ref(&())),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Reports an Event on the EtcdCluster; a failure is logged, never returned.
+    async fn publish(
+        &self,
+        cluster: &ClusterRef,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: related,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &cluster_object_reference(cluster))
+            .await
+        {
+            warn!(cluster = %cluster.key(), %error, reason, "could not record an Event");
+        }
+    }
+
+    /// `start` found the member's Pod: nothing to do while it runs; a stopped one (evicted,
+    /// node shut down) is deleted so that the next `start` recreates it on the same PVC.
+    async fn handle_existing_pod(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        pod: &Pod,
+    ) -> Result<(), RuntimeError> {
+        if being_deleted(pod) {
+            info!(cluster = %cluster.key(), member = name, "member Pod is being deleted; it is recreated once gone");
+            return Ok(());
+        }
+        let phase = pod_phase(pod);
+        if matches!(phase, "Failed" | "Succeeded") {
+            info!(cluster = %cluster.key(), member = name, phase, "deleting the stopped member Pod to recreate it");
+            ignore_not_found(
+                self.api::<Pod>(cluster)
+                    .delete(name, &DeleteParams::default())
+                    .await,
+                "delete the stopped member Pod",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Runtime for KubernetesRuntime {
+    async fn members(&self, cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
+        self.list_members(cluster).await
+    }
+
+    async fn reserve(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<RuntimeMember, RuntimeError> {
+        self.apply_services(cluster).await?;
+        let existing = self.list_members(cluster).await?;
+        let counted = existing.iter().filter(|m| m.name != name).count() + 1;
+        let desired = usize::try_from(
+            spec.cluster
+                .spec
+                .replicas
+                .unwrap_or(etcd_operator_api::v1alpha2::DEFAULT_REPLICAS),
+        )
+        .unwrap_or(0);
+        self.apply_pdb(cluster, counted.max(desired)).await?;
+        let config = match effective_storage(&spec.cluster.spec).medium {
+            Some(StorageMedium::Memory) => self.with_memory(cluster, |members| {
+                members.entry(name.to_owned()).or_default().config.clone()
+            }),
+            _ => self.ensure_pvc(cluster, spec, name).await?,
+        };
+        Ok(RuntimeMember {
+            name: name.to_owned(),
+            peer_url: resources::peer_url(cluster, name),
+            client_url: resources::client_url(cluster, name),
+            config,
+            liveness: Liveness::Reserved,
+        })
+    }
+
+    async fn start(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
+        let memory = matches!(
+            effective_storage(&spec.cluster.spec).medium,
+            Some(StorageMedium::Memory)
+        );
+        let config = if memory {
+            // The first configuration wins, as on a PVC.
+            self.with_memory(cluster, |members| {
+                let member = members.get_mut(name)?;
+                Some(member.config.get_or_insert_with(|| config.clone()).clone())
+            })
+            .ok_or_else(|| RuntimeError::UnknownMember {
+                name: name.to_owned(),
+            })?
+        } else {
+            self.record_config_on_pvc(cluster, name, config).await?
+        };
+
+        let pod = self
+            .api::<Pod>(cluster)
+            .get_opt(name)
+            .await
+            .map_err(kube_error("read the member Pod"))?;
+        if let Some(pod) = pod {
+            if memory && (being_deleted(&pod) || matches!(pod_phase(&pod), "Failed" | "Succeeded")) {
+                return Err(RuntimeError::State {
+                    member: name.to_owned(),
+                    detail: "its memory-backed Pod stopped and its data is lost; replace the member"
+                        .to_owned(),
+                });
+            }
+            return self.handle_existing_pod(cluster, name, &pod).await;
+        }
+        if memory
+            && self.with_memory(cluster, |members| {
+                members.get(name).is_some_and(|m| m.pod_created)
+            })
+        {
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: "its memory-backed Pod is gone and its data with it; replace the member".to_owned(),
+            });
+        }
+        self.create_pod(cluster, spec, name, &config).await?;
+        if memory {
+            self.with_memory(cluster, |members| {
+                members.entry(name.to_owned()).or_default().pod_created = true;
+            });
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
+        ignore_not_found(
+            self.api::<Pod>(cluster)
+                .delete(name, &DeleteParams::default())
+                .await,
+            "delete the member Pod",
+        )?;
+        let pvcs = self.api::<PersistentVolumeClaim>(cluster);
+        let pvc_name = naming::member_pvc_name(name);
+        if keep_data {
+            ignore_not_found(
+                pvcs.patch(
+                    &pvc_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&release_patch(cluster, name)),
+                )
+                .await,
+                "release the member PersistentVolumeClaim",
+            )?;
+        } else {
+            ignore_not_found(
+                pvcs.delete(&pvc_name, &DeleteParams::default()).await,
+                "delete the member PersistentVolumeClaim",
+            )?;
+        }
+        self.with_memory(cluster, |members| members.remove(name));
+        info!(cluster = %cluster.key(), member = name, keep_data, "removed member");
+
+        let remaining = self
+            .list_members(cluster)
+            .await?
+            .iter()
+            .filter(|m| m.name != name)
+            .count();
+        self.apply_pdb(cluster, remaining).await?;
+        let kept = if keep_data {
+            format!(", kept its volume claim {pvc_name}")
+        } else {
+            String::new()
+        };
+        self.publish(
+            cluster,
+            "MemberRemoved",
+            "DeletePod",
+            format!("Removed member {name}{kept}"),
+            None,
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
+        let params = ListParams::default().labels(&list_selector(cluster));
+        self.api::<Pod>(cluster)
+            .delete_collection(&DeleteParams::default(), &params)
+            .await
+            .map_err(kube_error("delete the member Pods"))?;
+        let pvcs = self.api::<PersistentVolumeClaim>(cluster);
+        if keep_data {
+            let kept = pvcs
+                .list(&params)
+                .await
+                .map_err(kube_error("list member PersistentVolumeClaims"))?;
+            for pvc in kept.items {
+                let member = pvc.labels().get(MEMBER_LABEL).cloned().unwrap_or_default();
+                ignore_not_found(
+                    pvcs.patch(
+                        &pvc.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&release_patch(cluster, &member)),
+                    )
+                    .await,
+                    "release a member PersistentVolumeClaim",
+                )?;
+            }
+        } else {
+            pvcs.delete_collection(&DeleteParams::default(), &params)
+                .await
+                .map_err(kube_error("delete the member PersistentVolumeClaims"))?;
+        }
+        let services = self.api::<Service>(cluster);
+        ignore_not_found(
+            services
+                .delete(
+                    &naming::peer_service_name(&cluster.name),
+                    &DeleteParams::default(),
+                )
+                .await,
+            "delete the peer Service",
+        )?;
+        ignore_not_found(
+            services
+                .delete(
+                    &naming::client_service_name(&cluster.name),
+                    &DeleteParams::default(),
+                )
+                .await,
+            "delete the client Service",
+        )?;
+        ignore_not_found(
+            self.api::<PodDisruptionBudget>(cluster)
+                .delete(&naming::pdb_name(&cluster.name), &DeleteParams::default())
+                .await,
+            "delete the PodDisruptionBudget",
+        )?;
+        self.with_memory(cluster, BTreeMap::clear);
+        info!(cluster = %cluster.key(), keep_data, "tore down the cluster's Pods, volume claims, Services and PodDisruptionBudget");
+        Ok(())
+    }
+}

@@ -1,0 +1,442 @@
+//! The local runtime: each member is a real etcd process on loopback ports with its own data
+//! directory under the state directory. Members run in their own process group, so they outlive
+//! a restart (or crash) of the operator the way Pods do, and are re-adopted from their pid files.
+//!
+//! Layout: `<root>/<namespace>/<cluster>/<member>/{member.json, data/, etcd.log, etcd.pid}`.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use super::{ClusterSpecView, Runtime, RuntimeError};
+use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What is persisted for each member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MemberFile {
+    name: String,
+    peer_port: u16,
+    client_port: u16,
+    #[serde(default)]
+    config: Option<MemberConfig>,
+    /// Set once the process was started for the first time.
+    #[serde(default)]
+    started: bool,
+}
+
+/// Runs members as local etcd processes.
+#[derive(Debug, Clone)]
+pub struct LocalRuntime {
+    root: PathBuf,
+    /// Directory holding `<version>/etcd` binaries (the project's `.tools/etcd`).
+    binaries: PathBuf,
+}
+
+fn io<'a>(op: &'static str, member: &'a str) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::Io {
+        op,
+        member: member.to_string(),
+        source,
+    }
+}
+
+impl LocalRuntime {
+    /// A runtime keeping members under `root`, running binaries from `binaries/<version>/etcd`.
+    pub fn new(root: impl Into<PathBuf>, binaries: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            binaries: binaries.into(),
+        }
+    }
+
+    fn cluster_dir(&self, cluster: &ClusterRef) -> PathBuf {
+        self.root.join(&cluster.namespace).join(&cluster.name)
+    }
+
+    fn member_dir(&self, cluster: &ClusterRef, name: &str) -> PathBuf {
+        self.cluster_dir(cluster).join(name)
+    }
+
+    /// The etcd binary of a version, or why it cannot run here.
+    pub fn binary(&self, version: &str) -> Result<PathBuf, RuntimeError> {
+        let path = self.binaries.join(version).join("etcd");
+        if path.is_file() {
+            return Ok(path);
+        }
+        let mut installed: Vec<String> = std::fs::read_dir(&self.binaries)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|v| !v.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        installed.sort();
+        Err(RuntimeError::VersionUnavailable {
+            version: version.to_string(),
+            detail: format!(
+                "no etcd binary at {} (installed: {}); the local runtime runs only installed versions (`make tools-etcd`)",
+                path.display(),
+                if installed.is_empty() {
+                    "none".to_string()
+                } else {
+                    installed.join(", ")
+                }
+            ),
+        })
+    }
+
+    fn read_member(&self, dir: &Path, name: &str) -> Result<MemberFile, RuntimeError> {
+        let text = std::fs::read_to_string(dir.join("member.json")).map_err(io("read member.json", name))?;
+        serde_json::from_str(&text).map_err(|e| RuntimeError::State {
+            member: name.to_string(),
+            detail: e.to_string(),
+        })
+    }
+
+    fn write_member(&self, dir: &Path, file: &MemberFile) -> Result<(), RuntimeError> {
+        let text = serde_json::to_string_pretty(file).map_err(|e| RuntimeError::State {
+            member: file.name.clone(),
+            detail: e.to_string(),
+        })?;
+        // Write then rename: a crash never leaves a half-written member.json.
+        let tmp = dir.join("member.json.tmp");
+        std::fs::write(&tmp, text).map_err(io("write member.json", &file.name))?;
+        std::fs::rename(&tmp, dir.join("member.json")).map_err(io("write member.json", &file.name))
+    }
+
+    fn to_runtime_member(&self, dir: &Path, file: &MemberFile) -> RuntimeMember {
+        let liveness = if !file.started {
+            Liveness::Reserved
+        } else if running_pid(dir).is_some() {
+            Liveness::Running
+        } else if !dir.join("data").exists() {
+            Liveness::Gone {
+                reason: "the process exited and its data directory is gone".into(),
+                restartable: false,
+            }
+        } else {
+            Liveness::Gone {
+                reason: "the process exited".into(),
+                restartable: true,
+            }
+        };
+        RuntimeMember {
+            name: file.name.clone(),
+            peer_url: format!("http://127.0.0.1:{}", file.peer_port),
+            client_url: format!("http://127.0.0.1:{}", file.client_port),
+            config: file.config.clone(),
+            liveness,
+        }
+    }
+
+    fn spawn(&self, dir: &Path, file: &MemberFile, config: &MemberConfig) -> Result<(), RuntimeError> {
+        let binary = self.binary(&config.version)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("etcd.log"))
+            .map_err(io("open etcd.log", &file.name))?;
+        let err = log.try_clone().map_err(io("open etcd.log", &file.name))?;
+        let peer = format!("http://127.0.0.1:{}", file.peer_port);
+        let client = format!("http://127.0.0.1:{}", file.client_port);
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.arg(format!("--name={}", file.name))
+            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--initial-cluster={}", config.initial_cluster_flag()))
+            .arg(format!(
+                "--initial-cluster-state={}",
+                config.initial_state.as_str()
+            ))
+            .arg(format!("--initial-cluster-token={}", config.cluster_token))
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            // Own process group: a Ctrl-C of the operator does not stop its members.
+            .process_group(0)
+            .kill_on_drop(false);
+        // etcd reads ETCD_* variables as flags; pass none of ours except test bookkeeping.
+        for (key, _) in std::env::vars_os() {
+            if let Some(k) = key.to_str()
+                && k.starts_with("ETCD_")
+                && !k.starts_with("ETCD_OPERATOR_")
+            {
+                cmd.env_remove(k);
+            }
+        }
+        let mut child = cmd.spawn().map_err(io("start etcd", &file.name))?;
+        let pid = child.id().unwrap_or_default();
+        let start = proc_state(pid).map(|(_, start)| start).unwrap_or_default();
+        std::fs::write(dir.join("etcd.pid"), format!("{pid} {start}"))
+            .map_err(io("write etcd.pid", &file.name))?;
+        // Reap it when it exits while we run; after an operator restart it is re-adopted by pid.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        tracing::info!(member = %file.name, pid, version = %config.version, state = config.initial_state.as_str(), "started etcd member");
+        Ok(())
+    }
+
+    async fn stop(&self, dir: &Path, name: &str) {
+        let Some(pid) = running_pid(dir) else { return };
+        let Ok(raw) = i32::try_from(pid) else { return };
+        let _ = kill(Pid::from_raw(raw), Signal::SIGTERM);
+        let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
+        while tokio::time::Instant::now() < deadline && running_pid(dir).is_some() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if running_pid(dir).is_some() {
+            tracing::warn!(member = %name, pid, "etcd did not stop on SIGTERM; killing it");
+            let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
+            while running_pid(dir).is_some() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        tracing::info!(member = %name, pid, "stopped etcd member");
+    }
+}
+
+/// The pid of the member's etcd if it runs. The pid file holds `<pid> <start time>`, so a pid
+/// reused by another process is not mistaken for the member.
+fn running_pid(dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(dir.join("etcd.pid")).ok()?;
+    let mut parts = text.split_whitespace();
+    let pid: u32 = parts.next()?.parse().ok()?;
+    let recorded: u64 = parts.next()?.parse().ok()?;
+    let (state, start) = proc_state(pid)?;
+    (state != 'Z' && start == recorded).then_some(pid)
+}
+
+/// State letter and start time (field 22 of `/proc/<pid>/stat`) of a process.
+fn proc_state(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: split after the last ')'.
+    let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let start = rest.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn free_port_pair() -> std::io::Result<(u16, u16)> {
+    let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let b = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok((a.local_addr()?.port(), b.local_addr()?.port()))
+}
+
+impl Runtime for LocalRuntime {
+    async fn members(&self, cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
+        let dir = self.cluster_dir(cluster);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(RuntimeError::Io {
+                    op: "list members",
+                    member: cluster.key(),
+                    source: e,
+                });
+            }
+        };
+        let mut members = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !path.join("member.json").is_file() {
+                continue;
+            }
+            let file = self.read_member(&path, &name)?;
+            members.push(self.to_runtime_member(&path, &file));
+        }
+        members.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(members)
+    }
+
+    async fn reserve(
+        &self,
+        cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<RuntimeMember, RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if dir.join("member.json").is_file() {
+            let file = self.read_member(&dir, name)?;
+            return Ok(self.to_runtime_member(&dir, &file));
+        }
+        std::fs::create_dir_all(&dir).map_err(io("create member directory", name))?;
+        let (peer_port, client_port) = free_port_pair().map_err(io("choose ports", name))?;
+        let file = MemberFile {
+            name: name.to_string(),
+            peer_port,
+            client_port,
+            config: None,
+            started: false,
+        };
+        self.write_member(&dir, &file)?;
+        Ok(self.to_runtime_member(&dir, &file))
+    }
+
+    async fn start(
+        &self,
+        cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: name.to_string(),
+            });
+        }
+        let mut file = self.read_member(&dir, name)?;
+        if running_pid(&dir).is_some() {
+            return Ok(());
+        }
+        // The first configuration sticks: a member always restarts the way it first started.
+        let config = file.config.clone().unwrap_or_else(|| config.clone());
+        // Fail early (and clearly) when the version cannot run here, before recording anything.
+        self.binary(&config.version)?;
+        file.config = Some(config.clone());
+        self.write_member(&dir, &file)?;
+        self.spawn(&dir, &file, &config)?;
+        file.started = true;
+        self.write_member(&dir, &file)
+    }
+
+    async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.exists() {
+            return Ok(());
+        }
+        self.stop(&dir, name).await;
+        if keep_data {
+            let retained = self.cluster_dir(cluster).join(".retained");
+            std::fs::create_dir_all(&retained).map_err(io("retain member data", name))?;
+            std::fs::rename(&dir, retained.join(name)).map_err(io("retain member data", name))
+        } else {
+            std::fs::remove_dir_all(&dir).map_err(io("delete member data", name))
+        }
+    }
+
+    async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
+        for member in self.members(cluster).await? {
+            let dir = self.member_dir(cluster, &member.name);
+            self.stop(&dir, &member.name).await;
+        }
+        if !keep_data {
+            let dir = self.cluster_dir(cluster);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(RuntimeError::Io {
+                        op: "delete cluster data",
+                        member: cluster.key(),
+                        source: e,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::InitialState;
+
+    fn cluster() -> ClusterRef {
+        ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn spec() -> ClusterSpecView {
+        ClusterSpecView {
+            cluster: Default::default(),
+        }
+    }
+
+    fn binaries() -> PathBuf {
+        etcd_operator_tests::tools::tools_dir().join("etcd")
+    }
+
+    #[tokio::test]
+    async fn reserve_is_idempotent_and_persisted() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let a = rt.reserve(&cluster(), &spec(), "c-aaaaa").await.unwrap();
+        let again = rt.reserve(&cluster(), &spec(), "c-aaaaa").await.unwrap();
+        assert_eq!(a, again);
+        assert_eq!(a.liveness, Liveness::Reserved);
+        let fresh = LocalRuntime::new(root.path(), binaries());
+        assert_eq!(fresh.members(&cluster()).await.unwrap(), vec![a]);
+    }
+
+    #[tokio::test]
+    async fn a_missing_version_is_a_clear_error_and_records_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let m = rt.reserve(&cluster(), &spec(), "c-bbbbb").await.unwrap();
+        let config = MemberConfig {
+            version: "3.9.9".into(),
+            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+        };
+        let err = rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("etcd 3.9.9 is not available") && text.contains("3.5.1"),
+            "{text}"
+        );
+        assert_eq!(rt.members(&cluster()).await.unwrap()[0].config, None);
+    }
+
+    #[tokio::test]
+    async fn a_member_runs_survives_a_new_runtime_and_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let m = rt.reserve(&cluster(), &spec(), "c-ccccc").await.unwrap();
+        let config = MemberConfig {
+            version: "3.5.1".into(),
+            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+        };
+        rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
+        // Re-adopted by a fresh runtime (as after an operator restart).
+        let fresh = LocalRuntime::new(root.path(), binaries());
+        let seen = fresh.members(&cluster()).await.unwrap();
+        assert_eq!(seen[0].liveness, Liveness::Running);
+        let view = {
+            let mut v = None;
+            for _ in 0..100 {
+                v = crate::etcd::observe(std::slice::from_ref(&m.client_url)).await;
+                if v.as_ref().is_some_and(|v| v.leader != 0) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            v.unwrap()
+        };
+        assert_eq!(view.members.len(), 1);
+        assert_eq!(view.members[0].name, "c-ccccc");
+        fresh.teardown(&cluster(), false).await.unwrap();
+        assert!(fresh.members(&cluster()).await.unwrap().is_empty());
+        assert!(!root.path().join("ns").join("c").exists());
+    }
+}

@@ -1,0 +1,107 @@
+//! Where members run. The reconcile logic is shared; a `Runtime` only places, starts, observes
+//! and removes members: `local` (etcd processes on loopback) and `kubernetes` (Pods and PVCs).
+
+pub mod kubernetes;
+pub mod local;
+
+use std::future::Future;
+
+use crate::model::{ClusterRef, MemberConfig, RuntimeMember};
+
+/// Cluster-wide settings a runtime needs when it creates children (image, storage, pod template).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSpecView {
+    /// The EtcdCluster in the hub version (defaults applied).
+    pub cluster: etcd_operator_api::v1alpha2::EtcdCluster,
+}
+
+/// A runtime operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The etcd version asked for cannot run here (no binary, no image).
+    #[error("etcd {version} is not available: {detail}")]
+    VersionUnavailable {
+        /// The version.
+        version: String,
+        /// What is missing and how to get it.
+        detail: String,
+    },
+    /// A member named in a call is unknown to the runtime.
+    #[error("member {name} is not known to the runtime")]
+    UnknownMember {
+        /// The member.
+        name: String,
+    },
+    /// File or process work failed (local runtime).
+    #[error("{op} for member {member}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The member.
+        member: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A Kubernetes API call failed (kubernetes runtime).
+    #[error("{op}: {source}")]
+    Kube {
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Stored member state could not be read or written.
+    #[error("member state of {member}: {detail}")]
+    State {
+        /// The member.
+        member: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// Places and runs etcd members. Every operation is idempotent, so a reconcile that is
+/// interrupted at any point can simply run again.
+pub trait Runtime: Send + Sync + 'static {
+    /// Every member the runtime holds for the cluster (reserved, running or gone).
+    fn members(
+        &self,
+        cluster: &ClusterRef,
+    ) -> impl Future<Output = Result<Vec<RuntimeMember>, RuntimeError>> + Send;
+
+    /// Reserves a member: its addresses and storage, persisted, not started. Calling it again for
+    /// the same name returns the same member.
+    fn reserve(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> impl Future<Output = Result<RuntimeMember, RuntimeError>> + Send;
+
+    /// Records the start configuration (once; a member keeps its first configuration) and starts
+    /// the member if it does not run. The member must have been reserved.
+    fn start(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Stops the member and removes it with its data (or keeps the data when `keep_data`).
+    fn remove(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        keep_data: bool,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Removes every member of the cluster and what the runtime created for it.
+    fn teardown(
+        &self,
+        cluster: &ClusterRef,
+        keep_data: bool,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+}

@@ -1,0 +1,376 @@
+//! The controller end to end with the local runtime: real etcd 3.5.1 members started by
+//! `etcd-operator local`, driven with kubectl, checked with etcdctl.
+
+// Test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
+use serde_json::Value;
+
+fn cluster_yaml(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n"
+    )
+}
+
+fn kubectl(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = op.kubectl().unwrap();
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}\noperator log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        op.log_tail()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status(op: &LocalOperator, name: &str) -> Value {
+    let obj: Value = serde_json::from_str(&kubectl(op, &["get", "ec", name, "-o", "json"], None)).unwrap();
+    obj["status"].clone()
+}
+
+fn etcdctl(endpoint: &str) -> Command {
+    let mut cmd = Command::new(tools::etcdctl(EtcdVersion::V3_5_1).unwrap());
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("--command-timeout=3s");
+    cmd
+}
+
+fn etcdctl_ok(endpoint: &str, args: &[&str]) -> String {
+    let out = etcdctl(endpoint).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?} at {endpoint}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until `check` holds for the cluster's status, failing with the last status otherwise.
+async fn wait_for(
+    op: &LocalOperator,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = status(op, name);
+        if check(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; status: {s:#}\noperator log:\n{}",
+            op.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn available(s: &Value, replicas: i64) -> bool {
+    let cond = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Available").cloned());
+    cond.is_some_and(|c| c["status"] == "True")
+        && s["readyReplicas"] == replicas
+        && s["replicas"] == replicas
+        && s["members"].as_array().is_some_and(|m| {
+            m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
+        })
+}
+
+fn endpoints(s: &Value) -> Vec<String> {
+    s["clientEndpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn member_pids(op: &LocalOperator, name: &str) -> Vec<u32> {
+    let dir = op.state_dir().join("members").join("default").join(name);
+    std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| {
+                let text = std::fs::read_to_string(e.ok()?.path().join("etcd.pid")).ok()?;
+                let pid: u32 = text.split_whitespace().next()?.parse().ok()?;
+                etcd_operator_tests::leftovers::is_running(pid).then_some(pid)
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn three_members_become_available_and_serve_from_every_member() {
+    let op = LocalOperator::start().await.unwrap();
+    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("alpha", 3)));
+    kubectl(
+        &op,
+        &["wait", "ec/alpha", "--for=condition=Available", "--timeout=60s"],
+        None,
+    );
+    let s = wait_for(&op, "alpha", "3 healthy members", Duration::from_secs(30), |s| {
+        available(s, 3)
+    })
+    .await;
+    assert_eq!(s["observedGeneration"], 1);
+    assert!(s["leader"].is_string());
+    let eps = endpoints(&s);
+    assert_eq!(eps.len(), 3);
+    for ep in &eps {
+        let out = etcdctl(ep).args(["endpoint", "health"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{ep}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    etcdctl_ok(&eps[0], &["put", "greeting", "hello"]);
+    for ep in &eps {
+        // A serializable read answers from the member's own copy.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = etcdctl_ok(ep, &["get", "greeting", "--print-value-only", "--consistency=s"]);
+            if got.trim() == "hello" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{ep} never had the value");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let list = etcdctl_ok(&eps[1], &["member", "list", "-w", "json"]);
+    let members: Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(members["members"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete() {
+    let op = LocalOperator::start().await.unwrap();
+    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("beta", 3)));
+    let s = wait_for(&op, "beta", "3 members", Duration::from_secs(60), |s| {
+        available(s, 3)
+    })
+    .await;
+    etcdctl_ok(&endpoints(&s)[0], &["put", "kept", "across-everything"]);
+
+    kubectl(&op, &["scale", "ec", "beta", "--replicas=5"], None);
+    let s = wait_for(&op, "beta", "5 members", Duration::from_secs(90), |s| {
+        available(s, 5)
+    })
+    .await;
+    assert_eq!(member_pids(&op, "beta").len(), 5);
+    let list: Value =
+        serde_json::from_str(&etcdctl_ok(&endpoints(&s)[0], &["member", "list", "-w", "json"])).unwrap();
+    assert_eq!(list["members"].as_array().unwrap().len(), 5);
+
+    kubectl(&op, &["scale", "ec", "beta", "--replicas=3"], None);
+    let s = wait_for(&op, "beta", "back to 3 members", Duration::from_secs(60), |s| {
+        available(s, 3)
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while member_pids(&op, "beta").len() != 3 {
+        assert!(Instant::now() < deadline, "removed members still run");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // SIGKILL a member and delete its data: it is replaced by a fresh member.
+    let victim = s["members"][0]["name"].as_str().unwrap().to_string();
+    let dir = op
+        .state_dir()
+        .join("members")
+        .join("default")
+        .join("beta")
+        .join(&victim);
+    let pid: i32 = std::fs::read_to_string(dir.join("etcd.pid"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    std::fs::remove_dir_all(dir.join("data")).unwrap();
+    let s = wait_for(
+        &op,
+        "beta",
+        "the killed member replaced",
+        Duration::from_secs(90),
+        |s| {
+            available(s, 3)
+                && !s["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["name"] == victim.as_str())
+        },
+    )
+    .await;
+    let eps = endpoints(&s);
+    let list: Value = serde_json::from_str(&etcdctl_ok(&eps[0], &["member", "list", "-w", "json"])).unwrap();
+    let names: Vec<&str> = list["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&victim.as_str()), "{names:?}");
+    assert_eq!(names.len(), 3);
+    for ep in &eps {
+        assert_eq!(
+            etcdctl_ok(ep, &["get", "kept", "--print-value-only"]).trim(),
+            "across-everything"
+        );
+    }
+
+    kubectl(&op, &["delete", "ec", "beta", "--wait", "--timeout=60s"], None);
+    assert!(
+        member_pids(&op, "beta").is_empty(),
+        "members still run after delete"
+    );
+    assert!(
+        !op.state_dir()
+            .join("members")
+            .join("default")
+            .join("beta")
+            .exists(),
+        "member data left after delete"
+    );
+}
+
+/// Polls the member list of a cluster and records the most learners seen at once.
+fn watch_learners(
+    op: &LocalOperator,
+    stop: Arc<AtomicBool>,
+) -> (Arc<AtomicUsize>, std::thread::JoinHandle<()>) {
+    let max = Arc::new(AtomicUsize::new(0));
+    let seen = max.clone();
+    let members_dir = op.state_dir().join("members").join("default").join("gamma");
+    let etcdctl_bin = tools::etcdctl(EtcdVersion::V3_5_1).unwrap();
+    let handle = std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            // Any member's client port answers the member list.
+            let ports: Vec<String> = std::fs::read_dir(&members_dir)
+                .map(|d| {
+                    d.filter_map(|e| {
+                        let v: Value = serde_json::from_str(
+                            &std::fs::read_to_string(e.ok()?.path().join("member.json")).ok()?,
+                        )
+                        .ok()?;
+                        Some(format!("http://127.0.0.1:{}", v["clientPort"].as_u64()?))
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
+            if !ports.is_empty() {
+                let out = Command::new(&etcdctl_bin)
+                    .env("ETCDCTL_API", "3")
+                    .arg(format!("--endpoints={}", ports.join(",")))
+                    .args(["--command-timeout=1s", "member", "list", "-w", "json"])
+                    .output();
+                if let Ok(out) = out
+                    && let Ok(v) = serde_json::from_slice::<Value>(&out.stdout)
+                {
+                    let learners = v["members"]
+                        .as_array()
+                        .map_or(0, |m| m.iter().filter(|m| m["isLearner"] == true).count());
+                    seen.fetch_max(learners, Ordering::SeqCst);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    (max, handle)
+}
+
+#[tokio::test]
+async fn an_operator_killed_at_random_points_of_bootstrap_and_scale_up_converges() {
+    let mut op = LocalOperator::start().await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (max_learners, watcher) = watch_learners(&op, stop.clone());
+    let mut rng_state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |bound: u64| {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        rng_state % bound
+    };
+
+    // Bootstrap, killed at random points.
+    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("gamma", 3)));
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(next(900))).await;
+        op.crash();
+        op.start_again().await.unwrap();
+    }
+    wait_for(
+        &op,
+        "gamma",
+        "bootstrap to converge",
+        Duration::from_secs(120),
+        |s| available(s, 3),
+    )
+    .await;
+
+    // Scale-up 3 → 5 (two learner joins, each ~5 s), killed at random points.
+    kubectl(&op, &["scale", "ec", "gamma", "--replicas=5"], None);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(500 + next(2500))).await;
+        op.crash();
+        op.start_again().await.unwrap();
+    }
+    let s = wait_for(
+        &op,
+        "gamma",
+        "scale-up to converge",
+        Duration::from_secs(180),
+        |s| available(s, 5),
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    assert!(
+        max_learners.load(Ordering::SeqCst) <= 1,
+        "saw {} learners at once",
+        max_learners.load(Ordering::SeqCst)
+    );
+    let list: Value =
+        serde_json::from_str(&etcdctl_ok(&endpoints(&s)[0], &["member", "list", "-w", "json"])).unwrap();
+    assert_eq!(
+        list["members"].as_array().unwrap().len(),
+        5,
+        "no stray members: {list}"
+    );
+    // Exactly the five members run: nothing half-created was left behind.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while member_pids(&op, "gamma").len() != 5 {
+        assert!(
+            Instant::now() < deadline,
+            "{} member processes run, want 5",
+            member_pids(&op, "gamma").len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
