@@ -1,5 +1,6 @@
 //! The aggregated API server for `etcd.operator.dev`: serving, storage, discovery and OpenAPI.
 
+pub mod cluster;
 pub mod http;
 pub mod local;
 pub mod registry;

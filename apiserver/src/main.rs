@@ -46,7 +46,7 @@ enum Mode {
         compaction_interval: Duration,
     },
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
-    Serve,
+    Serve(etcd_operator_apiserver::cluster::run::ServeArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -201,10 +201,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Mode::Serve => {
-            tracing::error!("serve mode is not built yet: it arrives with the cluster-mode issue");
-            ExitCode::FAILURE
-        }
+        Mode::Serve(args) => match runtime.block_on(etcd_operator_apiserver::cluster::run::run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "etcd-operator serve failed");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

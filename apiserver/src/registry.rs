@@ -196,6 +196,27 @@ fn spec_fingerprint(obj: &hub::EtcdCluster) -> Value {
     json!({"spec": serde_json::to_value(&obj.spec).unwrap_or(Value::Null), "annotations": annotations})
 }
 
+/// The optimistic-concurrency precondition of an update: the resourceVersion the client sent
+/// must be the stored one (409 otherwise); a PUT must send one (422).
+fn check_resource_version(
+    sent: Option<&str>,
+    stored: &str,
+    name: &str,
+    require_rv: bool,
+) -> Result<(), ApiError> {
+    match sent {
+        None | Some("") if require_rv => Err(invalid_one(
+            name,
+            "metadata.resourceVersion",
+            "FieldValueInvalid",
+            "Invalid value: 0x0: must be specified for an update".into(),
+        )),
+        None | Some("") => Ok(()),
+        Some(rv) if rv == stored => Ok(()),
+        Some(_) => Err(ApiError::modified(RESOURCE, name)),
+    }
+}
+
 /// Update of the main resource (PUT, or the result of a PATCH): `new` in the client's version,
 /// `old` the stored hub with its resourceVersion. `require_rv` is true for PUT.
 pub fn prepare_update(
@@ -226,19 +247,7 @@ pub fn prepare_update(
                 ));
             }
         }
-        match meta.resource_version.as_deref() {
-            None | Some("") if require_rv => {
-                return Err(invalid_one(
-                    name,
-                    "metadata.resourceVersion",
-                    "FieldValueInvalid",
-                    "Invalid value: 0x0: must be specified for an update".into(),
-                ));
-            }
-            None | Some("") => {}
-            Some(rv) if rv == old_rv => {}
-            Some(_) => return Err(ApiError::modified(RESOURCE, name)),
-        }
+        check_resource_version(meta.resource_version.as_deref(), &old_rv, name, require_rv)?;
         // Identity metadata is owned by the server: a different uid is an error, an absent one is
         // filled from the stored object. A different creationTimestamp is silently replaced, as
         // k8s.io/apiserver's `BeforeUpdate` does ("ignore changes to timestamp"), so that
@@ -333,19 +342,7 @@ pub fn prepare_status_update(
             meta.name.clone().unwrap_or_default()
         )));
     }
-    match meta.resource_version.as_deref() {
-        None | Some("") if require_rv => {
-            return Err(invalid_one(
-                name,
-                "metadata.resourceVersion",
-                "FieldValueInvalid",
-                "Invalid value: 0x0: must be specified for an update".into(),
-            ));
-        }
-        None | Some("") => {}
-        Some(rv) if rv == old_rv => {}
-        Some(_) => return Err(ApiError::modified(RESOURCE, name)),
-    }
+    check_resource_version(meta.resource_version.as_deref(), &old_rv, name, require_rv)?;
     let new_hub = new.into_hub();
     let mut hub = old.clone();
     hub.metadata.resource_version = None;

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use axum::body::Body;
 use etcd_client::GetOptions;
-use etcd_operator_apiserver::http::auth::{AllowAuthenticated, Authenticator, LocalAuthenticator, UserInfo};
-use etcd_operator_apiserver::http::error::ApiError;
+use etcd_operator_apiserver::http::auth::{
+    AllowAuthenticated, AuthenticateFuture, Authenticator, LocalAuthenticator, UserInfo,
+};
 use etcd_operator_apiserver::http::openapi::Documents;
 use etcd_operator_apiserver::http::{AppState, router};
 use etcd_operator_apiserver::storage::{Storage, StorageOptions};
@@ -40,13 +41,15 @@ const JSON_PATCH: &str = "application/json-patch+json";
 struct FixedUser;
 
 impl Authenticator for FixedUser {
-    fn authenticate(&self, _parts: &mut http::request::Parts) -> Result<Option<UserInfo>, ApiError> {
-        Ok(Some(UserInfo {
-            name: "tester".into(),
-            uid: None,
-            groups: vec!["system:authenticated".into()],
-            extra: Default::default(),
-        }))
+    fn authenticate<'a>(&'a self, _parts: &'a mut http::request::Parts) -> AuthenticateFuture<'a> {
+        Box::pin(async {
+            Ok(Some(UserInfo {
+                name: "tester".into(),
+                uid: None,
+                groups: vec!["system:authenticated".into()],
+                extra: Default::default(),
+            }))
+        })
     }
 }
 

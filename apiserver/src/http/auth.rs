@@ -10,11 +10,21 @@ pub use crate::serve::auth::UserInfo;
 use super::error::ApiError;
 use super::request_info::RequestInfo;
 
+/// The future an [`Authenticator`] returns.
+pub type AuthenticateFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<UserInfo>, ApiError>> + Send + 'a>>;
+
 /// Establishes who sent a request. `Ok(None)` means anonymous (answered with 401).
 /// Implementations remove every identity header they consumed or distrust from `parts`.
 pub trait Authenticator: Send + Sync {
-    /// Authenticates one request.
-    fn authenticate(&self, parts: &mut http::request::Parts) -> Result<Option<UserInfo>, ApiError>;
+    /// Authenticates one request (async: cluster mode asks kube-apiserver via TokenReview).
+    fn authenticate<'a>(&'a self, parts: &'a mut http::request::Parts) -> AuthenticateFuture<'a>;
+
+    /// Why this authenticator cannot authenticate yet (e.g. its configuration is not loaded), for
+    /// `/readyz`; `None` when ready.
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Decides whether a user may do what a request asks; an error is the response (403).
@@ -52,12 +62,13 @@ pub fn strip_identity_headers(headers: &mut http::HeaderMap) {
 pub struct LocalAuthenticator;
 
 impl Authenticator for LocalAuthenticator {
-    fn authenticate(&self, parts: &mut http::request::Parts) -> Result<Option<UserInfo>, ApiError> {
+    fn authenticate<'a>(&'a self, parts: &'a mut http::request::Parts) -> AuthenticateFuture<'a> {
         strip_identity_headers(&mut parts.headers);
-        Ok(parts
+        let user = parts
             .extensions
             .get::<PeerCertificates>()
-            .and_then(crate::local::authenticate_local))
+            .and_then(crate::local::authenticate_local);
+        Box::pin(async move { Ok(user) })
     }
 }
 

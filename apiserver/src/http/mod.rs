@@ -50,7 +50,13 @@ const ALWAYS_ALLOWED: [&str; 3] = ["/healthz", "/livez", "/readyz"];
 
 /// The whole API as an axum router.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    router_with(state, Router::new())
+}
+
+/// [`router`] plus `extra` routes behind the same authentication and authorization (tests use it
+/// to observe what a handler receives).
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
+    extra
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -86,7 +92,7 @@ async fn authenticate_and_authorize(State(state): State<AppState>, mut req: Requ
         return next.run(req).await;
     }
     let (mut parts, body) = req.into_parts();
-    let user = match state.authenticator.authenticate(&mut parts) {
+    let user = match state.authenticator.authenticate(&mut parts).await {
         Ok(Some(user)) => user,
         Ok(None) => return ApiError::unauthorized().into_response(),
         Err(e) => return e.into_response(),
@@ -101,6 +107,13 @@ async fn authenticate_and_authorize(State(state): State<AppState>, mut req: Requ
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
+    if let Some(reason) = state.authenticator.not_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]authentication failed: {reason}"),
+        )
+            .into_response();
+    }
     if state.storage.ready().await {
         (StatusCode::OK, "ok").into_response()
     } else {

@@ -226,11 +226,54 @@ async fn get(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         _ => ReadConsistency::Consistent,
     };
     let stored = storage
-        .get(ns, name, consistency)
+        .get_raw(ns, name, consistency)
         .await
         .map_err(|e| storage_error(e, name))?;
     let stored = stored.ok_or_else(|| ApiError::not_found(RESOURCE, name))?;
+    if serves_stored_json(t) && stored.servable() {
+        let body = stored.to_json().map_err(|e| storage_error(e, name))?;
+        return Ok(json_bytes_response(axum::body::Body::from(body)));
+    }
+    let stored = stored.decode().map_err(|e| storage_error(e, name))?;
     object_response(StatusCode::OK, &in_version(stored, &t.version)?, t, &[])
+}
+
+/// Whether the response is the stored JSON itself (storage version, JSON): objects are then
+/// served from their stored bytes, without a decode/encode round trip.
+fn serves_stored_json(t: &Target) -> bool {
+    t.output == Output::Json && t.version == HUB_VERSION
+}
+
+fn json_bytes_response(body: axum::body::Body) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A list of stored objects as JSON, streamed in chunks as the client reads it (the whole list
+/// is never one document in memory).
+fn stream_stored_list(result: crate::storage::RawListResult, version: &str) -> Result<Response, ApiError> {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "resourceVersion".into(),
+        json!(result.resource_version.to_string()),
+    );
+    if let Some(c) = &result.continue_token {
+        meta.insert("continue".into(), json!(c));
+    }
+    if let Some(n) = result.remaining_item_count {
+        meta.insert("remainingItemCount".into(), json!(n));
+    }
+    let head = json!({"kind": LIST_KIND, "apiVersion": format!("{GROUP}/{version}"), "metadata": meta});
+    let mut head = serde_json::to_vec(&head).map_err(|e| ApiError::internal(format!("encode list: {e}")))?;
+    // `{...}` → `{...,"items":[`: the items follow, then `]}`.
+    head.pop();
+    head.extend_from_slice(b",\"items\":[");
+    let chunks = crate::storage::JsonListChunks::new(head, result.items, b"]}".to_vec());
+    let stream = futures::stream::iter(chunks.map(Ok::<_, std::convert::Infallible>));
+    Ok(json_bytes_response(axum::body::Body::from_stream(stream)))
 }
 
 async fn get_scale(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
@@ -441,7 +484,15 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         limit,
         continue_token,
     };
-    let result = storage.list(&opts).await.map_err(|e| storage_error(e, ""))?;
+    let result = storage.list_raw(&opts).await.map_err(|e| storage_error(e, ""))?;
+    if serves_stored_json(t)
+        && selectors.labels.is_empty()
+        && selectors.fields.is_empty()
+        && result.servable()
+    {
+        return stream_stored_list(result, &t.version);
+    }
+    let result = result.decode().map_err(|e| storage_error(e, ""))?;
     let mut items = Vec::with_capacity(result.items.len());
     for obj in result.items {
         if selectors.matches(&obj) {

@@ -15,7 +15,13 @@ use super::error::ApiError;
 use super::negotiate::Output;
 use super::resource::{WatchTarget, convert_for_watch, storage_error};
 use super::table;
-use crate::storage::{Storage, StorageError, WatchEvent};
+use crate::storage::{RawObject, Storage, StorageError, WatchEvent};
+
+/// One event line: an object to encode, or the finished line of an object sent as stored.
+enum Line {
+    Json(&'static str, Value),
+    Verbatim(bytes::Bytes),
+}
 
 /// Per-watch state for turning storage events into what this client should see.
 struct Encoder {
@@ -27,15 +33,33 @@ struct Encoder {
     done: bool,
 }
 
-fn key(obj: &Value) -> String {
-    format!(
-        "{}/{}",
-        obj["metadata"]["namespace"].as_str().unwrap_or_default(),
-        obj["metadata"]["name"].as_str().unwrap_or_default()
-    )
-}
-
 impl Encoder {
+    /// The object decoded, or `None` when it goes out as stored (JSON of the storage version
+    /// and no selector to evaluate): then it is spliced, not decoded and encoded again.
+    fn decode_unless_verbatim(&self, raw: &RawObject) -> Result<Option<Value>, ApiError> {
+        let t = &self.target;
+        if t.output == Output::Json
+            && t.version == etcd_operator_api::HUB_VERSION
+            && t.selectors.labels.is_empty()
+            && t.selectors.fields.is_empty()
+            && raw.servable()
+        {
+            return Ok(None);
+        }
+        raw.decode().map(Some).map_err(|e| storage_error(e, ""))
+    }
+
+    /// The event line of an object sent as stored.
+    fn verbatim_line(kind: &str, raw: &RawObject) -> Result<bytes::Bytes, ApiError> {
+        let mut line = Vec::with_capacity(64);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        raw.write_json(&mut line).map_err(|e| storage_error(e, ""))?;
+        line.extend_from_slice(b"}\n");
+        Ok(bytes::Bytes::from(line))
+    }
+
     fn encode_object(&mut self, obj: Value) -> Result<Value, ApiError> {
         let obj = convert_for_watch(obj, &self.target.version)?;
         Ok(match self.target.output {
@@ -67,14 +91,18 @@ impl Encoder {
     }
 
     /// The line for one storage event, if this watcher should see one.
-    fn event(&mut self, event: WatchEvent) -> Option<bytes::Bytes> {
+    fn event(&mut self, event: WatchEvent<RawObject>) -> Option<bytes::Bytes> {
         if self.done {
             return None;
         }
         let result = match event {
-            WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
-                let k = key(&obj);
-                let matches = self.target.selectors.matches(&obj);
+            WatchEvent::Added(raw) | WatchEvent::Modified(raw) => 'event: {
+                let k = raw.key().to_owned();
+                let obj = match self.decode_unless_verbatim(&raw) {
+                    Ok(obj) => obj,
+                    Err(e) => break 'event Err(e),
+                };
+                let matches = obj.as_ref().is_none_or(|o| self.target.selectors.matches(o));
                 let was_visible = self.visible.contains(&k);
                 let kind = match (matches, was_visible) {
                     (true, true) => "MODIFIED",
@@ -87,14 +115,25 @@ impl Encoder {
                 } else {
                     self.visible.remove(&k);
                 }
-                self.encode_object(obj).map(|o| (kind, o))
+                match obj {
+                    None => Self::verbatim_line(kind, &raw).map(Line::Verbatim),
+                    Some(obj) => self.encode_object(obj).map(|o| Line::Json(kind, o)),
+                }
             }
-            WatchEvent::Deleted(obj) => {
-                let k = key(&obj);
-                if !self.visible.remove(&k) && !self.target.selectors.matches(&obj) {
+            WatchEvent::Deleted(raw) => 'event: {
+                let obj = match self.decode_unless_verbatim(&raw) {
+                    Ok(obj) => obj,
+                    Err(e) => break 'event Err(e),
+                };
+                if !self.visible.remove(raw.key())
+                    && !obj.as_ref().is_none_or(|o| self.target.selectors.matches(o))
+                {
                     return None;
                 }
-                self.encode_object(obj).map(|o| ("DELETED", o))
+                match obj {
+                    None => Self::verbatim_line("DELETED", &raw).map(Line::Verbatim),
+                    Some(obj) => self.encode_object(obj).map(|o| Line::Json("DELETED", o)),
+                }
             }
             WatchEvent::Bookmark {
                 resource_version,
@@ -104,7 +143,7 @@ impl Encoder {
                 if initial_events_end {
                     meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
                 }
-                Ok((
+                Ok(Line::Json(
                     "BOOKMARK",
                     json!({"kind": etcd_operator_api::KIND,
                            "apiVersion": format!("{}/{}", etcd_operator_api::GROUP, self.target.version),
@@ -114,7 +153,8 @@ impl Encoder {
             WatchEvent::Error(e) => Err(storage_error(e, "")),
         };
         match result {
-            Ok((kind, object)) => Self::line(kind, object),
+            Ok(Line::Json(kind, object)) => Self::line(kind, object),
+            Ok(Line::Verbatim(line)) => Some(line),
             Err(e) => {
                 self.done = true;
                 Self::line("ERROR", e.to_status())
@@ -125,7 +165,7 @@ impl Encoder {
 
 /// Starts a watch; errors before streaming (a too-old resourceVersion) are plain responses.
 pub fn serve(storage: &Storage, target: &WatchTarget) -> Result<Response, ApiError> {
-    let stream = match storage.watch(&target.options) {
+    let stream = match storage.watch_raw(&target.options) {
         Ok(stream) => stream,
         // As kube-apiserver's watch cache: once the request is authorized and its
         // resourceVersion parsed, a too-old (or too-new) resourceVersion is an ERROR event in a

@@ -23,6 +23,20 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 30;
 pub(crate) struct StoredObj {
     pub(crate) data: Arc<[u8]>,
     pub(crate) mod_rev: u64,
+    /// Where `resourceVersion` is spliced in to serve the bytes (see [`super::raw`]).
+    pub(crate) splice: Option<u32>,
+}
+
+impl StoredObj {
+    /// Checks the bytes once and notes where `resourceVersion` goes.
+    pub(crate) fn new(data: Arc<[u8]>, mod_rev: u64) -> Self {
+        let splice = super::raw::splice_point(&data);
+        Self {
+            data,
+            mod_rev,
+            splice,
+        }
+    }
 }
 
 /// What happened to an object.
@@ -41,6 +55,22 @@ pub(crate) struct CacheEvent {
     pub(crate) key: Arc<str>,
     pub(crate) data: Arc<[u8]>,
     pub(crate) rev: u64,
+    /// See [`StoredObj::splice`].
+    pub(crate) splice: Option<u32>,
+}
+
+impl CacheEvent {
+    /// The object of the event, with resourceVersion = the event's revision.
+    pub(crate) fn object(&self) -> super::raw::RawObject {
+        super::raw::RawObject::new(
+            Arc::clone(&self.key),
+            StoredObj {
+                data: Arc::clone(&self.data),
+                mod_rev: self.rev,
+                splice: self.splice,
+            },
+        )
+    }
 }
 
 /// The namespace part of a key relative to the prefix (`<ns>/<name>`).
@@ -148,25 +178,28 @@ impl CacheState {
         self.events.push_back(event);
     }
 
-    pub(crate) fn apply_put(&mut self, key: Arc<str>, data: Arc<[u8]>, rev: u64) {
-        let kind = match self.objects.insert(
-            Arc::clone(&key),
-            StoredObj {
-                data: Arc::clone(&data),
-                mod_rev: rev,
-            },
-        ) {
+    pub(crate) fn apply_put(&mut self, key: Arc<str>, obj: StoredObj) {
+        let rev = obj.mod_rev;
+        let data = Arc::clone(&obj.data);
+        let splice = obj.splice;
+        let kind = match self.objects.insert(Arc::clone(&key), obj) {
             Some(_) => EventKind::Modified,
             None => EventKind::Added,
         };
-        self.push(CacheEvent { kind, key, data, rev });
+        self.push(CacheEvent {
+            kind,
+            key,
+            data,
+            rev,
+            splice,
+        });
         self.rev = self.rev.max(rev);
     }
 
-    pub(crate) fn apply_delete(&mut self, key: &str, rev: u64, prev: Option<Arc<[u8]>>) {
+    pub(crate) fn apply_delete(&mut self, key: &str, rev: u64, prev: Option<StoredObj>) {
         let removed = self.objects.remove_entry(key);
-        let (key, data) = match (removed, prev) {
-            (Some((k, obj)), _) => (k, obj.data),
+        let (key, last) = match (removed, prev) {
+            (Some((k, obj)), _) => (k, obj),
             (None, Some(prev)) => (Arc::from(key), prev),
             (None, None) => {
                 // Nothing known about the object: there is no last state to report.
@@ -177,8 +210,9 @@ impl CacheState {
         self.push(CacheEvent {
             kind: EventKind::Deleted,
             key,
-            data,
+            data: last.data,
             rev,
+            splice: last.splice,
         });
         self.rev = self.rev.max(rev);
     }
@@ -249,10 +283,7 @@ async fn list_all(inner: &Inner) -> Result<(BTreeMap<Arc<str>, StoredObj>, u64),
         if let Some(key) = inner.relative_key(kv.key()) {
             objects.insert(
                 Arc::from(key),
-                StoredObj {
-                    data: Arc::from(kv.value()),
-                    mod_rev: kv.mod_revision() as u64,
-                },
+                StoredObj::new(Arc::from(kv.value()), kv.mod_revision() as u64),
             );
         }
     }
@@ -367,9 +398,10 @@ async fn watch_once(
     control: &mut mpsc::UnboundedReceiver<Control>,
     cancel: &CancellationToken,
 ) -> WatchEnd {
+    // No `prev_kv`: the cache holds every object's last state already (it lists, then follows
+    // every event from the list revision), and asking etcd for it costs a backend read per event.
     let options = EtcdWatchOptions::new()
         .with_prefix()
-        .with_prev_key()
         .with_progress_notify()
         .with_start_revision(start as i64);
     let mut client = inner
@@ -423,27 +455,51 @@ async fn watch_once(
                         }
                         continue;
                     }
-                    inner.with_state_mut(|s| apply_events(inner, s, resp.events()));
+                    // Checked outside the lock: readers only wait for the inserts.
+                    let changes = prepare_events(inner, resp.events());
+                    inner.with_state_mut(|s| apply_changes(s, changes));
                 }
             },
         }
     }
 }
 
-fn apply_events(inner: &Inner, state: &mut CacheState, events: &[etcd_client::Event]) {
+/// One change of the prefix, ready to apply.
+enum Change {
+    Put(Arc<str>, StoredObj),
+    Delete(Arc<str>, u64, Option<StoredObj>),
+    /// A key outside the prefix (or not UTF-8): only the revision moves.
+    Other(u64),
+}
+
+fn prepare_events(inner: &Inner, events: &[etcd_client::Event]) -> Vec<Change> {
+    let mut changes = Vec::with_capacity(events.len());
     for event in events {
         let Some(kv) = event.kv() else { continue };
         let rev = kv.mod_revision().max(0) as u64;
         let Some(key) = inner.relative_key(kv.key()) else {
-            state.rev = state.rev.max(rev);
+            changes.push(Change::Other(rev));
             continue;
         };
-        match event.event_type() {
-            EventType::Put => state.apply_put(Arc::from(key), Arc::from(kv.value()), rev),
+        changes.push(match event.event_type() {
+            EventType::Put => Change::Put(Arc::from(key), StoredObj::new(Arc::from(kv.value()), rev)),
             EventType::Delete => {
-                let prev = event.prev_kv().map(|p| Arc::from(p.value()));
-                state.apply_delete(key, rev, prev);
+                let prev = event
+                    .prev_kv()
+                    .map(|p| StoredObj::new(Arc::from(p.value()), p.mod_revision().max(0) as u64));
+                Change::Delete(Arc::from(key), rev, prev)
             }
+        });
+    }
+    changes
+}
+
+fn apply_changes(state: &mut CacheState, changes: Vec<Change>) {
+    for change in changes {
+        match change {
+            Change::Put(key, obj) => state.apply_put(key, obj),
+            Change::Delete(key, rev, prev) => state.apply_delete(&key, rev, prev),
+            Change::Other(rev) => state.rev = state.rev.max(rev),
         }
     }
 }

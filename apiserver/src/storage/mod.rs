@@ -23,6 +23,7 @@ mod cache;
 mod compact;
 mod continue_token;
 mod error;
+mod raw;
 mod watch;
 
 #[cfg(test)]
@@ -40,7 +41,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use cache::{CacheState, Control, StoredObj};
 
 pub use error::{GuaranteedUpdateError, StorageError};
-pub use watch::{WatchEvent, WatchStream};
+pub use raw::{JsonListChunks, RawListResult, RawObject};
+pub use watch::{RawWatchStream, WatchEvent, WatchStream};
 
 /// How consistent reads make sure the watch cache is fresh. See the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -425,10 +427,7 @@ fn first_kv(resp: &TxnOpResponse) -> Option<&KeyValue> {
 }
 
 fn stored_of(kv: &KeyValue) -> StoredObj {
-    StoredObj {
-        data: Arc::from(kv.value()),
-        mod_rev: kv.mod_revision().max(0) as u64,
-    }
+    StoredObj::new(Arc::from(kv.value()), kv.mod_revision().max(0) as u64)
 }
 
 const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
@@ -551,6 +550,29 @@ impl Storage {
         name: &str,
         consistency: ReadConsistency,
     ) -> Result<Option<Value>, StorageError> {
+        let (key, _) = self.key(namespace, name)?;
+        let stored = self.get_stored(namespace, name, consistency).await?;
+        stored.map(|o| decode(&key, &o.data, o.mod_rev)).transpose()
+    }
+
+    /// Reads one object as stored bytes (see [`RawObject`]); `None` when it does not exist.
+    pub async fn get_raw(
+        &self,
+        namespace: &str,
+        name: &str,
+        consistency: ReadConsistency,
+    ) -> Result<Option<RawObject>, StorageError> {
+        let (_, rel) = self.key(namespace, name)?;
+        let stored = self.get_stored(namespace, name, consistency).await?;
+        Ok(stored.map(|o| RawObject::new(Arc::from(rel), o)))
+    }
+
+    async fn get_stored(
+        &self,
+        namespace: &str,
+        name: &str,
+        consistency: ReadConsistency,
+    ) -> Result<Option<StoredObj>, StorageError> {
         let (key, rel) = self.key(namespace, name)?;
         let from_cache = match consistency {
             ReadConsistency::Any => {
@@ -565,12 +587,11 @@ impl Storage {
             }
             ReadConsistency::Consistent => self.inner.ensure_consistent().await?.is_none(),
         };
-        let stored = if from_cache {
-            self.inner.cached(&rel)
+        if from_cache {
+            Ok(self.inner.cached(&rel))
         } else {
-            self.get_from_etcd(&key).await?
-        };
-        stored.map(|o| decode(&key, &o.data, o.mod_rev)).transpose()
+            self.get_from_etcd(&key).await
+        }
     }
 
     async fn get_from_etcd(&self, key: &str) -> Result<Option<StoredObj>, StorageError> {
@@ -602,13 +623,13 @@ impl Storage {
     {
         let (key, rel) = self.key(namespace, name)?;
         let not_found = || StorageError::NotFound { key: key.clone() };
-        // Fast path: the cached object, when the cache has applied our own writes. It may still
-        // be stale (another writer); the CAS then fails and the loop continues with etcd's state.
-        let cached = if self.inner.cache_rev() >= self.inner.observed_rev.load(Ordering::SeqCst) {
-            self.inner.cached(&rel)
-        } else {
-            None
-        };
+        // Fast path: the cached object, as kube-apiserver's cacher does. It may be stale (another
+        // writer, or our own write the cache has not applied yet): the CAS then fails and the loop
+        // continues with etcd's state, and a refusal by `update` is retried with etcd's state
+        // too, so a stale copy costs one etcd round trip, as reading etcd first always would.
+        // Waiting for the cache to apply our own writes first would send nearly every update
+        // to etcd twice under load, when the cache is always a little behind.
+        let cached = self.inner.cached(&rel);
         let (mut current, mut from_cache) = match cached {
             Some(c) => (c, true),
             None => (self.get_from_etcd(&key).await?.ok_or_else(not_found)?, false),
@@ -778,6 +799,11 @@ impl Storage {
 
     /// Lists objects; see the contract §3.3 for the resourceVersion semantics.
     pub async fn list(&self, opts: &ListOptions) -> Result<ListResult, StorageError> {
+        self.list_raw(opts).await?.decode()
+    }
+
+    /// [`Storage::list`] with the objects as stored bytes (see [`RawObject`]).
+    pub async fn list_raw(&self, opts: &ListOptions) -> Result<RawListResult, StorageError> {
         let limit = opts.limit.filter(|l| *l > 0).map(|l| l as usize);
         let ns = opts.namespace.as_deref().filter(|n| !n.is_empty());
         let rv = parse_rv(opts.resource_version.as_deref())?;
@@ -883,32 +909,28 @@ impl Storage {
         start: Option<&str>,
         limit: Option<usize>,
         at: Option<u64>,
-    ) -> Result<Option<ListResult>, StorageError> {
+    ) -> Result<Option<RawListResult>, StorageError> {
         let snapshot = self.inner.read_state(|s| {
             if !s.initialized() || at.is_some_and(|a| a != s.rev) {
                 return None;
             }
             let all = s.range(ns, start);
             let take = limit.unwrap_or(all.len()).min(all.len());
-            let page: Vec<(Arc<str>, StoredObj)> = all[..take]
+            let page: Vec<RawObject> = all[..take]
                 .iter()
-                .map(|(k, v)| (Arc::clone(k), (*v).clone()))
+                .map(|(k, v)| RawObject::new(Arc::clone(k), (*v).clone()))
                 .collect();
             Some((s.rev, page, all.len() - take))
         });
         let Some((rev, page, remaining)) = snapshot else {
             return Ok(None);
         };
-        let mut items = Vec::with_capacity(page.len());
-        for (k, o) in &page {
-            items.push(decode(k, &o.data, o.mod_rev)?);
-        }
         let continue_token = match (remaining, page.last()) {
-            (1.., Some((last, _))) => Some(continue_token::encode_after(rev as i64, last)),
+            (1.., Some(last)) => Some(continue_token::encode_after(rev as i64, last.key())),
             _ => None,
         };
-        Ok(Some(ListResult {
-            items,
+        Ok(Some(RawListResult {
+            items: page,
             resource_version: rev,
             remaining_item_count: continue_token.as_ref().map(|_| remaining as i64),
             continue_token,
@@ -922,7 +944,7 @@ impl Storage {
         start: Option<&str>,
         revision: Option<u64>,
         limit: Option<usize>,
-    ) -> Result<ListResult, StorageError> {
+    ) -> Result<RawListResult, StorageError> {
         let (ns_start, ns_end) = cache::namespace_range(ns);
         let from = match start {
             Some(s) if s > ns_start.as_str() => s.to_owned(),
@@ -971,7 +993,7 @@ impl Storage {
             let Some(rel) = self.inner.relative_key(kv.key()) else {
                 continue;
             };
-            items.push(decode(rel, kv.value(), kv.mod_revision().max(0) as u64)?);
+            items.push(RawObject::new(Arc::from(rel), stored_of(kv)));
             last = Some(rel);
         }
         if empty {
@@ -983,7 +1005,7 @@ impl Storage {
             Some(last) if resp.more() && !empty => Some(continue_token::encode_after(list_rev as i64, last)),
             _ => None,
         };
-        Ok(ListResult {
+        Ok(RawListResult {
             items,
             resource_version: list_rev,
             remaining_item_count: continue_token.as_ref().map(|_| remaining),
@@ -993,6 +1015,11 @@ impl Storage {
 
     /// Watches the prefix (one namespace or all); see the contract §3.4.
     pub fn watch(&self, opts: &WatchOptions) -> Result<WatchStream, StorageError> {
+        Ok(self.watch_raw(opts)?.decoded())
+    }
+
+    /// [`Storage::watch`] with the objects as stored bytes (see [`RawObject`]).
+    pub fn watch_raw(&self, opts: &WatchOptions) -> Result<RawWatchStream, StorageError> {
         watch::start(Arc::clone(&self.inner), opts)
     }
 

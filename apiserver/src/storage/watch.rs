@@ -12,15 +12,17 @@ use tokio::sync::watch as tokio_watch;
 
 use super::cache::{self, CacheEvent, EventKind, StoredObj};
 use super::error::StorageError;
-use super::{Inner, WatchOptions, decode, parse_rv};
+use super::raw::RawObject;
+use super::{Inner, WatchOptions, parse_rv};
 
-/// One event of a watch. Objects carry `metadata.resourceVersion` = the event's revision.
+/// One event of a watch. Objects carry `metadata.resourceVersion` = the event's revision: as
+/// JSON values ([`WatchStream`]) or as stored bytes ([`RawWatchStream`]).
 #[derive(Debug)]
-pub enum WatchEvent {
-    Added(Value),
-    Modified(Value),
+pub enum WatchEvent<T = Value> {
+    Added(T),
+    Modified(T),
     /// The last state of the object, with resourceVersion = the revision of the delete.
-    Deleted(Value),
+    Deleted(T),
     /// Progress: every change up to `resource_version` was sent. `initial_events_end` marks the
     /// end of the initial state of a `send_initial_events` watch.
     Bookmark {
@@ -47,6 +49,59 @@ impl Stream for WatchStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
         self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The events of one watch with objects as stored bytes (see [`RawObject`]), for encoders that
+/// serve them without decoding. Ends after an `Error` event or when the storage is dropped.
+pub struct RawWatchStream {
+    inner: Pin<Box<dyn Stream<Item = WatchEvent<RawObject>> + Send>>,
+}
+
+impl std::fmt::Debug for RawWatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawWatchStream").finish_non_exhaustive()
+    }
+}
+
+impl Stream for RawWatchStream {
+    type Item = WatchEvent<RawObject>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent<RawObject>>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl RawWatchStream {
+    /// The same events with decoded objects; a object that does not decode ends the stream
+    /// with an `Error` event.
+    pub fn decoded(self) -> WatchStream {
+        let stream = futures::stream::unfold((self, false), |(mut raw, done)| async move {
+            if done {
+                return None;
+            }
+            let decode = |o: RawObject| o.decode();
+            let event = match futures::StreamExt::next(&mut raw).await? {
+                WatchEvent::Added(o) => decode(o).map(WatchEvent::Added),
+                WatchEvent::Modified(o) => decode(o).map(WatchEvent::Modified),
+                WatchEvent::Deleted(o) => decode(o).map(WatchEvent::Deleted),
+                WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end,
+                } => Ok(WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end,
+                }),
+                WatchEvent::Error(e) => Err(e),
+            };
+            Some(match event {
+                Ok(event) => (event, (raw, false)),
+                Err(e) => (WatchEvent::Error(e), (raw, true)),
+            })
+        });
+        WatchStream {
+            inner: Box::pin(stream),
+        }
     }
 }
 
@@ -80,7 +135,7 @@ struct Watcher {
 
 /// Starts a watch. Fails right away with `Expired` when the requested resourceVersion is older
 /// than the cache's history.
-pub(crate) fn start(inner: Arc<Inner>, opts: &WatchOptions) -> Result<WatchStream, StorageError> {
+pub(crate) fn start(inner: Arc<Inner>, opts: &WatchOptions) -> Result<RawWatchStream, StorageError> {
     let rv = parse_rv(opts.resource_version.as_deref())?;
     let rx = inner.subscribe();
     let bookmarks = opts.allow_bookmarks.then(|| {
@@ -153,7 +208,7 @@ pub(crate) fn start(inner: Arc<Inner>, opts: &WatchOptions) -> Result<WatchStrea
         let ev = w.next().await?;
         Some((ev, w))
     });
-    Ok(WatchStream {
+    Ok(RawWatchStream {
         inner: Box::pin(stream),
     })
 }
@@ -234,13 +289,13 @@ impl Watcher {
         Ok(())
     }
 
-    fn decode_event(&self, ev: &CacheEvent) -> Result<WatchEvent, StorageError> {
-        let value = decode(&ev.key, &ev.data, ev.rev)?;
-        Ok(match ev.kind {
-            EventKind::Added => WatchEvent::Added(value),
-            EventKind::Modified => WatchEvent::Modified(value),
-            EventKind::Deleted => WatchEvent::Deleted(value),
-        })
+    fn raw_event(ev: &CacheEvent) -> WatchEvent<RawObject> {
+        let object = ev.object();
+        match ev.kind {
+            EventKind::Added => WatchEvent::Added(object),
+            EventKind::Modified => WatchEvent::Modified(object),
+            EventKind::Deleted => WatchEvent::Deleted(object),
+        }
     }
 
     /// The next buffered event for this watcher, or `Err(rev)` when it has seen everything up
@@ -267,7 +322,7 @@ impl Watcher {
         })
     }
 
-    async fn next(&mut self) -> Option<WatchEvent> {
+    async fn next(&mut self) -> Option<WatchEvent<RawObject>> {
         if self.done {
             return None;
         }
@@ -278,13 +333,7 @@ impl Watcher {
             return Some(WatchEvent::Error(e));
         }
         if let Some((key, obj)) = self.pending.pop_front() {
-            return Some(match decode(&key, &obj.data, obj.mod_rev) {
-                Ok(v) => WatchEvent::Added(v),
-                Err(e) => {
-                    self.done = true;
-                    WatchEvent::Error(e)
-                }
-            });
+            return Some(WatchEvent::Added(RawObject::new(key, obj)));
         }
         if let Some(rev) = self.initial_end.take() {
             return Some(WatchEvent::Bookmark {
@@ -299,15 +348,7 @@ impl Watcher {
                 return None;
             }
             match self.next_from_ring() {
-                Ok(Ok(ev)) => {
-                    return Some(match self.decode_event(&ev) {
-                        Ok(e) => e,
-                        Err(e) => {
-                            self.done = true;
-                            WatchEvent::Error(e)
-                        }
-                    });
-                }
+                Ok(Ok(ev)) => return Some(Self::raw_event(&ev)),
                 Ok(Err(rev)) => {
                     if self.bookmark_due && rev > 0 {
                         self.bookmark_due = false;

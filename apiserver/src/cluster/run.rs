@@ -1,0 +1,242 @@
+//! `etcd-operator serve`: the API server and the controller inside a Kubernetes cluster, behind
+//! the kube-apiserver aggregator.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::authn::{DelegatedAuthenticator, TokenReviewer};
+use super::authz::SubjectAccessReviewAuthorizer;
+use super::config;
+use super::loopback::{Loopback, LoopbackError};
+use super::tls::{ServingTls, follow_client_cas, watch_serving_files};
+use crate::http::{self, AppState, openapi};
+use crate::serve;
+use crate::storage::{Storage, StorageError, StorageOptions};
+
+/// Where EtcdClusters live in the backing etcd.
+pub const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
+/// How often the authentication ConfigMap is re-read.
+pub const CONFIG_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the serving certificate files are re-read.
+pub const CERT_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the backing etcd is compacted.
+pub const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Flags of `etcd-operator serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Serving certificate (PEM chain); re-read when it changes.
+    #[arg(long)]
+    pub tls_cert_file: PathBuf,
+    /// Serving private key (PEM); re-read when it changes.
+    #[arg(long)]
+    pub tls_private_key_file: PathBuf,
+    /// Backing etcd endpoints, comma separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub etcd_servers: Vec<String>,
+    /// CA bundle to verify the backing etcd's serving certificates.
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+    /// Client certificate for the backing etcd.
+    #[arg(long, requires = "etcd_keyfile")]
+    pub etcd_certfile: Option<PathBuf>,
+    /// Client key for the backing etcd.
+    #[arg(long, requires = "etcd_certfile")]
+    pub etcd_keyfile: Option<PathBuf>,
+    /// Kubeconfig for kube-apiserver (default: in-cluster configuration).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the `extension-apiserver-authentication` ConfigMap.
+    #[arg(long, default_value = config::DEFAULT_NAMESPACE)]
+    pub authentication_configmap_namespace: String,
+}
+
+/// Running serve mode failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeModeError {
+    /// A file could not be read.
+    #[error("read {path}: {source}")]
+    ReadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kube-apiserver client could not be configured.
+    #[error("configure the kube-apiserver client: {0}")]
+    KubeClient(String),
+    /// The backing etcd could not be reached.
+    #[error("connect to the backing etcd: {0}")]
+    Etcd(#[source] etcd_client::Error),
+    /// Storage failed to start.
+    #[error("start storage: {0}")]
+    Storage(#[from] StorageError),
+    /// The serving TLS configuration is unusable.
+    #[error("build serving TLS configuration: {0}")]
+    Tls(#[from] serve::TlsError),
+    /// The loopback path could not be set up.
+    #[error(transparent)]
+    Loopback(#[from] LoopbackError),
+    /// OpenAPI generation failed.
+    #[error(transparent)]
+    OpenApi(#[from] openapi::OpenApiGenerateError),
+    /// Binding a listener failed.
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("serve HTTPS: {0}")]
+    Serve(#[from] serve::ServeError),
+}
+
+async fn read(path: &PathBuf) -> Result<Vec<u8>, ServeModeError> {
+    tokio::fs::read(path)
+        .await
+        .map_err(|source| ServeModeError::ReadFile {
+            path: path.clone(),
+            source,
+        })
+}
+
+async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, ServeModeError> {
+    let err = |e: &dyn std::fmt::Display| ServeModeError::KubeClient(e.to_string());
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(&e))?
+        }
+        None => kube::Config::infer().await.map_err(|e| err(&e))?,
+    };
+    kube::Client::try_from(config).map_err(|e| err(&e))
+}
+
+async fn etcd_client(args: &ServeArgs) -> Result<etcd_client::Client, ServeModeError> {
+    let mut tls = None;
+    if let Some(ca) = &args.etcd_cafile {
+        let pem = read(ca).await?;
+        tls = Some(etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem)));
+    }
+    if let (Some(cert), Some(key)) = (&args.etcd_certfile, &args.etcd_keyfile) {
+        let identity = etcd_client::Identity::from_pem(read(cert).await?, read(key).await?);
+        tls = Some(tls.unwrap_or_default().identity(identity));
+    }
+    let mut options = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(10));
+    if let Some(tls) = tls {
+        options = options.with_tls(tls);
+    }
+    etcd_client::Client::connect(&args.etcd_servers, Some(options))
+        .await
+        .map_err(ServeModeError::Etcd)
+}
+
+/// Runs serve mode until SIGINT or SIGTERM.
+pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
+    serve::install_crypto_provider();
+    let kube = kube_client(args.kubeconfig.as_ref()).await?;
+    let etcd = etcd_client(&args).await?;
+    let storage = Storage::new(etcd, ETCDCLUSTERS_PREFIX, StorageOptions::default()).await?;
+    let compactor = storage.spawn_compactor(COMPACTION_INTERVAL);
+
+    let (config_tx, config_rx) = config::channel();
+    let tasks = CancellationToken::new();
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(config::keep_loaded(
+        kube.clone(),
+        args.authentication_configmap_namespace.clone(),
+        CONFIG_RELOAD_INTERVAL,
+        config_tx,
+    ));
+
+    let serving = Arc::new(ServingTls::new(
+        read(&args.tls_cert_file).await?,
+        read(&args.tls_private_key_file).await?,
+        Vec::new(),
+    )?);
+    background.spawn(watch_serving_files(
+        serving.clone(),
+        args.tls_cert_file.clone(),
+        args.tls_private_key_file.clone(),
+        CERT_RELOAD_INTERVAL,
+    ));
+    background.spawn(follow_client_cas(serving.clone(), config_rx.clone()));
+
+    let loopback = Loopback::generate()?;
+    let authenticator = DelegatedAuthenticator::new(
+        config_rx,
+        Some(loopback.trust()),
+        Some(TokenReviewer::new(kube.clone())),
+    );
+    let state = AppState {
+        storage,
+        authenticator: Arc::new(authenticator),
+        authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
+        openapi: Arc::new(openapi::Documents::generate()?),
+    };
+    let app = http::router(state);
+
+    let public = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| ServeModeError::Listen {
+            addr: args.listen,
+            source,
+        })?;
+    let loopback_addr = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0));
+    let private = TcpListener::bind(loopback_addr)
+        .await
+        .map_err(|source| ServeModeError::Listen {
+            addr: loopback_addr,
+            source,
+        })?;
+    let private_addr = private.local_addr().map_err(|source| ServeModeError::Listen {
+        addr: loopback_addr,
+        source,
+    })?;
+    let private_tls = serve::ReloadableTls::from(loopback.server_config()?);
+
+    // The controller: EtcdClusters through the loopback listener as its own identity; Pods,
+    // PVCs, Services and Events through kube-apiserver with the pod's ServiceAccount.
+    let controller_client = loopback.client(private_addr).await?;
+    let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
+    let ctx =
+        etcd_operator_controller::reconcile::Context::new(controller_client, runtime, Default::default());
+    let stop_controller = tasks.clone();
+    let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
+        stop_controller.cancelled().await;
+    }));
+
+    let stop_private = tasks.clone();
+    let private_server = tokio::spawn(serve::serve(private, private_tls, app.clone(), async move {
+        stop_private.cancelled().await;
+    }));
+    tracing::info!(listen = %args.listen, loopback = %private_addr, "etcd-operator serve is starting");
+    let served = serve::serve(public, serving.reloadable(), app, serve::shutdown_signal()).await;
+
+    tasks.cancel();
+    if tokio::time::timeout(Duration::from_secs(5), controller)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the controller did not stop within 5 s");
+    }
+    match tokio::time::timeout(Duration::from_secs(15), private_server).await {
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "loopback listener"),
+        Ok(_) => {}
+        Err(_) => tracing::warn!("the loopback listener did not stop within 15 s"),
+    }
+    background.abort_all();
+    compactor.abort();
+    served?;
+    Ok(())
+}
