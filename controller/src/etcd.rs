@@ -101,8 +101,18 @@ async fn member_status(url: &str) -> Option<(u64, MemberHealth)> {
 /// The cluster as etcd reports it, asking the given client URLs; `None` when none answers
 /// the member list (no member runs, or no quorum).
 pub async fn observe(endpoints: &[String]) -> Option<EtcdView> {
-    let mut client = connect(endpoints, "member list").await.ok()?;
-    let list = timed("member list", client.member_list()).await.ok()?;
+    // One endpoint at a time: a member that has just started and does not listen yet must not
+    // make the whole cluster look silent.
+    let mut list = None;
+    for endpoint in endpoints {
+        if let Ok(mut client) = connect(std::slice::from_ref(endpoint), "member list").await
+            && let Ok(answer) = timed("member list", client.member_list()).await
+        {
+            list = Some(answer);
+            break;
+        }
+    }
+    let list = list?;
     let mut view = EtcdView {
         cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
         ..Default::default()

@@ -260,12 +260,22 @@ async fn act<R: Runtime>(
     observed: &Observed,
     ctx: &Context<R>,
 ) -> Result<(), String> {
-    let endpoints: Vec<String> = observed
+    let running: Vec<String> = observed
         .runtime
         .iter()
         .filter(|r| r.liveness == Liveness::Running)
         .map(|r| r.client_url.clone())
         .collect();
+    // Membership calls go to voters: a learner refuses them ("rpc not supported for learner").
+    let voters: Vec<String> = match &observed.etcd {
+        Some(view) => view
+            .voters()
+            .filter_map(|m| m.client_urls.first().cloned())
+            .filter(|u| running.contains(u))
+            .collect(),
+        None => running.clone(),
+    };
+    let endpoints = if voters.is_empty() { running } else { voters };
     match step {
         Step::ReserveForBootstrap { names } => {
             for name in names {
@@ -289,12 +299,16 @@ async fn act<R: Runtime>(
                     .map_err(|e| e.to_string())?;
             }
         }
-        Step::AddLearner { peer_url, name } => {
-            let id = etcd::add_learner(&endpoints, peer_url)
-                .await
-                .map_err(|e| e.to_string())?;
-            tracing::info!(cluster = %cluster.key(), member = %name, id = format!("{id:x}"), "added learner");
-        }
+        Step::AddLearner { peer_url, name } => match etcd::add_learner(&endpoints, peer_url).await {
+            Ok(id) => {
+                tracing::info!(cluster = %cluster.key(), member = %name, id = format!("{id:x}"), "added learner")
+            }
+            // etcd's strict reconfiguration check: the previous new member joined < 5 s ago.
+            Err(e) if e.is_not_ready_yet() => {
+                tracing::debug!(member = %name, error = %e, "member add not accepted yet")
+            }
+            Err(e) => return Err(e.to_string()),
+        },
         Step::Promote { id, name } => match etcd::promote(&endpoints, *id).await {
             Ok(()) => tracing::info!(cluster = %cluster.key(), member = %name, "promoted learner"),
             Err(e) if e.is_not_ready_yet() => {
@@ -421,7 +435,9 @@ async fn apply<R: Runtime>(
     }
     Ok(match (&outcome.step, &outcome.error) {
         (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
-        (Step::Idle, None) => Action::requeue(Duration::from_secs(10)),
+        // A settled cluster is looked at every 3 s: that bounds how long a dead member goes
+        // unnoticed (the local runtime has no process events to wake the controller).
+        (Step::Idle, None) => Action::requeue(Duration::from_secs(3)),
         (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
         _ => Action::requeue(Duration::from_millis(300)),
     })
