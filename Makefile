@@ -53,4 +53,5 @@ doc-test: tools-protoc
 
 ## Benchmarks: print figures, each beside a baseline measured in the same run (never timed tests).
 bench: tools
+	$(CARGO) bench -p etcd-operator-apiserver --bench apiserver
 	$(CARGO) bench -p etcd-operator-tests --bench controller

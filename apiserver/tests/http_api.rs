@@ -2443,3 +2443,57 @@ async fn odd_input_gets_a_client_error_never_a_server_error() {
     }
     api.assert_unchanged(&before, "odd input").await;
 }
+
+/// A watch from a resourceVersion does not know what the client saw before it began: a change
+/// is MODIFIED (not ADDED) when it matches, and DELETED when it stops matching the selector.
+#[tokio::test]
+async fn a_watch_from_a_resource_version_reports_changes_and_selector_exits() {
+    let h = Api::start().await;
+    let mut body = cluster("w1");
+    body["metadata"]["labels"] = json!({"tier": "a"});
+    let created = h.create_in(NS, &body).await;
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    h.patch(
+        &obj(NS, "w1"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"tier":"b"}}}"#,
+    )
+    .await
+    .expect(200);
+    let events = |r: Resp| -> Vec<String> {
+        String::from_utf8_lossy(&r.body)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let all = h
+        .get(&format!(
+            "{}?watch=1&resourceVersion={rv}&timeoutSeconds=1",
+            coll(NS)
+        ))
+        .await;
+    assert_eq!(events(all), ["MODIFIED"]);
+    let selected = h
+        .get(&format!(
+            "{}?watch=1&resourceVersion={rv}&timeoutSeconds=1&labelSelector=tier%3Da",
+            coll(NS)
+        ))
+        .await;
+    assert_eq!(events(selected), ["DELETED"], "the object left the selection");
+    // From the whole state (resourceVersion 0) the watcher knows: nothing matches tier=a.
+    let from_zero = h
+        .get(&format!(
+            "{}?watch=1&resourceVersion=0&timeoutSeconds=1&labelSelector=tier%3Da",
+            coll(NS)
+        ))
+        .await;
+    assert!(events(from_zero).is_empty());
+}

@@ -28,6 +28,11 @@ struct Encoder {
     target: WatchTarget,
     /// Keys (`ns/name`) of objects this watcher currently sees.
     visible: HashSet<String>,
+    /// Keys this watcher has sent an event for (so it knows whether the client sees them).
+    known: HashSet<String>,
+    /// Whether the watch began with the whole current state (resourceVersion unset or 0, or
+    /// sendInitialEvents): then every visible object is in `visible`.
+    complete: bool,
     /// Table columns go only into the first Table event.
     columns_sent: bool,
     done: bool,
@@ -95,8 +100,10 @@ impl Encoder {
         if self.done {
             return None;
         }
+        let is_added = matches!(event, WatchEvent::Added(_));
         let result = match event {
             WatchEvent::Added(raw) | WatchEvent::Modified(raw) => 'event: {
+                let created = is_added;
                 let k = raw.key().to_owned();
                 let obj = match self.decode_unless_verbatim(&raw) {
                     Ok(obj) => obj,
@@ -104,11 +111,19 @@ impl Encoder {
                 };
                 let matches = obj.as_ref().is_none_or(|o| self.target.selectors.matches(o));
                 let was_visible = self.visible.contains(&k);
-                let kind = match (matches, was_visible) {
-                    (true, true) => "MODIFIED",
-                    (true, false) => "ADDED",
-                    (false, true) => "DELETED",
-                    (false, false) => return None,
+                // Whether this watcher knows if the client sees the object: it does when the
+                // watch began with the whole state, or it has sent an event for it since. A
+                // watch from a resourceVersion does not know what matched before it began: a
+                // change is then MODIFIED when it matches and DELETED when it does not (a
+                // DELETED of an object the client never had is a no-op for informers; a
+                // missing one would leave a stale object in their caches).
+                let known = self.complete || created || !self.known.insert(k.clone());
+                let kind = match (matches, was_visible, known) {
+                    (true, true, _) => "MODIFIED",
+                    (true, false, true) => "ADDED",
+                    (true, false, false) => "MODIFIED",
+                    (false, true, _) | (false, false, false) => "DELETED",
+                    (false, false, true) => return None,
                 };
                 if matches {
                     self.visible.insert(k);
@@ -186,6 +201,13 @@ pub fn serve(storage: &Storage, target: &WatchTarget) -> Result<Response, ApiErr
     let mut encoder = Encoder {
         target: target.clone(),
         visible: HashSet::new(),
+        known: HashSet::new(),
+        complete: target.options.send_initial_events
+            || target
+                .options
+                .resource_version
+                .as_deref()
+                .is_none_or(|rv| rv.is_empty() || rv == "0"),
         columns_sent: false,
         done: false,
     };

@@ -1,0 +1,1598 @@
+//! Benchmarks of the API server against raw etcd-client calls on the same backing etcd, in the
+//! same run. Prints figures (and the issue's targets beside them); never asserts on timings. Exits
+//! non-zero when the system under test fails a request.
+//!
+//! Run with `make bench` (`cargo bench -p etcd-operator-apiserver --bench apiserver`). The bench
+//! builds the release `etcd-operator` binary itself (cargo bench does not build bin targets) and
+//! runs `etcd-operator local` as a separate process, so that its resident memory can be read from
+//! `/proc/<pid>/status`.
+//!
+//! The targets are about the API server, so the server is started with
+//! `ETCD_OPERATOR_NO_CONTROLLER=1`, which asks it not to run its co-located controller (which
+//! would otherwise add its own writes, watch and memory to every figure); the header says whether
+//! a controller was seen writing anyway.
+//!
+//! Environment knobs: `BENCH_SCALE` (a factor on every operation count, default 1),
+//! `BENCH_OPERATOR_BINARY` (use this binary instead of building one), `BENCH_SERVER_ARGS`
+//! (extra arguments for `etcd-operator local`) and `BENCH_WITH_CONTROLLER` (set: leave the
+//! controller on).
+
+// A bench is test code: a failed unwrap is a bench failure with its location, and printing the
+// figures is its purpose.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail, ensure};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, WatchOptions};
+use etcd_operator_tests::{EtcdVersion, TestProcess, leftovers, ports, tools};
+use futures::StreamExt;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GetParams, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+/// Where the server keeps EtcdClusters in its backing etcd.
+const SERVER_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
+/// Where the raw etcd baselines write: beside, never inside, the server's prefix.
+const RAW_PREFIX: &str = "/bench-raw/etcdclusters/";
+const API_PATH: &str = "/apis/etcd.operator.dev/v1alpha2";
+/// Largest gRPC message the raw client accepts (a 10,000-object range is ~9 MB).
+const MAX_MESSAGE_BYTES: usize = 1 << 30;
+const BIG_LIST: usize = 10_000;
+const SMALL_LIST: usize = 100;
+const WATCH_KEYS: usize = 64;
+const WATCH_WRITERS: usize = 8;
+
+fn resource() -> ApiResource {
+    ApiResource {
+        group: "etcd.operator.dev".into(),
+        version: "v1alpha2".into(),
+        api_version: "etcd.operator.dev/v1alpha2".into(),
+        kind: "EtcdCluster".into(),
+        plural: "etcdclusters".into(),
+    }
+}
+
+/// A v1alpha2 EtcdCluster whose labels and annotations pad it to about 0.8 KB of stored JSON.
+/// `paused` keeps a co-located controller (when there is one) from acting on it.
+fn cluster(name: &str) -> Value {
+    json!({
+        "apiVersion": "etcd.operator.dev/v1alpha2",
+        "kind": "EtcdCluster",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app.kubernetes.io/name": "etcd",
+                "app.kubernetes.io/instance": name,
+                "app.kubernetes.io/part-of": "benchmark-suite",
+                "app.kubernetes.io/managed-by": "etcd-operator-bench",
+                "environment": "performance-testing",
+                "team": "storage-platform",
+            },
+            "annotations": {
+                "bench.etcd.operator.dev/description": "An EtcdCluster used by the API server benchmark; padding keeps every object near 0.8 KB of JSON.",
+                "bench.etcd.operator.dev/owner": "storage-platform@example.com",
+                "bench.etcd.operator.dev/seq": "0",
+            },
+        },
+        "spec": {"replicas": 3, "version": "3.5.1", "paused": true},
+    })
+}
+
+fn set_annotation(obj: &mut Value, key: &str, value: &str) {
+    obj["metadata"]["annotations"][key] = Value::String(value.to_string());
+}
+
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status (did the server exit?)"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// CPU time (ns) of every thread of a process, from `/proc/<pid>/task/*/schedstat`.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The pid of the backing etcd the server started in `state_dir`.
+fn backing_etcd_pid(state_dir: &Path) -> Option<u32> {
+    let dir = state_dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_etcd = args.first().is_some_and(|a| a.ends_with("/etcd") || a == "etcd");
+        (is_etcd && args.iter().any(|a| a.contains(&dir))).then_some(pid)
+    })
+}
+
+/// The KV requests (Range, Txn, Put, DeleteRange) the backing etcd has handled, from its
+/// `/metrics` (served on the client port).
+async fn etcd_kv_requests(port: u16) -> anyhow::Result<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains("etcdserverpb.KV"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
+}
+
+/// What the server, its backing etcd and this bench process (the clients) used in a phase.
+#[derive(Clone, Copy, Default)]
+struct CpuUse {
+    server: u64,
+    etcd: u64,
+    bench: u64,
+    /// KV requests etcd handled.
+    etcd_requests: u64,
+}
+
+#[derive(Clone, Copy)]
+struct CpuMeter {
+    server: u32,
+    etcd: u32,
+    etcd_port: u16,
+}
+
+impl CpuMeter {
+    async fn now(&self) -> anyhow::Result<CpuUse> {
+        Ok(CpuUse {
+            server: cpu_ns(self.server),
+            etcd: cpu_ns(self.etcd),
+            bench: cpu_ns(std::process::id()),
+            etcd_requests: etcd_kv_requests(self.etcd_port).await?,
+        })
+    }
+
+    /// Runs `fut` and returns its output with what each process used meanwhile.
+    async fn measure<T>(&self, fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<(T, CpuUse)> {
+        let before = self.now().await?;
+        let out = fut.await?;
+        let after = self.now().await?;
+        Ok((
+            out,
+            CpuUse {
+                server: after.server.saturating_sub(before.server),
+                etcd: after.etcd.saturating_sub(before.etcd),
+                bench: after.bench.saturating_sub(before.bench),
+                etcd_requests: after.etcd_requests.saturating_sub(before.etcd_requests),
+            },
+        ))
+    }
+}
+
+/// Samples the RSS of `pid` every 20 ms until stopped; returns the peak seen.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let task = tokio::spawn(async move {
+            let mut peak = 0;
+            while !flag.load(Ordering::SeqCst) {
+                peak = peak.max(rss_kib(pid).unwrap_or(0));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            peak.max(rss_kib(pid).unwrap_or(0))
+        });
+        Self { stop, task }
+    }
+
+    async fn peak_kib(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap_or(0)
+    }
+}
+
+/// Latencies and wall time of one measured phase.
+struct Stats {
+    ops: usize,
+    wall: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Stats {
+    fn new(ops: usize, wall: Duration, mut latencies: Vec<Duration>) -> Self {
+        latencies.sort();
+        Self { ops, wall, latencies }
+    }
+
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn pct(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let idx = ((q * self.latencies.len() as f64).ceil() as usize).clamp(1, self.latencies.len()) - 1;
+        self.latencies[idx]
+    }
+
+    fn max(&self) -> Duration {
+        self.latencies.last().copied().unwrap_or_default()
+    }
+}
+
+/// Runs `n` operations over `clients` concurrent tasks (each takes the next index when its last
+/// operation finished); returns the stats and every operation's output by index.
+async fn run_ops<T, F, Fut>(clients: usize, n: usize, op: F) -> anyhow::Result<(Stats, Vec<T>)>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let op = Arc::clone(&op);
+        let next = Arc::clone(&next);
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n {
+                    break;
+                }
+                let t0 = Instant::now();
+                let value = op(i).await.with_context(|| format!("operation {i}"))?;
+                out.push((i, t0.elapsed(), value));
+            }
+            anyhow::Ok(out)
+        }));
+    }
+    let mut all = Vec::with_capacity(n);
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let wall = start.elapsed();
+    all.sort_by_key(|(i, _, _)| *i);
+    let latencies = all.iter().map(|(_, d, _)| *d).collect();
+    let values = all.into_iter().map(|(_, _, v)| v).collect();
+    Ok((Stats::new(n, wall, latencies), values))
+}
+
+/// The `etcd-operator local` process under test. Dropping it stops it with SIGTERM (it then
+/// stops its backing etcd), and kills whatever it left behind.
+struct Server {
+    process: Option<TestProcess>,
+    state: tempfile::TempDir,
+}
+
+impl Server {
+    fn pid(&self) -> u32 {
+        self.process.as_ref().map_or(0, TestProcess::pid)
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(p) = self.process.as_mut()
+            && let Some(status) = p.exited()
+        {
+            bail!("etcd-operator exited ({status}); log tail:\n{}", p.log_tail(4000));
+        }
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.log_tail(4000))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.pid() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline && p.exited().is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            p.kill();
+        }
+        leftovers::kill_processes_mentioning(self.state.path());
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(tools::workspace_root)
+}
+
+/// Builds the release server binary (cargo bench builds no bin targets) and returns its path.
+fn build_release_binary() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("BENCH_OPERATOR_BINARY") {
+        return Ok(PathBuf::from(p));
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    println!("building the release etcd-operator binary (cargo build --release) ...");
+    let out = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "etcd-operator-apiserver",
+            "--bin",
+            "etcd-operator",
+            "--message-format=json",
+        ])
+        .output()
+        .context("run cargo build")?;
+    ensure!(
+        out.status.success(),
+        "cargo build --release failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "etcd-operator")
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .next_back()
+        .ok_or_else(|| anyhow!("cargo build reported no etcd-operator executable"))
+}
+
+async fn start_server(binary: &Path) -> anyhow::Result<(Server, kube::Client, etcd_client::Client)> {
+    let state = tempfile::Builder::new()
+        .prefix("etcd-operator-bench-")
+        .tempdir()?;
+    let port = ports::free_ports(1)?[0];
+    let mut cmd = Command::new(binary);
+    cmd.arg("local")
+        .arg("--state-dir")
+        .arg(state.path())
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "info");
+    if std::env::var_os("BENCH_WITH_CONTROLLER").is_none() {
+        cmd.env("ETCD_OPERATOR_NO_CONTROLLER", "1");
+    }
+    if let Ok(extra) = std::env::var("BENCH_SERVER_ARGS") {
+        cmd.args(extra.split_whitespace());
+    }
+    if std::env::var_os("ETCD_OPERATOR_ETCD").is_none() {
+        let etcd = tools::etcd(EtcdVersion::V3_5_1).map_err(|e| anyhow!("{e}"))?;
+        cmd.env("ETCD_OPERATOR_ETCD", etcd);
+    }
+    let log = state.path().join("operator.log");
+    let process = TestProcess::spawn("etcd-operator", cmd, &log)?;
+    let mut server = Server {
+        process: Some(process),
+        state,
+    };
+    let kubeconfig = server.state.path().join("kubeconfig");
+    let ports_file = server.state.path().join("etcd").join("ports.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::from("no kubeconfig yet");
+    while Instant::now() < deadline {
+        server.check_alive()?;
+        if kubeconfig.is_file() && ports_file.is_file() {
+            match connect(&kubeconfig, &ports_file).await {
+                Ok((client, etcd)) => match client
+                    .request_text(http::Request::get("/readyz").body(Vec::new())?)
+                    .await
+                {
+                    Ok(_) => return Ok((server, client, etcd)),
+                    Err(e) => last = e.to_string(),
+                },
+                Err(e) => last = e.to_string(),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "etcd-operator did not become ready in 60 s: {last}; log tail:\n{}",
+        server.log_tail()
+    )
+}
+
+async fn connect(
+    kubeconfig: &Path,
+    ports_file: &Path,
+) -> anyhow::Result<(kube::Client, etcd_client::Client)> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let client = kube::Client::try_from(config)?;
+    let ports: Value = serde_json::from_str(&std::fs::read_to_string(ports_file)?)?;
+    let port = ports["client"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("no client port in {}", ports_file.display()))?;
+    let etcd = etcd_client::Client::connect([format!("http://127.0.0.1:{port}")], None).await?;
+    Ok((client, etcd))
+}
+
+/// Everything the phases share.
+#[derive(Clone)]
+struct Ctx {
+    client: kube::Client,
+    etcd: etcd_client::Client,
+    /// The stored bytes of one server-created object, as a template for raw etcd values.
+    template: Arc<Value>,
+}
+
+impl Ctx {
+    fn api(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &resource())
+    }
+
+    fn kv(&self) -> etcd_client::KvClient {
+        self.etcd.kv_client().max_decoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// A raw etcd value like the server would store for `ns/name`.
+    fn raw_value(&self, ns: &str, name: &str, seq: usize) -> Vec<u8> {
+        let mut v = (*self.template).clone();
+        v["metadata"]["name"] = json!(name);
+        v["metadata"]["namespace"] = json!(ns);
+        set_annotation(&mut v, "bench.etcd.operator.dev/seq", &seq.to_string());
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+/// Creates `names` through the server with `clients` concurrent clients.
+async fn server_create(
+    ctx: &Ctx,
+    ns: &str,
+    clients: usize,
+    names: Arc<Vec<String>>,
+) -> anyhow::Result<(Stats, Vec<DynamicObject>)> {
+    let api = ctx.api(ns);
+    run_ops(clients, names.len(), move |i| {
+        let api = api.clone();
+        let obj: anyhow::Result<DynamicObject> =
+            serde_json::from_value(cluster(&names[i])).map_err(Into::into);
+        async move { Ok(api.create(&PostParams::default(), &obj?).await?) }
+    })
+    .await
+}
+
+/// Raw create: `txn If(mod_revision == 0) Put Else Get`, as the server's storage does.
+async fn raw_create(ctx: &Ctx, ns: &str, clients: usize, n: usize) -> anyhow::Result<(Stats, Vec<i64>)> {
+    let c = ctx.clone();
+    let ns = ns.to_string();
+    run_ops(clients, n, move |i| {
+        let mut kv = c.kv();
+        let name = format!("obj-{i}");
+        let key = format!("{RAW_PREFIX}{ns}/{name}");
+        let value = c.raw_value(&ns, &name, i);
+        async move {
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), value, None)])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let resp = kv.txn(txn).await?;
+            ensure!(resp.succeeded(), "raw create of {key}: the key exists");
+            Ok(resp.header().map_or(0, |h| h.revision()))
+        }
+    })
+    .await
+}
+
+/// How the server update is done.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UpdateMode {
+    /// A GET-free PUT of the object as the create returned it (so with its resourceVersion:
+    /// compare-and-swap), one annotation changed. On 409 (someone else, e.g. a co-located
+    /// controller, wrote it meanwhile) GET and PUT again, inside the measured operation.
+    Put,
+    /// A JSON merge patch of one annotation (no resourceVersion: the server retries its CAS).
+    MergePatch,
+}
+
+/// Returns the stats and how many PUTs hit a 409 and were retried.
+async fn server_update(
+    ctx: &Ctx,
+    ns: &str,
+    clients: usize,
+    objects: Arc<Vec<DynamicObject>>,
+    mode: UpdateMode,
+    round: usize,
+) -> anyhow::Result<(Stats, usize)> {
+    let api = ctx.api(ns);
+    let conflicts = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&conflicts);
+    let (stats, _) = run_ops(clients, objects.len(), move |i| {
+        let api = api.clone();
+        let mut obj = objects[i].clone();
+        let conflicts = Arc::clone(&counted);
+        let value = format!("updated-{round}-{i}");
+        async move {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let before = obj.metadata.resource_version.clone();
+            let updated = match mode {
+                UpdateMode::MergePatch => {
+                    let patch = json!({"metadata": {"annotations": {"bench.etcd.operator.dev/seq": value}}});
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?
+                }
+                UpdateMode::Put => loop {
+                    obj.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert("bench.etcd.operator.dev/seq".into(), value.clone());
+                    match api.replace(&name, &PostParams::default(), &obj).await {
+                        Ok(o) => break o,
+                        Err(kube::Error::Api(s)) if s.code == 409 => {
+                            conflicts.fetch_add(1, Ordering::SeqCst);
+                            obj = api.get(&name).await?;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                },
+            };
+            ensure!(
+                updated.metadata.resource_version != before,
+                "update of {name} was a no-op"
+            );
+            Ok(())
+        }
+    })
+    .await?;
+    Ok((stats, conflicts.load(Ordering::SeqCst)))
+}
+
+/// Raw update: `txn If(mod_revision == rv) Put Else Get` with the revision the last write
+/// returned. Returns the new revisions.
+async fn raw_update(
+    ctx: &Ctx,
+    ns: &str,
+    clients: usize,
+    revs: Arc<Vec<i64>>,
+    round: usize,
+) -> anyhow::Result<(Stats, Vec<i64>)> {
+    let c = ctx.clone();
+    let ns = ns.to_string();
+    run_ops(clients, revs.len(), move |i| {
+        let mut kv = c.kv();
+        let name = format!("obj-{i}");
+        let key = format!("{RAW_PREFIX}{ns}/{name}");
+        let value = c.raw_value(&ns, &name, i + round * 1_000_000);
+        let rev = revs[i];
+        async move {
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(key.as_str(), value, None)])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let resp = kv.txn(txn).await?;
+            ensure!(resp.succeeded(), "raw update of {key}: revision {rev} is stale");
+            Ok(resp.header().map_or(0, |h| h.revision()))
+        }
+    })
+    .await
+}
+
+async fn server_get(
+    ctx: &Ctx,
+    ns: &str,
+    clients: usize,
+    n: usize,
+    names: Arc<Vec<String>>,
+    params: GetParams,
+) -> anyhow::Result<Stats> {
+    let api = ctx.api(ns);
+    let (stats, _) = run_ops(clients, n, move |i| {
+        let api = api.clone();
+        let name = names[i % names.len()].clone();
+        let params = params.clone();
+        async move {
+            api.get_with(&name, &params).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(stats)
+}
+
+async fn raw_get(ctx: &Ctx, ns: &str, clients: usize, n: usize, objects: usize) -> anyhow::Result<Stats> {
+    let c = ctx.clone();
+    let ns = ns.to_string();
+    let (stats, _) = run_ops(clients, n, move |i| {
+        let mut kv = c.kv();
+        let key = format!("{RAW_PREFIX}{ns}/obj-{}", i % objects);
+        async move {
+            let resp = kv.get(key.as_str(), None).await?;
+            ensure!(!resp.kvs().is_empty(), "raw get of {key}: not found");
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(stats)
+}
+
+/// A list through the server, as raw text (the time until the whole body arrived; the client
+/// does not decode it). Returns the body length.
+async fn server_list_text(client: &kube::Client, ns: &str, query: &str) -> anyhow::Result<usize> {
+    let uri = format!("{API_PATH}/namespaces/{ns}/etcdclusters{query}");
+    let text = client
+        .request_text(http::Request::get(uri).body(Vec::new())?)
+        .await?;
+    Ok(text.len())
+}
+
+/// Checks once (untimed) that a server list holds `expected` items.
+async fn check_list_count(
+    client: &kube::Client,
+    ns: &str,
+    query: &str,
+    expected: usize,
+) -> anyhow::Result<()> {
+    let uri = format!("{API_PATH}/namespaces/{ns}/etcdclusters{query}");
+    let text = client
+        .request_text(http::Request::get(uri).body(Vec::new())?)
+        .await?;
+    let list: Value = serde_json::from_str(&text)?;
+    let got = list["items"].as_array().map_or(0, Vec::len);
+    ensure!(
+        got == expected,
+        "list of {ns}{query}: {got} items, expected {expected}"
+    );
+    Ok(())
+}
+
+async fn raw_range(kv: &mut etcd_client::KvClient, prefix: &str, expected: usize) -> anyhow::Result<usize> {
+    let resp = kv.get(prefix, Some(GetOptions::new().with_prefix())).await?;
+    ensure!(
+        resp.kvs().len() == expected,
+        "raw range {prefix}: {} keys, expected {expected}",
+        resp.kvs().len()
+    );
+    Ok(resp.kvs().iter().map(|kv| kv.value().len()).sum())
+}
+
+async fn server_list(
+    ctx: &Ctx,
+    ns: &str,
+    clients: usize,
+    n: usize,
+    query: &'static str,
+) -> anyhow::Result<Stats> {
+    let client = ctx.client.clone();
+    let ns = ns.to_string();
+    let (stats, _) = run_ops(clients, n, move |_| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move { server_list_text(&client, &ns, query).await }
+    })
+    .await?;
+    Ok(stats)
+}
+
+async fn raw_list(
+    ctx: &Ctx,
+    prefix: &str,
+    clients: usize,
+    n: usize,
+    expected: usize,
+) -> anyhow::Result<Stats> {
+    let c = ctx.clone();
+    let prefix = prefix.to_string();
+    let (stats, _) = run_ops(clients, n, move |_| {
+        let mut kv = c.kv();
+        let prefix = prefix.clone();
+        async move { raw_range(&mut kv, &prefix, expected).await }
+    })
+    .await?;
+    Ok(stats)
+}
+
+/// Shared bookkeeping of a watch phase: when each put was issued.
+struct PutTimes {
+    sent: Mutex<Vec<Option<Instant>>>,
+}
+
+impl PutTimes {
+    fn new(n: usize) -> Self {
+        Self {
+            sent: Mutex::new(vec![None; n]),
+        }
+    }
+
+    fn mark(&self, seq: usize) {
+        if let Ok(mut s) = self.sent.lock() {
+            s[seq] = Some(Instant::now());
+        }
+    }
+
+    fn latency(&self, seq: usize, at: Instant) -> Option<Duration> {
+        let s = self.sent.lock().ok()?;
+        s.get(seq)
+            .copied()
+            .flatten()
+            .map(|t| at.saturating_duration_since(t))
+    }
+
+    fn first(&self) -> Option<Instant> {
+        self.sent.lock().ok()?.iter().flatten().min().copied()
+    }
+}
+
+/// A fresh tag per watch phase, so that no write of a phase repeats a value already stored (a
+/// no-op write would produce no event).
+fn watch_tag() -> String {
+    static ROUND: AtomicUsize = AtomicUsize::new(0);
+    format!("w{}-", ROUND.fetch_add(1, Ordering::SeqCst))
+}
+
+/// The sequence number a watch-phase write left in the object's annotation.
+fn seq_in(annotation: Option<&str>, tag: &str) -> Option<usize> {
+    annotation?.strip_prefix(tag)?.parse().ok()
+}
+
+/// Issues `n` raw etcd puts under `key_prefix` (keys `w0..w63`, each value carrying its sequence
+/// number) from [`WATCH_WRITERS`] concurrent writers.
+async fn raw_watch_writer(
+    ctx: &Ctx,
+    key_prefix: &str,
+    tag: &str,
+    n: usize,
+    times: Arc<PutTimes>,
+) -> anyhow::Result<Stats> {
+    let c = ctx.clone();
+    let key_prefix = key_prefix.to_string();
+    let tag = tag.to_string();
+    let (stats, _) = run_ops(WATCH_WRITERS, n, move |seq| {
+        let mut kv = c.kv();
+        let name = format!("w{}", seq % WATCH_KEYS);
+        let key = format!("{key_prefix}{name}");
+        let mut v = (*c.template).clone();
+        v["metadata"]["name"] = json!(name);
+        set_annotation(&mut v, "bench.etcd.operator.dev/seq", &format!("{tag}{seq}"));
+        let value = serde_json::to_vec(&v).unwrap_or_default();
+        let times = Arc::clone(&times);
+        async move {
+            times.mark(seq);
+            kv.put(key, value, None).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(stats)
+}
+
+/// Issues `n` merge patches through the server to objects `w0..w63` of namespace `bench-watch`
+/// (each carrying its sequence number in an annotation) from [`WATCH_WRITERS`] concurrent writers.
+async fn server_watch_writer(ctx: &Ctx, tag: &str, n: usize, times: Arc<PutTimes>) -> anyhow::Result<Stats> {
+    let api = ctx.api("bench-watch");
+    let tag = tag.to_string();
+    let (stats, _) = run_ops(WATCH_WRITERS, n, move |seq| {
+        let api = api.clone();
+        let name = format!("w-{}", seq % WATCH_KEYS);
+        let patch =
+            json!({"metadata": {"annotations": {"bench.etcd.operator.dev/seq": format!("{tag}{seq}")}}});
+        let times = Arc::clone(&times);
+        async move {
+            times.mark(seq);
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(stats)
+}
+
+/// Collects what one watcher saw: per-event latency, and when it saw the last event.
+type WatcherResult = anyhow::Result<(Vec<Duration>, Instant)>;
+
+/// `watchers` kube watches on the server (namespace `bench-watch`), `n` writes through the
+/// server; per event the time from issuing its write to its arrival at each watcher. Returns the
+/// delivery stats and the writers' stats.
+async fn server_watch(ctx: &Ctx, watchers: usize, n: usize) -> anyhow::Result<(Stats, Stats)> {
+    let api = ctx.api("bench-watch");
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let times = Arc::new(PutTimes::new(n));
+    let tag = watch_tag();
+    let mut streams = Vec::new();
+    for _ in 0..watchers {
+        // The response headers come once the server registered the watch.
+        streams.push(
+            api.watch(&WatchParams::default().timeout(280), &rv)
+                .await?
+                .boxed(),
+        );
+    }
+    let mut tasks = Vec::new();
+    for mut stream in streams {
+        let times = Arc::clone(&times);
+        let tag = tag.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(n);
+            let mut seen = vec![false; n];
+            let mut last = Instant::now();
+            while lat.len() < n {
+                let ev = tokio::time::timeout(Duration::from_secs(30), stream.next())
+                    .await
+                    .map_err(|_| {
+                        let missing: Vec<usize> = (0..n).filter(|i| !seen[*i]).take(10).collect();
+                        anyhow!(
+                            "server watch: no event for 30 s ({} of {n} seen; missing e.g. {missing:?})",
+                            lat.len()
+                        )
+                    })?
+                    .ok_or_else(|| anyhow!("server watch ended after {} of {n} events", lat.len()))??;
+                let obj = match ev {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) => o,
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Deleted(o) => bail!("unexpected DELETED {:?}", o.metadata.name),
+                    WatchEvent::Error(s) => bail!("server watch ERROR event: {s:?}"),
+                };
+                let now = Instant::now();
+                let seq = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("bench.etcd.operator.dev/seq"))
+                    .and_then(|s| seq_in(Some(s), &tag));
+                if let Some(seq) = seq.filter(|s| *s < n && !seen[*s]) {
+                    seen[seq] = true;
+                    lat.push(times.latency(seq, now).unwrap_or_default());
+                    last = now;
+                }
+            }
+            WatcherResult::Ok((lat, last))
+        }));
+    }
+    let writes = server_watch_writer(ctx, &tag, n, Arc::clone(&times)).await?;
+    match collect_watchers(tasks, &times, n, watchers).await {
+        Ok(s) => Ok((s, writes)),
+        Err(e) => {
+            let mut state = String::new();
+            for i in 0..WATCH_KEYS.min(n) {
+                if let Ok(o) = api.get(&format!("w-{i}")).await {
+                    let _ = write!(
+                        state,
+                        " w-{i}@{}={:?}",
+                        o.metadata.resource_version.unwrap_or_default(),
+                        o.metadata
+                            .annotations
+                            .unwrap_or_default()
+                            .get("bench.etcd.operator.dev/seq")
+                    );
+                }
+            }
+            Err(e.context(format!("watch from rv {rv}; objects now:{state}")))
+        }
+    }
+}
+
+/// The same over raw etcd watches (prefix `RAW_PREFIX/bench-watch/`), one gRPC watch stream each,
+/// and raw etcd puts.
+async fn raw_watch(ctx: &Ctx, watchers: usize, n: usize) -> anyhow::Result<(Stats, Stats)> {
+    let prefix = format!("{RAW_PREFIX}bench-watch/");
+    let times = Arc::new(PutTimes::new(n));
+    let tag = watch_tag();
+    let mut streams = Vec::new();
+    for _ in 0..watchers {
+        let mut stream = ctx
+            .etcd
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .watch(prefix.as_str(), Some(WatchOptions::new().with_prefix()))
+            .await?;
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| anyhow!("raw watch ended"))?;
+        ensure!(first.created(), "raw watch: first message is not the creation");
+        streams.push(stream);
+    }
+    let mut tasks = Vec::new();
+    for mut stream in streams {
+        let times = Arc::clone(&times);
+        let tag = tag.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(n);
+            let mut seen = vec![false; n];
+            let mut last = Instant::now();
+            while lat.len() < n {
+                let resp = tokio::time::timeout(Duration::from_secs(30), stream.message())
+                    .await
+                    .map_err(|_| anyhow!("raw watch: no event for 30 s"))??
+                    .ok_or_else(|| anyhow!("raw watch ended"))?;
+                let now = Instant::now();
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    // Decoded like a client would (the server's watchers decode each object too).
+                    let obj: Value = serde_json::from_slice(kv.value())?;
+                    let seq = seq_in(
+                        obj["metadata"]["annotations"]["bench.etcd.operator.dev/seq"].as_str(),
+                        &tag,
+                    );
+                    if let Some(seq) = seq.filter(|s| *s < n && !seen[*s]) {
+                        seen[seq] = true;
+                        lat.push(times.latency(seq, now).unwrap_or_default());
+                        last = now;
+                    }
+                }
+            }
+            WatcherResult::Ok((lat, last))
+        }));
+    }
+    let writes = raw_watch_writer(ctx, &prefix, &tag, n, Arc::clone(&times)).await?;
+    Ok((collect_watchers(tasks, &times, n, watchers).await?, writes))
+}
+
+async fn collect_watchers(
+    tasks: Vec<tokio::task::JoinHandle<WatcherResult>>,
+    times: &PutTimes,
+    n: usize,
+    watchers: usize,
+) -> anyhow::Result<Stats> {
+    let mut latencies = Vec::with_capacity(n * watchers);
+    let mut last = None::<Instant>;
+    for t in tasks {
+        let (lat, at) = t.await??;
+        latencies.extend(lat);
+        last = Some(last.map_or(at, |l| l.max(at)));
+    }
+    let first = times.first().ok_or_else(|| anyhow!("no put was issued"))?;
+    let wall = last.map_or(Duration::ZERO, |l| l.saturating_duration_since(first));
+    Ok(Stats::new(n * watchers, wall, latencies))
+}
+
+/// One row of the throughput table.
+struct Row {
+    op: &'static str,
+    clients: usize,
+    server: Stats,
+    raw: Stats,
+    target: Option<f64>,
+    server_cpu: CpuUse,
+    raw_cpu: CpuUse,
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<38} {:>4} {:>6} | {:>9} {:>7} {:>7} | {:>9} {:>7} {:>7} | {:>6} {:>8}",
+        "operation",
+        "cl",
+        "ops",
+        "server/s",
+        "p50 ms",
+        "p99 ms",
+        "etcd/s",
+        "p50 ms",
+        "p99 ms",
+        "ratio",
+        "target"
+    );
+    let _ = writeln!(s, "{}", "-".repeat(134));
+    for r in rows {
+        let ratio = r.server.rate() / r.raw.rate().max(1e-9);
+        let target = match r.target {
+            Some(t) => format!("≥{t:.1}× {}", if ratio >= t { "met" } else { "MISSED" }),
+            None => "-".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "{:<38} {:>4} {:>6} | {:>9.0} {:>7.2} {:>7.2} | {:>9.0} {:>7.2} {:>7.2} | {:>5.2}× {}",
+            r.op,
+            r.clients,
+            r.server.ops,
+            r.server.rate(),
+            ms(r.server.pct(0.5)),
+            ms(r.server.pct(0.99)),
+            r.raw.rate(),
+            ms(r.raw.pct(0.5)),
+            ms(r.raw.pct(0.99)),
+            ratio,
+            target
+        );
+    }
+    s
+}
+
+fn cpu_table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<38} {:>4} | {:>8} {:>8} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>8} {:>7} | {:>6}",
+        "operation",
+        "cl",
+        "server",
+        "etcd",
+        "bench",
+        "total",
+        "kv/op",
+        "etcd",
+        "bench",
+        "total",
+        "kv/op",
+        "ratio"
+    );
+    let _ = writeln!(s, "{}", "-".repeat(131));
+    for r in rows {
+        let per = |ns: u64, ops: usize| ns as f64 / 1000.0 / ops.max(1) as f64;
+        let (c, n) = (r.server_cpu, r.server.ops);
+        let (d, m) = (r.raw_cpu, r.raw.ops);
+        let _ = writeln!(
+            s,
+            "{:<38} {:>4} | {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2} | {:>8.1} {:>8.1} {:>8.1} {:>7.2} | {:>5.2}×",
+            r.op,
+            r.clients,
+            per(c.server, n),
+            per(c.etcd, n),
+            per(c.bench, n),
+            per(c.server + c.etcd + c.bench, n),
+            c.etcd_requests as f64 / n.max(1) as f64,
+            per(d.etcd, m),
+            per(d.bench, m),
+            per(d.etcd + d.bench, m),
+            d.etcd_requests as f64 / m.max(1) as f64,
+            per(d.etcd + d.bench, m) / per(c.server + c.etcd + c.bench, n).max(1e-9),
+        );
+    }
+    s
+}
+
+/// Scales an operation count by `BENCH_SCALE`.
+fn scaled(n: usize) -> usize {
+    let scale: f64 = std::env::var("BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    ((n as f64 * scale).round() as usize).max(1)
+}
+
+fn names(prefix: &str, n: usize) -> Arc<Vec<String>> {
+    Arc::new((0..n).map(|i| format!("{prefix}-{i}")).collect())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // kube (ring) and object_store (aws-lc-rs) both enable a rustls provider: pick one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let started = Instant::now();
+    let binary = build_release_binary()?;
+    let (mut server, client, etcd) = start_server(&binary).await?;
+    let result = Box::pin(run(&mut server, client, etcd)).await;
+    let alive = server.check_alive();
+    // Keep the server's log for a look after the run.
+    let kept = workspace_root()
+        .join("target")
+        .join("bench-apiserver-operator.log");
+    if let Some(p) = server.process.as_ref() {
+        let _ = std::fs::copy(p.log_path(), &kept);
+    }
+    if result.is_err() {
+        eprintln!(
+            "server log tail (whole log: {}):\n{}",
+            kept.display(),
+            server.log_tail()
+        );
+    }
+    drop(server);
+    println!("\ntotal bench time {:.0} s", started.elapsed().as_secs_f64());
+    result.and(alive)
+}
+
+/// The backing etcd's current revision.
+async fn etcd_revision(etcd: &etcd_client::Client) -> anyhow::Result<i64> {
+    let resp = etcd
+        .kv_client()
+        .get("/", Some(GetOptions::new().with_count_only()))
+        .await?;
+    Ok(resp.header().map_or(0, |h| h.revision()))
+}
+
+/// Waits until nothing writes to the backing etcd for a second (a co-located controller may
+/// still be reacting to the objects just written), so phases do not measure each other.
+async fn settle(etcd: &etcd_client::Client) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let mut last = etcd_revision(etcd).await?;
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_secs(1) {
+        ensure!(
+            start.elapsed() < Duration::from_secs(300),
+            "the backing etcd kept changing for 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let rev = etcd_revision(etcd).await?;
+        if rev != last {
+            last = rev;
+            quiet_since = Instant::now();
+        }
+    }
+    let waited = start.elapsed().saturating_sub(Duration::from_secs(1));
+    if waited > Duration::from_millis(500) {
+        progress(&format!(
+            "waited {:.1} s for the backing etcd to be quiet",
+            waited.as_secs_f64()
+        ));
+    }
+    Ok(waited)
+}
+
+fn progress(what: &str) {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let t = START.get_or_init(Instant::now).elapsed();
+    eprintln!("[bench {:6.1} s] {what}", t.as_secs_f64());
+}
+
+#[allow(clippy::large_futures)]
+async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Client) -> anyhow::Result<()> {
+    let pid = server.pid();
+    let ports: Value = serde_json::from_str(&std::fs::read_to_string(
+        server.state.path().join("etcd").join("ports.json"),
+    )?)?;
+    let meter = CpuMeter {
+        server: pid,
+        etcd: backing_etcd_pid(server.state.path()).ok_or_else(|| {
+            anyhow!(
+                "no backing etcd process found for {}",
+                server.state.path().display()
+            )
+        })?,
+        etcd_port: ports["client"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| anyhow!("no client port in ports.json"))?,
+    };
+    meter.now().await.context("read the backing etcd's /metrics")?;
+    let etcd_version = etcd
+        .maintenance_client()
+        .status()
+        .await
+        .map(|s| s.version().to_string())
+        .unwrap_or_default();
+    settle(&etcd).await?;
+    let rss_empty = rss_kib(pid)?;
+
+    // A template for raw values: what the server stores for one object.
+    let probe = Api::<DynamicObject>::namespaced_with(client.clone(), "bench-probe", &resource());
+    probe
+        .create(&PostParams::default(), &serde_json::from_value(cluster("probe"))?)
+        .await?;
+    let stored = etcd
+        .kv_client()
+        .get(format!("{SERVER_PREFIX}bench-probe/probe"), None)
+        .await?;
+    let stored = stored
+        .kvs()
+        .first()
+        .ok_or_else(|| anyhow!("the created probe object is not in etcd"))?
+        .value()
+        .to_vec();
+    let template: Value = serde_json::from_slice(&stored)?;
+    let served_len = client
+        .request_text(
+            http::Request::get(format!("{API_PATH}/namespaces/bench-probe/etcdclusters/probe"))
+                .body(Vec::new())?,
+        )
+        .await?
+        .len();
+    // A co-located controller shows itself by writing to the object (finalizer, status).
+    let probe_rv = probe.get("probe").await?.metadata.resource_version;
+    settle(&etcd).await?;
+    let controller = probe.get("probe").await?.metadata.resource_version != probe_rv;
+    probe.delete("probe", &Default::default()).await?;
+    let ctx = Ctx {
+        client: client.clone(),
+        etcd: etcd.clone(),
+        template: Arc::new(template),
+    };
+
+    let mut header = String::new();
+    let _ = writeln!(
+        header,
+        "etcd-operator API server (release build, separate process) vs raw etcd-client on the same backing etcd (v{etcd_version}), same run; {} CPUs",
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    let _ = writeln!(
+        header,
+        "object: v1alpha2 EtcdCluster padded with labels/annotations: {} B stored in etcd, {} B as served (JSON)",
+        stored.len(),
+        served_len
+    );
+    let _ = writeln!(
+        header,
+        "co-located controller: {}",
+        if controller {
+            "ACTIVE (it wrote to a new object: its writes, watch and memory are part of every figure)"
+        } else {
+            "none observed (no write to a new object)"
+        }
+    );
+    let _ = writeln!(
+        header,
+        "HTTP client: kube::Client (hyper-util pool, HTTP/1.1 keep-alive over rustls: one connection per concurrent request)"
+    );
+    let _ = writeln!(
+        header,
+        "etcd client: etcd-client (tonic: one HTTP/2 connection multiplexing every request and watch)"
+    );
+
+    // ---- 10,000 objects: memory, list from the cache and consistent, 32 concurrent lists.
+    let big = scaled(BIG_LIST);
+    progress(&format!("creating {big} objects through the server (32 clients)"));
+    let (load, _) = server_create(&ctx, "bench-10k", 32, names("ec", big)).await?;
+    let settled = settle(&etcd).await?;
+    let _ = writeln!(
+        header,
+        "loaded {big} objects through the server in {:.1} s ({:.0} creates/s, 32 clients); then {:.1} s until etcd was quiet",
+        load.wall.as_secs_f64(),
+        load.rate(),
+        settled.as_secs_f64()
+    );
+    let rss_loaded = rss_kib(pid)?;
+    check_list_count(&client, "bench-10k", "?resourceVersion=0", big).await?;
+    check_list_count(&client, "bench-10k", "", big).await?;
+    let big_prefix = format!("{SERVER_PREFIX}bench-10k/");
+    let mut kv = ctx.kv();
+    let raw_bytes = raw_range(&mut kv, &big_prefix, big).await?;
+    let body_len = server_list_text(&client, "bench-10k", "?resourceVersion=0").await?;
+
+    progress("listing 10,000 objects");
+    let reps = scaled(10).max(3);
+    let (cache_list, _) = run_ops(1, reps, {
+        let c = client.clone();
+        move |_| {
+            let c = c.clone();
+            async move { server_list_text(&c, "bench-10k", "?resourceVersion=0").await }
+        }
+    })
+    .await?;
+    let (consistent_list, _) = run_ops(1, reps, {
+        let c = client.clone();
+        move |_| {
+            let c = c.clone();
+            async move { server_list_text(&c, "bench-10k", "").await }
+        }
+    })
+    .await?;
+    let raw_big = raw_list(&ctx, &big_prefix, 1, reps, big).await?;
+    let api_big = ctx.api("bench-10k");
+    let (typed_list, _) = run_ops(1, 3, move |_| {
+        let api = api_big.clone();
+        async move {
+            let l = api.list(&ListParams::default().match_any()).await?;
+            ensure!(l.items.len() == big, "typed list: {} items", l.items.len());
+            Ok(())
+        }
+    })
+    .await?;
+
+    // 32 concurrent lists, with the server's RSS sampled every 20 ms.
+    progress("32 concurrent lists of 10,000 objects");
+    // Warm-up (not measured): 32 connections open, allocator grown.
+    run_ops(32, 32, {
+        let c = client.clone();
+        move |_| {
+            let c = c.clone();
+            async move { server_list_text(&c, "bench-10k", "?resourceVersion=0").await }
+        }
+    })
+    .await?;
+    let sampler = RssSampler::start(pid);
+    let (conc_lists, _) = run_ops(32, 32, {
+        let c = client.clone();
+        move |_| {
+            let c = c.clone();
+            async move { server_list_text(&c, "bench-10k", "?resourceVersion=0").await }
+        }
+    })
+    .await?;
+    let peak_lists = sampler.peak_kib().await;
+    let sampler = RssSampler::start(pid);
+    let (conc_consistent, _) = run_ops(32, 32, {
+        let c = client.clone();
+        move |_| {
+            let c = c.clone();
+            async move { server_list_text(&c, "bench-10k", "").await }
+        }
+    })
+    .await?;
+    let peak_consistent = sampler.peak_kib().await;
+    let raw_conc = raw_list(&ctx, &big_prefix, 32, 32, big).await?;
+    server.check_alive()?;
+
+    // ---- Throughput and latency at 1 and 32 concurrent clients.
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let small = scaled(SMALL_LIST);
+    server_create(&ctx, "bench-list", 8, names("ls", small)).await?;
+    raw_create(&ctx, "bench-list", 8, small).await?;
+    server_create(&ctx, "bench-watch", 8, names("w", WATCH_KEYS)).await?;
+    let mut objects_total = big + small + WATCH_KEYS;
+    for clients in [1usize, 32] {
+        let n = scaled(if clients == 1 { 1000 } else { 2000 });
+        objects_total += n;
+        let ns = format!("bench-c{clients}");
+        let obj_names = names("ec", n);
+        settle(&etcd).await?;
+        progress(&format!("{clients} client(s): create, update, get, list, watch"));
+        progress("create");
+        let ((s_create, objects), server_cpu) = meter
+            .measure(server_create(&ctx, &ns, clients, Arc::clone(&obj_names)))
+            .await?;
+        let ((r_create, revs), raw_cpu) = meter.measure(raw_create(&ctx, &ns, clients, n)).await?;
+        rows.push(Row {
+            op: "create (POST | txn mod_rev==0 put)",
+            clients,
+            server: s_create,
+            raw: r_create,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu,
+        });
+        settle(&etcd).await?;
+        let objects = Arc::new(objects);
+        progress("update (PUT)");
+        let ((s_update, conflicts), server_cpu) = meter
+            .measure(server_update(
+                &ctx,
+                &ns,
+                clients,
+                Arc::clone(&objects),
+                UpdateMode::Put,
+                1,
+            ))
+            .await?;
+        let ((r_update, revs), raw_cpu) = meter
+            .measure(raw_update(&ctx, &ns, clients, Arc::new(revs), 1))
+            .await?;
+        if conflicts > 0 {
+            notes.push(format!(
+                "update PUT, {clients} client(s): {conflicts} of {n} PUTs got 409 (object changed since the create) and were retried after a GET"
+            ));
+        }
+        rows.push(Row {
+            op: "update (PUT with rv | txn mod_rev==rv)",
+            clients,
+            server: s_update,
+            raw: r_update,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu,
+        });
+        settle(&etcd).await?;
+        progress("update (PATCH)");
+        let ((s_patch, _), server_cpu) = meter
+            .measure(server_update(
+                &ctx,
+                &ns,
+                clients,
+                objects,
+                UpdateMode::MergePatch,
+                2,
+            ))
+            .await?;
+        let ((r_update2, _), raw_cpu) = meter
+            .measure(raw_update(&ctx, &ns, clients, Arc::new(revs), 2))
+            .await?;
+        rows.push(Row {
+            op: "update (merge PATCH | txn mod_rev==rv)",
+            clients,
+            server: s_patch,
+            raw: r_update2,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu,
+        });
+        settle(&etcd).await?;
+        progress("get");
+        let gets = scaled(2000);
+        for (op, params) in [
+            ("get (consistent | range 1 key)", GetParams::default()),
+            ("get (resourceVersion=0 | range 1 key)", GetParams::any()),
+        ] {
+            let (s_get, server_cpu) = meter
+                .measure(server_get(
+                    &ctx,
+                    &ns,
+                    clients,
+                    gets,
+                    Arc::clone(&obj_names),
+                    params,
+                ))
+                .await?;
+            let (r_get, raw_cpu) = meter.measure(raw_get(&ctx, &ns, clients, gets, n)).await?;
+            rows.push(Row {
+                op,
+                clients,
+                server: s_get,
+                raw: r_get,
+                target: Some(1.0),
+                server_cpu,
+                raw_cpu,
+            });
+        }
+        progress("list");
+        let lists = scaled(if clients == 1 { 500 } else { 1000 });
+        let (s_list, server_cpu) = meter
+            .measure(server_list(&ctx, "bench-list", clients, lists, ""))
+            .await?;
+        let (r_list, raw_cpu) = meter
+            .measure(raw_list(
+                &ctx,
+                &format!("{RAW_PREFIX}bench-list/"),
+                clients,
+                lists,
+                small,
+            ))
+            .await?;
+        rows.push(Row {
+            op: "list 100 objects (consistent | range)",
+            clients,
+            server: s_list,
+            raw: r_list,
+            target: None,
+            server_cpu,
+            raw_cpu,
+        });
+        progress("watch");
+        let events = scaled(if clients == 1 { 1000 } else { 500 });
+        let ((s_watch, s_writes), server_cpu) = meter.measure(server_watch(&ctx, clients, events)).await?;
+        let ((r_watch, r_writes), raw_cpu) = meter.measure(raw_watch(&ctx, clients, events)).await?;
+        notes.push(format!(
+            "watch, {clients} watcher(s): the writes alone: server merge PATCH p50 {:.2} ms ({:.0}/s), etcd put p50 {:.2} ms ({:.0}/s)",
+            ms(s_writes.pct(0.5)),
+            s_writes.rate(),
+            ms(r_writes.pct(0.5)),
+            r_writes.rate()
+        ));
+        rows.push(Row {
+            op: "watch (write -> event at each watcher)",
+            clients,
+            server: s_watch,
+            raw: r_watch,
+            target: None,
+            server_cpu,
+            raw_cpu,
+        });
+        server.check_alive()?;
+    }
+    settle(&etcd).await?;
+    let rss_end = rss_kib(pid)?;
+
+    println!();
+    print!("{header}");
+    println!("\n== throughput and latency (cl = concurrent clients; ratio = server ops/s ÷ etcd ops/s)");
+    print!("{}", table(&rows));
+    println!(
+        "watch rows: cl = concurrent watchers, each receiving every event; ops = events × watchers delivered;\n\
+         ops/s = deliveries ÷ (last delivery − first write issued); latency = write issued → event decoded by a watcher.\n\
+         Writes: {WATCH_WRITERS} concurrent writers over {WATCH_KEYS} objects; merge PATCH through the server for its kube\n\
+         watches, plain puts under the raw prefix for the etcd watches (one etcd watch stream per watcher)."
+    );
+    for n in &notes {
+        println!("{n}");
+    }
+    println!(
+        "\n== CPU time per operation (µs; all threads of each process, from /proc/<pid>/task/*/schedstat; bench = the clients),\n   etcd KV requests (Range/Txn/Put/DeleteRange) per operation (etcd's /metrics), and ratio = raw total ÷ server-run total:\n   the throughput ratio to expect when the 2 CPUs are the limit (steadier than ops/s on a shared machine)"
+    );
+    println!("{} | {:<51} | raw etcd", " ".repeat(43), "through the server");
+    print!("{}", cpu_table(&rows));
+
+    println!(
+        "\n== listing {big} objects ({:.1} MB as served JSON, {:.1} MB of values in etcd); {reps} sequential requests each",
+        body_len as f64 / 1e6,
+        raw_bytes as f64 / 1e6
+    );
+    let list_row = |name: &str, s: &Stats, target: &str| {
+        println!(
+            "{:<52} p50 {:>7.1} ms  min {:>7.1} ms  max {:>7.1} ms  ÷ etcd p50 {:>5.2}  {}",
+            name,
+            ms(s.pct(0.5)),
+            ms(s.latencies.first().copied().unwrap_or_default()),
+            ms(s.max()),
+            s.pct(0.5).as_secs_f64() / raw_big.pct(0.5).as_secs_f64().max(1e-9),
+            target
+        );
+    };
+    let under = |d: Duration, limit: f64| if d.as_secs_f64() < limit { "met" } else { "MISSED" };
+    list_row(
+        "server, resourceVersion=0 (watch cache)",
+        &cache_list,
+        &format!("target < 100 ms: {}", under(cache_list.pct(0.5), 0.1)),
+    );
+    list_row("server, consistent (resourceVersion unset)", &consistent_list, "");
+    list_row("raw etcd range read of the same 10,000 keys", &raw_big, "");
+    list_row(
+        "server, rv=0, + kube-rs decode into DynamicObjects",
+        &typed_list,
+        "(3 requests; client-side decoding)",
+    );
+    println!(
+        "server rows: request sent → whole response body received (not decoded); etcd: request sent → range response decoded"
+    );
+
+    println!(
+        "\n== 32 concurrent lists of {big} objects (all sent at once; time from the start until each answer is complete)"
+    );
+    println!(
+        "server, resourceVersion=0:  all answered in {:>6.0} ms (p50 {:>6.0} ms)  peak RSS {:>6.1} MiB  target: all < 2 s {}, RSS < 500 MiB {}",
+        ms(conc_lists.max()),
+        ms(conc_lists.pct(0.5)),
+        mib(peak_lists),
+        under(conc_lists.max(), 2.0),
+        if mib(peak_lists) < 500.0 { "met" } else { "MISSED" }
+    );
+    println!(
+        "server, consistent:         all answered in {:>6.0} ms (p50 {:>6.0} ms)  peak RSS {:>6.1} MiB",
+        ms(conc_consistent.max()),
+        ms(conc_consistent.pct(0.5)),
+        mib(peak_consistent)
+    );
+    println!(
+        "raw etcd, 32 range reads:   all answered in {:>6.0} ms (p50 {:>6.0} ms)  server rv=0 ÷ etcd (all answered): {:.2}",
+        ms(raw_conc.max()),
+        ms(raw_conc.pct(0.5)),
+        conc_lists.max().as_secs_f64() / raw_conc.max().as_secs_f64().max(1e-9)
+    );
+
+    println!("\n== resident memory of the server process (VmRSS from /proc/<pid>/status)");
+    println!("with 0 objects:                {:>7.1} MiB", mib(rss_empty));
+    println!(
+        "with {big} objects stored:   {:>7.1} MiB  (+{:.1} MiB for {big} objects)  target < 100 MiB: {}",
+        mib(rss_loaded),
+        mib(rss_loaded.saturating_sub(rss_empty)),
+        if mib(rss_loaded) < 100.0 { "met" } else { "MISSED" }
+    );
+    println!(
+        "at the end ({objects_total} objects): {:>7.1} MiB  (after the 32 concurrent lists and every phase)",
+        mib(rss_end)
+    );
+    println!(
+        "\nfor scale (issue, same machine class): kube-apiserver 1.28 with an equivalent CRD: 0.3× raw etcd creates/updates,\n\
+         10,000-object list 1.8 s consistent / 0.46 s rv=0 (raw etcd 0.12 s), 408 MiB with 10,000 objects,\n\
+         32 concurrent 10,000-object lists 15-46 s each at about 10 GiB."
+    );
+    Ok(())
+}
