@@ -179,6 +179,13 @@ mod tests {
             .env(crate::process::OWNER_ENV, owner_token())
             .spawn()
             .unwrap();
+        // Until a child has called exec, its environment is still ours (without the marker): poll
+        // until both children run `sleep`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let execed = |pid: u32| cmdline(pid).is_some_and(|a| a.first().is_some_and(|c| c == "sleep"));
+        while !(execed(orphan.id()) && execed(ours.id())) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let found = orphaned_test_processes();
         let _ = orphan.kill();
         let _ = ours.kill();
