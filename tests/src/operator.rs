@@ -81,12 +81,22 @@ pub fn operator_binary() -> Result<PathBuf, OperatorError> {
         .map_err(OperatorError::Build)
 }
 
+/// Extra settings for [`LocalOperator::start_with`], kept across restarts.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorOptions {
+    /// Environment variables for the operator process.
+    pub env: Vec<(String, String)>,
+    /// Arguments appended after `local --state-dir DIR --listen ADDR`.
+    pub args: Vec<String>,
+}
+
 /// A running `etcd-operator local`. Dropping it stops the operator and every process it started.
 #[derive(Debug)]
 pub struct LocalOperator {
     process: Option<TestProcess>,
     listen: String,
     restarts: u32,
+    options: OperatorOptions,
     // Declared last: removed after the processes are gone.
     state: tempfile::TempDir,
 }
@@ -95,6 +105,11 @@ impl LocalOperator {
     /// Starts the operator on a free port with a fresh state directory and waits until `/readyz`
     /// answers through kubectl.
     pub async fn start() -> Result<Self, OperatorError> {
+        Self::start_with(OperatorOptions::default()).await
+    }
+
+    /// [`Self::start`] with extra environment variables and arguments (used on every restart).
+    pub async fn start_with(options: OperatorOptions) -> Result<Self, OperatorError> {
         let state = tempfile::Builder::new()
             .prefix("etcd-operator-local-")
             .tempdir()?;
@@ -103,6 +118,7 @@ impl LocalOperator {
             process: None,
             listen: format!("127.0.0.1:{port}"),
             restarts: 0,
+            options,
             state,
         };
         op.launch().await?;
@@ -117,7 +133,9 @@ impl LocalOperator {
             .arg(self.state.path())
             .arg("--listen")
             .arg(&self.listen)
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            .args(&self.options.args)
+            .envs(self.options.env.iter().map(|(k, v)| (k, v)));
         if let Ok(etcd) = tools::etcd(tools::EtcdVersion::V3_5_1) {
             cmd.env("ETCD_OPERATOR_ETCD", etcd);
         }
