@@ -55,3 +55,5 @@ doc-test: tools-protoc
 bench: tools
 	$(CARGO) bench -p etcd-operator-apiserver --bench apiserver
 	$(CARGO) bench -p etcd-operator-tests --bench controller
+	$(CARGO) bench -p etcd-operator-tests --bench upgrade
+	$(CARGO) bench -p etcd-operator-tests --bench backup

@@ -10,6 +10,7 @@
 #[macro_use]
 mod macros;
 
+pub mod backup;
 pub mod convert;
 pub mod defaults;
 pub mod naming;

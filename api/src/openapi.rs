@@ -58,6 +58,8 @@ pub fn schemas(version: &str) -> Result<Map<String, Value>, OpenApiError> {
         v1alpha2::VERSION => {
             generator.subschema_for::<v1alpha2::EtcdCluster>();
             generator.subschema_for::<v1alpha2::EtcdClusterList>();
+            generator.subschema_for::<crate::backup::EtcdBackup>();
+            generator.subschema_for::<crate::backup::EtcdBackupList>();
         }
         other => return Err(OpenApiError::UnknownVersion(other.to_owned())),
     }
@@ -87,9 +89,17 @@ pub fn schemas(version: &str) -> Result<Map<String, Value>, OpenApiError> {
         out.insert(rename(&name), schema);
     }
     let gvk = |group: &str, version: &str, kind: &str| json!([{ "group": group, "kind": kind, "version": version }]);
-    let tags: [(String, Value); 5] = [
+    let tags: [(String, Value); 7] = [
         (schema_name(version, KIND), gvk(GROUP, version, KIND)),
         (schema_name(version, LIST_KIND), gvk(GROUP, version, LIST_KIND)),
+        (
+            schema_name(version, crate::backup::KIND),
+            gvk(GROUP, version, crate::backup::KIND),
+        ),
+        (
+            schema_name(version, crate::backup::LIST_KIND),
+            gvk(GROUP, version, crate::backup::LIST_KIND),
+        ),
         (SCALE.to_owned(), gvk("autoscaling", "v1", "Scale")),
         (STATUS.to_owned(), gvk("", "v1", "Status")),
         (DELETE_OPTIONS.to_owned(), gvk("", "v1", "DeleteOptions")),
@@ -364,11 +374,58 @@ fn camel_group() -> String {
         .collect()
 }
 
+/// The resources of a version, with what each one serves.
+fn resources(version: &str) -> Vec<PathResource> {
+    let mut out = vec![PathResource {
+        kind: KIND,
+        list_kind: LIST_KIND,
+        resource: RESOURCE,
+        scale: true,
+        snapshot: true,
+    }];
+    if version == crate::backup::VERSION {
+        out.push(PathResource {
+            kind: crate::backup::KIND,
+            list_kind: crate::backup::LIST_KIND,
+            resource: crate::backup::RESOURCE,
+            scale: false,
+            snapshot: false,
+        });
+    }
+    out
+}
+
+/// One resource in [`paths`].
+#[derive(Clone, Copy)]
+struct PathResource {
+    kind: &'static str,
+    list_kind: &'static str,
+    resource: &'static str,
+    scale: bool,
+    snapshot: bool,
+}
+
 fn paths(version: &str) -> Value {
-    let object = reference(&schema_name(version, KIND));
-    let list = reference(&schema_name(version, LIST_KIND));
+    let mut out = Map::new();
+    for r in resources(version) {
+        if let Value::Object(map) = resource_paths(version, r) {
+            out.extend(map);
+        }
+    }
+    Value::Object(out)
+}
+
+fn resource_paths(version: &str, r: PathResource) -> Value {
+    let PathResource {
+        kind,
+        list_kind,
+        resource,
+        ..
+    } = r;
+    let object = reference(&schema_name(version, kind));
+    let list = reference(&schema_name(version, list_kind));
     let ident = format!("{}{}", upper_first(&camel_group()), upper_first(version));
-    let gvk = (GROUP, version, KIND);
+    let gvk = (GROUP, version, kind);
     let scale_gvk = ("autoscaling", "v1", "Scale");
     let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema.clone()}, "application/yaml": {"schema": schema}}});
     let patch_body = json!({"required": true, "content": {
@@ -377,13 +434,13 @@ fn paths(version: &str) -> Value {
         "application/apply-patch+yaml": {"schema": reference(PATCH)}
     }});
     let base = format!("/apis/{GROUP}/{version}");
-    let namespaced = format!("{base}/namespaces/{{namespace}}/{RESOURCE}");
+    let namespaced = format!("{base}/namespaces/{{namespace}}/{resource}");
     let pretty = query("pretty", "string", "If 'true', the output is pretty printed.");
     let namespace = path_parameter(
         "namespace",
         "object name and auth scope, such as for teams and projects",
     );
-    let name = path_parameter("name", "name of the EtcdCluster");
+    let name = path_parameter("name", &format!("name of the {kind}"));
 
     let op = |action: &str,
               id: String,
@@ -404,12 +461,13 @@ fn paths(version: &str) -> Value {
         })
     };
     let mut collection = json!({
-        "get": op("list", format!("list{ident}Namespaced{KIND}"), "list or watch objects of kind EtcdCluster".into(), list_parameters(), None, list.clone(), false),
-        "post": op("post", format!("create{ident}Namespaced{KIND}"), "create an EtcdCluster".into(), write_parameters(false), Some(body(object.clone())), object.clone(), true),
-        "delete": op("deletecollection", format!("deleteCollection{ident}Namespaced{KIND}"), "delete collection of EtcdCluster".into(), [list_parameters(), delete_parameters()].concat(), Some(body(reference(DELETE_OPTIONS))), reference(STATUS), false),
+        "get": op("list", format!("list{ident}Namespaced{kind}"), format!("list or watch objects of kind {kind}"), list_parameters(), None, list.clone(), false),
+        "post": op("post", format!("create{ident}Namespaced{kind}"), format!("create {}", article(kind)), write_parameters(false), Some(body(object.clone())), object.clone(), true),
+        "delete": op("deletecollection", format!("deleteCollection{ident}Namespaced{kind}"), format!("delete collection of {kind}"), [list_parameters(), delete_parameters()].concat(), Some(body(reference(DELETE_OPTIONS))), reference(STATUS), false),
     });
     let item_ops = |suffix: &str, what: &str, response: &Value, gvk| {
         item_operations(ItemOps {
+            kind,
             ident: &ident,
             suffix,
             what,
@@ -425,8 +483,8 @@ fn paths(version: &str) -> Value {
             "delete".to_owned(),
             op(
                 "delete",
-                format!("delete{ident}Namespaced{KIND}"),
-                "delete an EtcdCluster".into(),
+                format!("delete{ident}Namespaced{kind}"),
+                format!("delete {}", article(kind)),
                 delete_parameters(),
                 Some(body(reference(DELETE_OPTIONS))),
                 reference(STATUS),
@@ -436,30 +494,62 @@ fn paths(version: &str) -> Value {
     }
     let mut status = item_ops("Status", "status", &object, gvk);
     let mut scale = item_ops("Scale", "scale", &reference(SCALE), scale_gvk);
+    let mut snapshot = json!({
+        "get": {
+            "operationId": format!("read{ident}Namespaced{kind}Snapshot"),
+            "description": format!("stream a fresh etcd snapshot (the bbolt database file) of the specified {kind}"),
+            "tags": [format!("{}_{version}", camel_group())],
+            "responses": {
+                "200": {"description": "OK", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+                "401": {"description": "Unauthorized"},
+            },
+            "x-kubernetes-action": "get",
+            "x-kubernetes-group-version-kind": {"group": GROUP, "version": version, "kind": kind},
+        }
+    });
     for (value, params) in [
         (&mut collection, vec![namespace.clone(), pretty.clone()]),
         (&mut item, vec![name.clone(), namespace.clone(), pretty.clone()]),
         (&mut status, vec![name.clone(), namespace.clone(), pretty.clone()]),
         (&mut scale, vec![name.clone(), namespace.clone(), pretty.clone()]),
+        (&mut snapshot, vec![name.clone(), namespace.clone()]),
     ] {
         if let Value::Object(map) = value {
             map.insert("parameters".to_owned(), Value::Array(params));
         }
     }
     let all = json!({
-        "get": op("list", format!("list{ident}{KIND}ForAllNamespaces"), "list or watch objects of kind EtcdCluster in all namespaces".into(), list_parameters(), None, list, false),
+        "get": op("list", format!("list{ident}{kind}ForAllNamespaces"), format!("list or watch objects of kind {kind} in all namespaces"), list_parameters(), None, list, false),
         "parameters": [pretty],
     });
-    json!({
-        format!("{base}/{RESOURCE}"): all,
+    let mut out = json!({
+        format!("{base}/{resource}"): all,
         namespaced.clone(): collection,
         format!("{namespaced}/{{name}}"): item,
         format!("{namespaced}/{{name}}/status"): status,
-        format!("{namespaced}/{{name}}/scale"): scale,
-    })
+    });
+    if let Value::Object(map) = &mut out {
+        if r.scale {
+            map.insert(format!("{namespaced}/{{name}}/scale"), scale);
+        }
+        if r.snapshot {
+            map.insert(format!("{namespaced}/{{name}}/snapshot"), snapshot);
+        }
+    }
+    out
+}
+
+/// `a`/`an` and the kind, as descriptions read.
+fn article(kind: &str) -> String {
+    if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
+        format!("an {kind}")
+    } else {
+        format!("a {kind}")
+    }
 }
 
 struct ItemOps<'a> {
+    kind: &'a str,
     ident: &'a str,
     suffix: &'a str,
     what: &'a str,
@@ -474,8 +564,8 @@ fn item_operations(ops: ItemOps<'_>) -> Value {
     let mk = |action: &str, verb: &str, parameters: Vec<Value>, body: Option<Value>| {
         operation(Op {
             action,
-            id: format!("{verb}{}Namespaced{KIND}{}", ops.ident, ops.suffix),
-            description: format!("{verb} {} of the specified EtcdCluster", ops.what),
+            id: format!("{verb}{}Namespaced{}{}", ops.ident, ops.kind, ops.suffix),
+            description: format!("{verb} {} of the specified {}", ops.what, ops.kind),
             gvk: ops.gvk,
             parameters,
             body,

@@ -86,6 +86,63 @@ pub struct EtcdClusterStatus {
     /// The last successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupStatus>,
+
+    /// Progress of the latest rolling version change (upgrade or permitted downgrade) started by
+    /// a change of `spec.version`. Absent until the first one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
+}
+
+string_enum! {
+    /// Where a rolling version change stands.
+    pub enum UpgradePhase {
+        /// Members are being restarted on the target version, one at a time.
+        Rolling => "Rolling",
+        /// Every member runs the target version, is healthy and caught up.
+        Complete => "Complete",
+        /// A member did not come up on the target version in time: the roll stopped and touches
+        /// no further member until `spec.version` changes. `message` says why.
+        Halted => "Halted",
+    }
+}
+
+/// A rolling version change: members restarted one at a time on the target version (followers
+/// first, the leader last), each health-gated, after a snapshot of the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// The version the members ran when the roll started (the lowest, if they differed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+
+    /// The version the roll moves to (`spec.version` when it started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_version: Option<String>,
+
+    /// One of Rolling, Complete, Halted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<UpgradePhase>,
+
+    /// Where the snapshot taken before the first member was touched was written, or why none
+    /// was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+
+    /// Members that run the target version, are healthy, caught up and report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_members: Option<i32>,
+
+    /// Members in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_members: Option<i32>,
+
+    /// The member being restarted (or that failed, when `Halted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_member: Option<String>,
+
+    /// Why the roll halted, and what was done about the failed member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One etcd member, as seen by etcd and by the controller.

@@ -290,7 +290,8 @@ pub struct AutoTls {}
 #[serde(rename_all = "camelCase")]
 pub struct BackupSpec {
     /// When to take a snapshot: a standard five-field cron expression in UTC (minute hour
-    /// day-of-month month day-of-week), e.g. `0 */6 * * *`. Required.
+    /// day-of-month month day-of-week), e.g. `0 */6 * * *`, or six fields with a leading seconds
+    /// field, e.g. `*/10 * * * * *` for every ten seconds. Required.
     #[serde(default)]
     pub schedule: String,
 

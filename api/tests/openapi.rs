@@ -186,3 +186,30 @@ fn no_null_types_leak_into_schemas() {
     assert!(v2["definitions"]["dev.operator.etcd.v1alpha1.EtcdCluster"].is_object());
     assert!(v2["definitions"]["dev.operator.etcd.v1alpha2.EtcdCluster"].is_object());
 }
+
+#[test]
+fn etcdbackups_are_in_v1alpha2_only_and_snapshot_in_both() {
+    let doc = v3("v1alpha2");
+    let schemas = &doc["components"]["schemas"];
+    for kind in ["EtcdBackup", "EtcdBackupList"] {
+        assert_eq!(
+            schemas[&format!("dev.operator.etcd.v1alpha2.{kind}")]["x-kubernetes-group-version-kind"],
+            serde_json::json!([{"group": "etcd.operator.dev", "kind": kind, "version": "v1alpha2"}]),
+        );
+    }
+    let base = "/apis/etcd.operator.dev/v1alpha2/namespaces/{namespace}";
+    let item = &doc["paths"][&format!("{base}/etcdbackups/{{name}}")];
+    assert_eq!(
+        item["get"]["x-kubernetes-group-version-kind"]["kind"],
+        "EtcdBackup"
+    );
+    assert!(doc["paths"][&format!("{base}/etcdbackups/{{name}}/status")].is_object());
+    assert!(doc["paths"][&format!("{base}/etcdbackups/{{name}}/scale")].is_null());
+    let snapshot = &doc["paths"][&format!("{base}/etcdclusters/{{name}}/snapshot")]["get"];
+    assert!(snapshot["responses"]["200"]["content"]["application/octet-stream"].is_object());
+    let old = v3("v1alpha1");
+    assert!(old["components"]["schemas"]["dev.operator.etcd.v1alpha1.EtcdBackup"].is_null());
+    let old_base = "/apis/etcd.operator.dev/v1alpha1/namespaces/{namespace}";
+    assert!(old["paths"][&format!("{old_base}/etcdbackups")].is_null());
+    assert!(old["paths"][&format!("{old_base}/etcdclusters/{{name}}/snapshot")].is_object());
+}

@@ -275,6 +275,8 @@ fn status() -> impl Strategy<Value = EtcdClusterStatus> {
                 client_endpoints,
                 selector,
                 last_backup,
+                // Fields added later (e.g. the upgrade progress) keep their defaults here.
+                ..EtcdClusterStatus::default()
             },
         )
 }

@@ -11,6 +11,8 @@ use etcd_operator_apiserver::{local, serve};
 
 /// Where EtcdClusters live in the backing etcd.
 const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
+/// Where EtcdBackups live in the backing etcd.
+const ETCDBACKUPS_PREFIX: &str = "/registry/etcd.operator.dev/etcdbackups/";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,6 +46,11 @@ enum Mode {
         /// How often the backing etcd is compacted (kube-apiserver: 5 minutes).
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         compaction_interval: Duration,
+        /// A file with S3 credentials for backups (`AWS_ACCESS_KEY_ID=...` and
+        /// `AWS_SECRET_ACCESS_KEY=...` lines), used when the environment has no
+        /// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`.
+        #[arg(long, env = "ETCD_OPERATOR_S3_CREDENTIALS_FILE")]
+        backup_credentials_file: Option<std::path::PathBuf>,
     },
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
     Serve(etcd_operator_apiserver::cluster::run::ServeArgs),
@@ -99,6 +106,7 @@ async fn run_local(
     etcd_binary: Option<std::path::PathBuf>,
     etcd_binaries: Option<std::path::PathBuf>,
     compaction_interval: Duration,
+    backup_credentials_file: Option<std::path::PathBuf>,
 ) -> Result<(), LocalModeError> {
     serve::install_crypto_provider();
     let binaries = match etcd_binaries {
@@ -121,10 +129,12 @@ async fn run_local(
         consistency: ConsistencyMode::SingleWriter,
         ..StorageOptions::default()
     };
-    let storage = Storage::new(env.etcd_client.clone(), ETCDCLUSTERS_PREFIX, options).await?;
+    let storage = Storage::new(env.etcd_client.clone(), ETCDCLUSTERS_PREFIX, options.clone()).await?;
+    let backups = Storage::new(env.etcd_client.clone(), ETCDBACKUPS_PREFIX, options).await?;
     let compactor = storage.spawn_compactor(compaction_interval);
     let state = AppState {
         storage,
+        backups,
         authenticator: Arc::new(auth::LocalAuthenticator),
         authorizer: Arc::new(auth::AllowAuthenticated),
         openapi: Arc::new(openapi::Documents::generate()?),
@@ -139,14 +149,35 @@ async fn run_local(
     // The controller reaches the API over loopback HTTPS with its own client certificate.
     let controller_client = controller_client(&env.controller_identity).await?;
     let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries);
-    let ctx =
-        etcd_operator_controller::reconcile::Context::new(controller_client, runtime, Default::default());
+    let ctx = etcd_operator_controller::reconcile::Context::new(
+        controller_client.clone(),
+        runtime,
+        Default::default(),
+    );
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
         let _ = controller_stopped.await;
     }));
+    // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
+    let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
+        controller_client.clone(),
+        etcd_operator_controller::backup::Credentials::Environment {
+            file: backup_credentials_file,
+        },
+    );
+    let (stop_backups, backups_stopped) = tokio::sync::oneshot::channel::<()>();
+    let backup_controllers = tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, async move {
+        let _ = backups_stopped.await;
+    }));
     let served = serve::serve(env.listener, env.tls, app, serve::shutdown_signal()).await;
     let _ = stop_controller.send(());
+    let _ = stop_backups.send(());
+    if tokio::time::timeout(Duration::from_secs(5), backup_controllers)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the backup controllers did not stop within 5 s");
+    }
     // Members keep running (like Pods when a controller stops); only the server goes away.
     if tokio::time::timeout(Duration::from_secs(5), controller)
         .await
@@ -186,6 +217,7 @@ fn main() -> ExitCode {
             etcd_binary,
             etcd_binaries,
             compaction_interval,
+            backup_credentials_file,
         } => {
             match runtime.block_on(run_local(
                 state_dir,
@@ -193,6 +225,7 @@ fn main() -> ExitCode {
                 etcd_binary,
                 etcd_binaries,
                 compaction_interval,
+                backup_credentials_file,
             )) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {

@@ -1,6 +1,14 @@
 //! The EtcdCluster strategy: what the server does to an object on create, update, status and
 //! scale writes, in the order k8s.io/apiserver uses (prepare → validate → warnings → store).
 //! Pure: no I/O, so every rule is tested without sockets.
+//!
+//! The metadata rules every resource shares (identity against the URL, server-owned fields,
+//! resourceVersion preconditions, finalizers, deletion) are the `*_meta` functions, which the
+//! EtcdBackup strategy ([`backup`]) reuses; [`kind`] is how the HTTP handlers reach the strategy
+//! of the resource a request addresses.
+
+pub mod backup;
+pub mod kind;
 
 use std::collections::BTreeMap;
 
@@ -55,8 +63,13 @@ pub fn invalid(name: &str, errors: &[FieldError]) -> ApiError {
 }
 
 fn invalid_one(name: &str, field: &str, reason: &str, message: String) -> ApiError {
+    invalid_one_of(KIND, name, field, reason, message)
+}
+
+/// A 422 with one cause, for an object of `kind`.
+pub(crate) fn invalid_one_of(kind: &str, name: &str, field: &str, reason: &str, message: String) -> ApiError {
     ApiError::invalid(
-        KIND,
+        kind,
         name,
         vec![Cause {
             reason: reason.into(),
@@ -119,8 +132,27 @@ fn now() -> Time {
 /// Create: checks identity metadata against the URL, defaults, validates in the client's version,
 /// then sets what the server owns (uid, creationTimestamp, generation) and drops status.
 pub fn prepare_create(mut obj: VersionedCluster, namespace: &str) -> Result<Admitted, ApiError> {
+    create_meta(metadata_mut(&mut obj), namespace)?;
+    obj.apply_defaults();
+    let outcome = validation::validate_versioned(&obj);
+    let name = metadata(&obj).name.clone().unwrap_or_default();
+    if !outcome.is_valid() {
+        return Err(invalid(&name, &outcome.errors));
+    }
+    let warnings = outcome.warning_messages();
+    let mut hub = obj.into_hub();
+    // Stored objects carry the hub's defaults whatever version they were written in, so a later
+    // write through the other version does not see the defaults as a spec change.
+    etcd_operator_api::defaults::apply_v1alpha2(&mut hub);
+    stamp_created_meta(&mut hub.metadata);
+    hub.status = None;
+    Ok(Admitted { hub, warnings })
+}
+
+/// Create, metadata part (every resource): no resourceVersion, the URL's namespace, and a name
+/// completed from `generateName`.
+pub(crate) fn create_meta(meta: &mut ObjectMeta, namespace: &str) -> Result<(), ApiError> {
     {
-        let meta = metadata_mut(&mut obj);
         if meta.resource_version.as_deref().is_some_and(|rv| !rv.is_empty()) {
             return Err(ApiError::bad_request(
                 "resourceVersion should not be set on objects to be created",
@@ -141,18 +173,12 @@ pub fn prepare_create(mut obj: VersionedCluster, namespace: &str) -> Result<Admi
             meta.name = Some(generate_name(&base));
         }
     }
-    obj.apply_defaults();
-    let outcome = validation::validate_versioned(&obj);
-    let name = metadata(&obj).name.clone().unwrap_or_default();
-    if !outcome.is_valid() {
-        return Err(invalid(&name, &outcome.errors));
-    }
-    let warnings = outcome.warning_messages();
-    let mut hub = obj.into_hub();
-    // Stored objects carry the hub's defaults whatever version they were written in, so a later
-    // write through the other version does not see the defaults as a spec change.
-    etcd_operator_api::defaults::apply_v1alpha2(&mut hub);
-    let meta = &mut hub.metadata;
+    Ok(())
+}
+
+/// Create, after validation (every resource): what the server owns — uid, creationTimestamp,
+/// generation 1 — and nothing of deletion or resourceVersion.
+pub(crate) fn stamp_created_meta(meta: &mut ObjectMeta) {
     meta.uid = Some(uuid::Uuid::new_v4().to_string());
     meta.creation_timestamp = Some(now());
     meta.generation = Some(1);
@@ -160,8 +186,6 @@ pub fn prepare_create(mut obj: VersionedCluster, namespace: &str) -> Result<Admi
     meta.deletion_grace_period_seconds = None;
     meta.resource_version = None;
     meta.self_link = None;
-    hub.status = None;
-    Ok(Admitted { hub, warnings })
 }
 
 fn metadata(obj: &VersionedCluster) -> &ObjectMeta {
@@ -199,13 +223,15 @@ fn spec_fingerprint(obj: &hub::EtcdCluster) -> Value {
 /// The optimistic-concurrency precondition of an update: the resourceVersion the client sent
 /// must be the stored one (409 otherwise); a PUT must send one (422).
 fn check_resource_version(
+    (kind, resource): (&str, &str),
     sent: Option<&str>,
     stored: &str,
     name: &str,
     require_rv: bool,
 ) -> Result<(), ApiError> {
     match sent {
-        None | Some("") if require_rv => Err(invalid_one(
+        None | Some("") if require_rv => Err(invalid_one_of(
+            kind,
             name,
             "metadata.resourceVersion",
             "FieldValueInvalid",
@@ -213,7 +239,7 @@ fn check_resource_version(
         )),
         None | Some("") => Ok(()),
         Some(rv) if rv == stored => Ok(()),
-        Some(_) => Err(ApiError::modified(RESOURCE, name)),
+        Some(_) => Err(ApiError::modified(resource, name)),
     }
 }
 
@@ -226,9 +252,51 @@ pub fn prepare_update(
     namespace: &str,
     require_rv: bool,
 ) -> Result<UpdateDecision, ApiError> {
-    let old_rv = old.metadata.resource_version.clone().unwrap_or_default();
+    update_meta(
+        (KIND, RESOURCE),
+        metadata_mut(&mut new),
+        &old.metadata,
+        name,
+        namespace,
+        require_rv,
+    )?;
+    new.apply_defaults();
+    let outcome = validation::validate_versioned_update(&new, old);
+    if !outcome.is_valid() {
+        return Err(invalid(name, &outcome.errors));
+    }
+    let warnings = outcome.warning_messages();
+    let mut hub = new.into_hub();
+    etcd_operator_api::defaults::apply_v1alpha2(&mut hub);
+    // The main resource ignores status.
+    hub.status = old.status.clone();
+    if spec_fingerprint(&hub) != spec_fingerprint(old) {
+        hub.metadata.generation = Some(old.metadata.generation.unwrap_or(0) + 1);
+    }
+    if deletes_now(&hub.metadata) {
+        return Ok(UpdateDecision::Delete);
+    }
+    Ok(UpdateDecision::Store(Box::new(Admitted { hub, warnings })))
+}
+
+/// Whether an object being deleted has lost its last finalizer (it is then deleted).
+pub(crate) fn deletes_now(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty)
+}
+
+/// Update, metadata part (every resource): identity against the URL, the resourceVersion
+/// precondition, server-owned fields copied from the stored object, and no new finalizers while
+/// deleting. `(kind, resource)` name the resource in errors.
+pub(crate) fn update_meta(
+    (kind, resource): (&str, &str),
+    meta: &mut ObjectMeta,
+    old_meta: &ObjectMeta,
+    name: &str,
+    namespace: &str,
+    require_rv: bool,
+) -> Result<(), ApiError> {
+    let old_rv = old_meta.resource_version.clone().unwrap_or_default();
     {
-        let meta = metadata_mut(&mut new);
         match meta.name.as_deref() {
             Some(n) if n == name => {}
             Some(n) if !n.is_empty() => {
@@ -247,7 +315,13 @@ pub fn prepare_update(
                 ));
             }
         }
-        check_resource_version(meta.resource_version.as_deref(), &old_rv, name, require_rv)?;
+        check_resource_version(
+            (kind, resource),
+            meta.resource_version.as_deref(),
+            &old_rv,
+            name,
+            require_rv,
+        )?;
         // Identity metadata is owned by the server: a different uid is an error, an absent one is
         // filled from the stored object. A different creationTimestamp is silently replaced, as
         // k8s.io/apiserver's `BeforeUpdate` does ("ignore changes to timestamp"), so that
@@ -256,7 +330,7 @@ pub fn prepare_update(
         if meta
             .uid
             .as_deref()
-            .is_some_and(|u| !u.is_empty() && Some(u) != old.metadata.uid.as_deref())
+            .is_some_and(|u| !u.is_empty() && Some(u) != old_meta.uid.as_deref())
         {
             errors.push(("metadata.uid", meta.uid.clone().unwrap_or_default()));
         }
@@ -266,25 +340,26 @@ pub fn prepare_update(
             } else {
                 format!("\"{value}\": ")
             };
-            return Err(invalid_one(
+            return Err(invalid_one_of(
+                kind,
                 name,
                 field,
                 "FieldValueInvalid",
                 format!("Invalid value: {shown}field is immutable"),
             ));
         }
-        meta.uid = old.metadata.uid.clone();
-        meta.creation_timestamp = old.metadata.creation_timestamp.clone();
-        meta.deletion_timestamp = old.metadata.deletion_timestamp.clone();
-        meta.deletion_grace_period_seconds = old.metadata.deletion_grace_period_seconds;
-        meta.generation = old.metadata.generation;
+        meta.uid = old_meta.uid.clone();
+        meta.creation_timestamp = old_meta.creation_timestamp.clone();
+        meta.deletion_timestamp = old_meta.deletion_timestamp.clone();
+        meta.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
+        meta.generation = old_meta.generation;
         meta.resource_version = None;
         meta.self_link = None;
     }
     // While deleting, no new finalizer may be added.
-    if old.metadata.deletion_timestamp.is_some() {
-        let before: Vec<&String> = old.metadata.finalizers.iter().flatten().collect();
-        let added: Vec<String> = metadata(&new)
+    if old_meta.deletion_timestamp.is_some() {
+        let before: Vec<&String> = old_meta.finalizers.iter().flatten().collect();
+        let added: Vec<String> = meta
             .finalizers
             .iter()
             .flatten()
@@ -292,7 +367,8 @@ pub fn prepare_update(
             .cloned()
             .collect();
         if !added.is_empty() {
-            return Err(invalid_one(
+            return Err(invalid_one_of(
+                kind,
                 name,
                 "metadata.finalizers",
                 "FieldValueForbidden",
@@ -307,24 +383,7 @@ pub fn prepare_update(
             ));
         }
     }
-    new.apply_defaults();
-    let outcome = validation::validate_versioned_update(&new, old);
-    if !outcome.is_valid() {
-        return Err(invalid(name, &outcome.errors));
-    }
-    let warnings = outcome.warning_messages();
-    let mut hub = new.into_hub();
-    etcd_operator_api::defaults::apply_v1alpha2(&mut hub);
-    // The main resource ignores status.
-    hub.status = old.status.clone();
-    if spec_fingerprint(&hub) != spec_fingerprint(old) {
-        hub.metadata.generation = Some(old.metadata.generation.unwrap_or(0) + 1);
-    }
-    if hub.metadata.deletion_timestamp.is_some() && hub.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
-    {
-        return Ok(UpdateDecision::Delete);
-    }
-    Ok(UpdateDecision::Store(Box::new(Admitted { hub, warnings })))
+    Ok(())
 }
 
 /// Update through `/status`: only `status` changes; the rest is the stored object.
@@ -334,15 +393,7 @@ pub fn prepare_status_update(
     name: &str,
     require_rv: bool,
 ) -> Result<Admitted, ApiError> {
-    let old_rv = old.metadata.resource_version.clone().unwrap_or_default();
-    let meta = metadata(&new);
-    if meta.name.as_deref().is_some_and(|n| !n.is_empty() && n != name) {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            meta.name.clone().unwrap_or_default()
-        )));
-    }
-    check_resource_version(meta.resource_version.as_deref(), &old_rv, name, require_rv)?;
+    status_meta((KIND, RESOURCE), metadata(&new), &old.metadata, name, require_rv)?;
     let new_hub = new.into_hub();
     let mut hub = old.clone();
     hub.metadata.resource_version = None;
@@ -351,6 +402,31 @@ pub fn prepare_status_update(
         hub,
         warnings: Vec::new(),
     })
+}
+
+/// Status update, metadata part (every resource): the name matches the URL and the
+/// resourceVersion precondition holds.
+pub(crate) fn status_meta(
+    (kind, resource): (&str, &str),
+    meta: &ObjectMeta,
+    old_meta: &ObjectMeta,
+    name: &str,
+    require_rv: bool,
+) -> Result<(), ApiError> {
+    let old_rv = old_meta.resource_version.clone().unwrap_or_default();
+    if meta.name.as_deref().is_some_and(|n| !n.is_empty() && n != name) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta.name.clone().unwrap_or_default()
+        )));
+    }
+    check_resource_version(
+        (kind, resource),
+        meta.resource_version.as_deref(),
+        &old_rv,
+        name,
+        require_rv,
+    )
 }
 
 /// The `autoscaling/v1` Scale of a cluster.
@@ -434,33 +510,44 @@ pub fn apply_scale(scale: &Value, old: &hub::EtcdCluster, name: &str) -> Result<
 /// policy asks for); `None` means it can be deleted now.
 pub fn prepare_delete(old: &hub::EtcdCluster, propagation: Option<&str>) -> Option<hub::EtcdCluster> {
     let mut obj = old.clone();
-    let finalizers = obj.metadata.finalizers.get_or_insert_with(Vec::new);
+    delete_meta(&mut obj.metadata, propagation).then_some(obj)
+}
+
+/// Delete, metadata part (every resource): adds the finalizer a propagation policy asks for and
+/// marks the object deleted; `false` when no finalizer holds it (delete it now).
+pub(crate) fn delete_meta(meta: &mut ObjectMeta, propagation: Option<&str>) -> bool {
+    let finalizers = meta.finalizers.get_or_insert_with(Vec::new);
     let policy_finalizer = match propagation {
         Some("Foreground") => Some(FOREGROUND_FINALIZER),
         Some("Orphan") => Some(ORPHAN_FINALIZER),
         _ => None,
     };
     if let Some(f) = policy_finalizer
-        && obj.metadata.deletion_timestamp.is_none()
+        && meta.deletion_timestamp.is_none()
         && !finalizers.iter().any(|x| x == f)
     {
         finalizers.push(f.to_string());
     }
-    if obj.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) {
-        return None;
+    if meta.finalizers.as_ref().is_none_or(Vec::is_empty) {
+        return false;
     }
-    if obj.metadata.deletion_timestamp.is_none() {
-        obj.metadata.deletion_timestamp = Some(now());
-        obj.metadata.deletion_grace_period_seconds = Some(0);
+    if meta.deletion_timestamp.is_none() {
+        meta.deletion_timestamp = Some(now());
+        meta.deletion_grace_period_seconds = Some(0);
     }
-    obj.metadata.resource_version = None;
-    Some(obj)
+    meta.resource_version = None;
+    true
 }
 
 /// Refuses input whose JSON type differs from the schema's where the decoder would not notice:
 /// serde builds a struct from an array (field by position), so `spec: []` would silently become
 /// a defaulted spec. kube-apiserver refuses such input with 422 `FieldValueTypeInvalid`.
 pub fn check_types(input: &Value, typed: &Value) -> Result<(), ApiError> {
+    check_types_of(KIND, input, typed)
+}
+
+/// [`check_types`] for an object of `kind`.
+pub(crate) fn check_types_of(kind: &str, input: &Value, typed: &Value) -> Result<(), ApiError> {
     fn walk(input: &Value, typed: &Value, path: &str, out: &mut Vec<Cause>) {
         let mismatch = |actual: &str, expected: &str| Cause {
             reason: "FieldValueTypeInvalid".into(),
@@ -501,7 +588,7 @@ pub fn check_types(input: &Value, typed: &Value) -> Result<(), ApiError> {
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    Err(ApiError::invalid(KIND, name, causes))
+    Err(ApiError::invalid(kind, name, causes))
 }
 
 /// Lists the paths of fields in `input` that the typed object dropped (unknown fields), for

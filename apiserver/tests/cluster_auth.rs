@@ -346,6 +346,13 @@ impl Harness {
             .await
             .unwrap();
         storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
+        let backups = Storage::new(
+            etcd_client.clone(),
+            "/registry/etcd.operator.dev/etcdbackups/",
+            StorageOptions::default(),
+        )
+        .await
+        .unwrap();
 
         let mut tasks = Vec::new();
         let (config_tx, config_rx) = config::channel();
@@ -372,6 +379,7 @@ impl Harness {
         );
         let state = AppState {
             storage,
+            backups,
             authenticator: Arc::new(authenticator),
             authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(stub.client.clone())),
             openapi: Arc::new(Documents::generate().unwrap()),

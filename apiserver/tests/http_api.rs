@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 const PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
+const BACKUPS_PREFIX: &str = "/registry/etcd.operator.dev/etcdbackups/";
 const NS: &str = "team-a";
 const GROUP_PATH: &str = "/apis/etcd.operator.dev";
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
@@ -187,8 +188,13 @@ impl Api {
             .await
             .unwrap();
         storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
+        let backups = Storage::new(client.clone(), BACKUPS_PREFIX, StorageOptions::default())
+            .await
+            .unwrap();
+        backups.wait_initialized(Duration::from_secs(10)).await.unwrap();
         let app = router(AppState {
             storage: storage.clone(),
+            backups,
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             openapi: Arc::new(Documents::generate().unwrap()),
@@ -2269,7 +2275,14 @@ async fn discovery_and_openapi_are_cacheable() {
         .collect();
     assert_eq!(
         names,
-        ["etcdclusters", "etcdclusters/status", "etcdclusters/scale"]
+        [
+            "etcdclusters",
+            "etcdclusters/status",
+            "etcdclusters/scale",
+            "etcdclusters/snapshot",
+            "etcdbackups",
+            "etcdbackups/status"
+        ]
     );
 
     let root = api.get("/openapi/v3").await.expect(200);
@@ -2496,4 +2509,231 @@ async fn a_watch_from_a_resource_version_reports_changes_and_selector_exits() {
         ))
         .await;
     assert!(events(from_zero).is_empty());
+}
+
+fn backups(ns: &str) -> String {
+    format!("{GROUP_PATH}/v1alpha2/namespaces/{ns}/etcdbackups")
+}
+
+fn backup(name: &str, cluster: &str) -> Value {
+    json!({
+        "apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdBackup",
+        "metadata": {"name": name},
+        "spec": {"clusterName": cluster, "destination": {"volume": {"path": "/var/backups"}}},
+    })
+}
+
+impl Api {
+    /// Keys and revisions under the EtcdBackup prefix.
+    async fn stored_backups(&self) -> Vec<(String, i64)> {
+        let mut kv = self.etcd_client.kv_client();
+        let resp = kv
+            .get(BACKUPS_PREFIX, Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        resp.kvs()
+            .iter()
+            .map(|k| (k.key_str().unwrap().to_string(), k.mod_revision()))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn etcdbackups_are_served_with_every_verb_status_and_validation() {
+    let api = Api::start().await;
+    // Create: defaults, server-owned metadata, stored under its own prefix.
+    let created = api.post(&backups(NS), &backup("b1", "main")).await.expect(201);
+    assert_eq!(created["kind"], "EtcdBackup");
+    assert_eq!(created["metadata"]["generation"], 1);
+    assert!(created["metadata"]["uid"].is_string());
+    assert_eq!(
+        api.stored_backups()
+            .await
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>(),
+        ["/registry/etcd.operator.dev/etcdbackups/team-a/b1"]
+    );
+    assert!(api.stored().await.keys.is_empty(), "nothing under etcdclusters");
+    // Get, list (JSON and Table), watch.
+    let got = api.get(&format!("{}/b1", backups(NS))).await.expect(200);
+    assert_eq!(got, created);
+    let list = api.get(&backups(NS)).await.expect(200);
+    assert_eq!(list["kind"], "EtcdBackupList");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
+    let table = api.get_accept(&backups(NS), TABLE).await.expect(200);
+    assert_eq!(table["columnDefinitions"][1]["name"], "Cluster");
+    assert_eq!(table["rows"][0]["cells"][1], "main");
+    let all = api
+        .get(&format!("{GROUP_PATH}/v1alpha2/etcdbackups"))
+        .await
+        .expect(200);
+    assert_eq!(all["items"][0]["metadata"]["namespace"], NS);
+    let watch = api
+        .get(&format!("{}?watch=true&timeoutSeconds=1", backups(NS)))
+        .await;
+    assert_eq!(watch.status, StatusCode::OK);
+    let first: Value = serde_json::from_slice(watch.body.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["kind"], "EtcdBackup");
+
+    // Validation: every error with its path, nothing stored.
+    let before = api.stored_backups().await;
+    let mut bad = backup("Bad_Name", "");
+    bad["spec"]["destination"] = json!({"s3": {"bucket": "x"}, "volume": {"path": "rel"}});
+    let r = api.post(&backups(NS), &bad).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "EtcdBackup.etcd.operator.dev \"Bad_Name\" is invalid",
+    );
+    assert_eq!(s["details"]["kind"], "EtcdBackup");
+    assert_eq!(
+        cause_fields(&s),
+        [
+            "metadata.name",
+            "spec.clusterName",
+            "spec.destination",
+            "spec.destination.s3.bucket",
+            "spec.destination.volume.path"
+        ]
+    );
+    // An EtcdCluster body at the backups URL, and the existing name.
+    let r = api.post(&backups(NS), &cluster("c")).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "does not match the expected kind (EtcdBackup)",
+    );
+    let r = api.post(&backups(NS), &backup("b1", "main")).await;
+    assert_status(
+        &r,
+        409,
+        "AlreadyExists",
+        "etcdbackups.etcd.operator.dev \"b1\" already exists",
+    );
+    // The spec is immutable; a stale resourceVersion is a conflict.
+    let r = api
+        .patch(
+            &format!("{}/b1", backups(NS)),
+            MERGE,
+            r#"{"spec":{"clusterName":"other"}}"#,
+        )
+        .await;
+    let s = assert_status(&r, 422, "Invalid", "immutable");
+    assert_eq!(cause_fields(&s), ["spec"]);
+    let mut stale = created.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let r = api.put(&format!("{}/b1", backups(NS)), &stale).await;
+    assert_status(&r, 409, "Conflict", "etcdbackups.etcd.operator.dev \"b1\"");
+    assert_eq!(api.stored_backups().await, before, "refused writes store nothing");
+    // Not served in v1alpha1; no scale or snapshot subresource.
+    let r = api
+        .get(&format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdbackups"))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    for sub in ["scale", "snapshot"] {
+        let r = api.get(&format!("{}/b1/{sub}", backups(NS))).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{sub}");
+    }
+
+    // Status: only status changes; a label change on the main resource keeps status.
+    let r = api
+        .patch(
+            &format!("{}/b1/status", backups(NS)),
+            MERGE,
+            r#"{"spec":{"clusterName":"x"},"status":{"phase":"Succeeded","size":4128,"revision":9}}"#,
+        )
+        .await;
+    let after = r.expect(200);
+    assert_eq!(after["status"]["phase"], "Succeeded");
+    assert_eq!(after["spec"]["clusterName"], "main");
+    let r = api
+        .patch(
+            &format!("{}/b1", backups(NS)),
+            MERGE,
+            r#"{"metadata":{"labels":{"a":"b"}},"status":{"phase":"Failed"}}"#,
+        )
+        .await;
+    let labelled = r.expect(200);
+    assert_eq!(labelled["status"]["phase"], "Succeeded");
+    assert_eq!(labelled["metadata"]["labels"]["a"], "b");
+    let table = api
+        .get_accept(&format!("{}/b1", backups(NS)), TABLE)
+        .await
+        .expect(200);
+    assert_eq!(table["rows"][0]["cells"][2], "Succeeded");
+    assert_eq!(table["rows"][0]["cells"][3], 4128);
+
+    // Delete and deletecollection.
+    api.post(&backups(NS), &backup("b2", "main")).await.expect(201);
+    api.delete(&format!("{}/b1", backups(NS)), None).await.expect(200);
+    let r = api.get(&format!("{}/b1", backups(NS))).await;
+    assert_status(
+        &r,
+        404,
+        "NotFound",
+        "etcdbackups.etcd.operator.dev \"b1\" not found",
+    );
+    let gone = api.delete(&backups(NS), None).await.expect(200);
+    assert_eq!(gone["kind"], "EtcdBackupList");
+    assert_eq!(gone["items"][0]["metadata"]["name"], "b2");
+    assert!(api.stored_backups().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
+    let api = Api::start().await;
+    let snapshot = |name: &str| format!("{}/snapshot", obj(NS, name));
+    // A missing cluster is 404; a cluster without endpoints has no healthy member: 503.
+    let r = api.get(&snapshot("x")).await;
+    assert_status(&r, 404, "NotFound", NOT_FOUND_X);
+    api.create_in(NS, &cluster("a")).await;
+    let r = api.get(&snapshot("a")).await;
+    assert_status(&r, 503, "ServiceUnavailable", "no healthy member");
+    // Only GET; only octet-stream.
+    let r = api.call(Method::POST, &snapshot("a"), &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    let r = api.get_accept(&snapshot("a"), "application/json").await;
+    assert_status(&r, 406, "NotAcceptable", "application/octet-stream");
+    // An endpoint that does not answer: 503 too.
+    let r = api
+        .patch(
+            &format!("{}/status", obj(NS, "a")),
+            MERGE,
+            r#"{"status":{"clientEndpoints":["http://127.0.0.1:9"]}}"#,
+        )
+        .await;
+    r.expect(200);
+    let r = api.get(&snapshot("a")).await;
+    assert_status(&r, 503, "ServiceUnavailable", "no healthy member");
+    // The backing etcd of this test stands in for the cluster's member: a real snapshot.
+    let endpoint = api._etcd.endpoint().to_string();
+    let r = api
+        .patch(
+            &format!("{}/status", obj(NS, "a")),
+            MERGE,
+            &json!({"status": {"clientEndpoints": [endpoint]}}).to_string(),
+        )
+        .await;
+    r.expect(200);
+    let r = api.get_accept(&snapshot("a"), "application/json, */*").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    let data = r.body.to_vec();
+    assert_eq!(data.len() % 512, 32, "a bbolt file plus etcd's 32-byte hash");
+    use sha2::Digest;
+    let (db, hash) = data.split_at(data.len() - 32);
+    assert_eq!(sha2::Sha256::digest(db).as_slice(), hash);
+    assert_eq!(
+        r.header("x-etcd-snapshot-sha256"),
+        Some(hex::encode(sha2::Sha256::digest(&data)).as_str())
+    );
+    // The snapshot holds the stored EtcdCluster (the backing etcd's own data).
+    assert!(
+        data.windows(b"/registry/etcd.operator.dev/etcdclusters/team-a/a".len())
+            .any(|w| w == b"/registry/etcd.operator.dev/etcdclusters/team-a/a")
+    );
 }

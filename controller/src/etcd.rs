@@ -176,3 +176,87 @@ pub async fn move_leader(leader_url: &str, to: u64) -> Result<(), MemberOpError>
     let mut client = connect(&[leader_url.to_string()], "move leader").await?;
     timed("move leader", client.move_leader(to)).await.map(|_| ())
 }
+
+/// Taking a snapshot failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// etcd refused or failed.
+    #[error("snapshot: {0}")]
+    Etcd(#[from] MemberOpError),
+    /// Writing the file failed.
+    #[error("snapshot: write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stream did not end in time.
+    #[error("snapshot: not complete within {0:?}")]
+    Timeout(Duration),
+}
+
+/// A snapshot written to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedSnapshot {
+    /// Where it was written.
+    pub path: std::path::PathBuf,
+    /// The revision of the cluster when it was asked for (the snapshot holds at least this).
+    pub revision: i64,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// How long a whole snapshot stream may take.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Streams a snapshot from the member at `endpoint` (etcd's maintenance API, which 3.4 and 3.5
+/// both serve) into `dir/<prefix>-<revision>.db`, written under a temporary name and renamed
+/// once complete, so a file with the final name is always a whole snapshot.
+pub async fn save_snapshot(
+    endpoint: &str,
+    dir: &std::path::Path,
+    prefix: &str,
+) -> Result<SavedSnapshot, SnapshotError> {
+    use tokio::io::AsyncWriteExt;
+
+    let mut client = connect(&[endpoint.to_string()], "snapshot").await?;
+    let status = timed("snapshot", client.status()).await?;
+    let revision = status.header().map(|h| h.revision()).unwrap_or_default();
+    let path = dir.join(format!("{prefix}-{revision}.db"));
+    let partial = dir.join(format!(".{prefix}-{revision}.db.partial"));
+    let write_error = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| SnapshotError::Write { path, source }
+    };
+    tokio::fs::create_dir_all(dir).await.map_err(write_error(dir))?;
+    let copy = async {
+        let mut stream = client.snapshot().await.map_err(|source| MemberOpError::Etcd {
+            op: "snapshot",
+            source,
+        })?;
+        let mut file = tokio::fs::File::create(&partial)
+            .await
+            .map_err(write_error(&partial))?;
+        let mut size = 0u64;
+        while let Some(chunk) = stream.message().await.map_err(|source| MemberOpError::Etcd {
+            op: "snapshot",
+            source,
+        })? {
+            file.write_all(chunk.blob())
+                .await
+                .map_err(write_error(&partial))?;
+            size += chunk.blob().len() as u64;
+        }
+        file.sync_all().await.map_err(write_error(&partial))?;
+        Ok::<u64, SnapshotError>(size)
+    };
+    let size = tokio::time::timeout(SNAPSHOT_TIMEOUT, copy)
+        .await
+        .map_err(|_| SnapshotError::Timeout(SNAPSHOT_TIMEOUT))??;
+    tokio::fs::rename(&partial, &path)
+        .await
+        .map_err(write_error(&path))?;
+    Ok(SavedSnapshot { path, revision, size })
+}

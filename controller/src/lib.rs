@@ -6,10 +6,12 @@
 //! - [`status`] computes what the status says (pure);
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
+pub mod backup;
 pub mod etcd;
 pub mod model;
 pub mod plan;
 pub mod reconcile;
 pub mod resources;
+pub mod restore;
 pub mod runtime;
 pub mod status;

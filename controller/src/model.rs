@@ -54,6 +54,10 @@ pub struct MemberConfig {
     pub initial_state: InitialState,
     /// `--initial-cluster-token`.
     pub cluster_token: String,
+    /// The version the member ran before its last version change (set by
+    /// [`crate::runtime::Runtime::change_version`]): where a failed upgrade rolls back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_version: Option<String>,
 }
 
 impl MemberConfig {

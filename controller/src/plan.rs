@@ -8,7 +8,13 @@
 //!   never more than one learner;
 //! - scale-down removes a non-leader first and moves leadership away before removing a leader;
 //! - a dead member is removed from etcd and replaced by a fresh one;
-//! - nothing that removes a voter happens unless the remaining healthy voters keep quorum.
+//! - nothing that removes a voter happens unless the remaining healthy voters keep quorum;
+//! - a change of `spec.version` rolls the members one at a time after a snapshot: followers
+//!   first, the leader last (leadership moved away first), each health-gated (healthy, caught up,
+//!   reporting the new version); a member that does not make it in time is put back on its
+//!   previous version when etcd allows it (or kept stopped), and the roll halts until the spec
+//!   changes. The roll is derived from the members' recorded versions plus the [`RollRecord`]
+//!   kept in status, so a restarted operator resumes it.
 
 use std::time::Duration;
 
@@ -30,7 +36,39 @@ pub struct Desired {
     pub formed_before: bool,
     /// `spec.paused`.
     pub paused: bool,
+    /// The latest rolling version change, as remembered in status.
+    pub roll: Option<RollRecord>,
 }
+
+/// A rolling version change as persisted in `status.upgrade`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RollRecord {
+    /// The (lowest) version members ran when it started.
+    pub from: String,
+    /// The version it moves to.
+    pub target: String,
+    /// Where the pre-upgrade snapshot went (or why there is none).
+    pub snapshot: Option<String>,
+    /// Why it halted; a halted roll touches no further member until the spec changes.
+    pub halted: Option<String>,
+    /// The member that did not come up on the target (when halted).
+    pub failed_member: Option<String>,
+    /// Every member runs the target, healthy and caught up.
+    pub complete: bool,
+}
+
+impl RollRecord {
+    /// Whether this record drives the roll to `version`: started for it, neither halted nor done.
+    pub fn is_active_for(&self, version: &str) -> bool {
+        self.target == version && self.halted.is_none() && !self.complete
+    }
+}
+
+/// How far behind the leader's applied raft index a member may be and count as caught up.
+pub const MAX_CATCH_UP_LAG: u64 = 1000;
+
+/// Environment variable overriding [`Thresholds::upgrade_timeout`] (e.g. `20s`, `2m`, or seconds).
+pub const UPGRADE_TIMEOUT_ENV: &str = "ETCD_OPERATOR_UPGRADE_TIMEOUT";
 
 /// Timing facts the planner compares against thresholds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -39,6 +77,9 @@ pub struct Timing {
     pub bootstrap_waiting: Option<Duration>,
     /// How long each member (by name) has been unhealthy while running.
     pub unhealthy_for: Vec<(String, Duration)>,
+    /// How long each member restarted on a new version (by name) has waited to be healthy,
+    /// caught up and reporting that version.
+    pub version_change_waiting: Vec<(String, Duration)>,
 }
 
 /// Thresholds.
@@ -48,14 +89,44 @@ pub struct Thresholds {
     pub bootstrap_timeout: Duration,
     /// A running member unhealthy for this long is replaced.
     pub unhealthy_timeout: Duration,
+    /// A member restarted on a new version that is not healthy, caught up and reporting it after
+    /// this long halts the roll.
+    pub upgrade_timeout: Duration,
 }
 
 impl Default for Thresholds {
+    /// The defaults; `upgrade_timeout` may be overridden with [`UPGRADE_TIMEOUT_ENV`] (tests use
+    /// a short one). An unreadable value is ignored with a warning.
     fn default() -> Self {
+        let upgrade_timeout = std::env::var(UPGRADE_TIMEOUT_ENV)
+            .ok()
+            .and_then(|v| match parse_duration(&v) {
+                Some(d) => Some(d),
+                None => {
+                    tracing::warn!(value = %v, "ignoring {UPGRADE_TIMEOUT_ENV}: expected e.g. 30s, 2m or 45");
+                    None
+                }
+            })
+            .unwrap_or(Duration::from_secs(120));
         Self {
             bootstrap_timeout: Duration::from_secs(60),
             unhealthy_timeout: Duration::from_secs(120),
+            upgrade_timeout,
         }
+    }
+}
+
+/// `45`, `45s`, `2m`, `500ms`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    match unit {
+        "" | "s" => Some(Duration::from_secs(n)),
+        "ms" => Some(Duration::from_millis(n)),
+        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        _ => None,
     }
 }
 
@@ -120,6 +191,42 @@ pub enum Step {
     },
     /// Stop and delete a runtime member that is not (or no longer) part of etcd.
     DeleteRuntimeMember {
+        /// Member name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Take a snapshot of the cluster beside its data before the first member changes version.
+    SnapshotBeforeUpgrade {
+        /// The (lowest) version members run.
+        from: String,
+        /// The target version.
+        to: String,
+    },
+    /// Stop a member and start it again on another version, its data kept.
+    ChangeVersion {
+        /// Member name.
+        name: String,
+        /// Its version now.
+        from: String,
+        /// The target.
+        to: String,
+    },
+    /// A member did not come up on the target in time: start it again on its previous version
+    /// and halt the roll.
+    RollBack {
+        /// Member name.
+        name: String,
+        /// The version that failed.
+        from: String,
+        /// Its previous version.
+        to: String,
+        /// Why.
+        reason: String,
+    },
+    /// A member did not come up on the target in time and etcd does not allow its previous
+    /// version any more: stop it (the others keep quorum) and halt the roll.
+    HaltUpgrade {
         /// Member name.
         name: String,
         /// Why.
@@ -240,6 +347,19 @@ pub fn plan(
         return Step::Start { members: to_start };
     }
 
+    // 3b. A member restarted on a new version by the roll: wait for it, restart it if it stopped,
+    //     or roll it back (halting the roll) once it has had its time.
+    if let Some(roll) = desired
+        .roll
+        .as_ref()
+        .filter(|r| r.is_active_for(&desired.version))
+        && let Some(step) = plan_version_change_in_flight(etcd, observed, thresholds, roll)
+    {
+        return step;
+    }
+    // The member a halted roll stopped on the version that failed for it stays stopped.
+    let held = held_member(desired, observed);
+
     // 4. Dead members. One whose data survived (a crashed process, a deleted Pod on its volume)
     //    is started again, the way a kubelet restarts a container; one without data, or that
     //    stays unhealthy past the threshold, is replaced. Replacements go one at a time, and only
@@ -253,7 +373,7 @@ pub fn plan(
             .map(|(_, d)| *d)
     };
     for m in &etcd.members {
-        let Some(r) = runtime_for(observed, m) else {
+        let Some(r) = runtime_for(observed, m).filter(|r| Some(r.name.as_str()) != held) else {
             continue;
         };
         if let (
@@ -270,7 +390,7 @@ pub fn plan(
         }
     }
     for m in &etcd.members {
-        let Some(r) = runtime_for(observed, m) else {
+        let Some(r) = runtime_for(observed, m).filter(|r| Some(r.name.as_str()) != held) else {
             continue;
         };
         let dead_reason = match &r.liveness {
@@ -366,12 +486,242 @@ pub fn plan(
             reason: "scale down".into(),
         };
     }
+    if let Some(step) = plan_roll(desired, etcd, observed, held) {
+        return step;
+    }
     if etcd.healthy_voters() < voters.len() {
         return Step::Wait {
             reason: "some members are not healthy yet".into(),
         };
     }
     Step::Idle
+}
+
+/// Whether a member is healthy, reports `version` and has applied the log up to close to the
+/// leader's applied index.
+pub fn runs_version(etcd: &EtcdView, m: &EtcdMember, version: &str) -> bool {
+    let Some(status) = m.status.as_ref().filter(|_| is_healthy(m)) else {
+        return false;
+    };
+    let leader_applied = etcd
+        .members
+        .iter()
+        .find(|l| l.id == etcd.leader)
+        .and_then(|l| l.status.as_ref())
+        .map(|s| s.raft_applied_index)
+        .unwrap_or_else(|| {
+            etcd.members
+                .iter()
+                .filter_map(|l| l.status.as_ref().map(|s| s.raft_applied_index))
+                .max()
+                .unwrap_or_default()
+        });
+    status.version == version && status.raft_applied_index.saturating_add(MAX_CATCH_UP_LAG) >= leader_applied
+}
+
+/// Orders etcd versions numerically (`3.4.23` < `3.5.0`); unparsable parts count as 0.
+pub fn version_key(version: &str) -> Vec<u64> {
+    version.split('.').map(|p| p.parse().unwrap_or(0)).collect()
+}
+
+fn same_minor(a: &str, b: &str) -> bool {
+    let (a, b) = (version_key(a), version_key(b));
+    a.get(..2) == b.get(..2)
+}
+
+/// Whether etcd lets a member go back from `failed` to `previous`: always within a minor (patch
+/// versions share the data format); across a minor only while another member still runs the
+/// previous minor, i.e. the cluster version has not moved to the new minor (after it has, an
+/// older member refuses to join).
+pub fn rollback_allowed<'a>(previous: &str, failed: &str, others: impl IntoIterator<Item = &'a str>) -> bool {
+    same_minor(previous, failed) || others.into_iter().any(|v| same_minor(v, previous))
+}
+
+/// Whether the roll to `desired.version` is done: every member recorded on it, and every etcd
+/// member healthy, caught up and reporting it.
+pub fn roll_finished(version: &str, observed: &Observed) -> bool {
+    let Some(etcd) = observed.etcd.as_ref().filter(|v| v.leader != 0) else {
+        return false;
+    };
+    observed
+        .runtime
+        .iter()
+        .all(|r| r.config.as_ref().is_none_or(|c| c.version == version))
+        && etcd.members.iter().all(|m| runs_version(etcd, m, version))
+}
+
+/// The name of the member a halted roll stopped on the version that failed for it (it is not
+/// restarted on that version by the dead-member rules).
+fn held_member<'a>(desired: &'a Desired, observed: &Observed) -> Option<&'a str> {
+    let roll = desired.roll.as_ref()?;
+    roll.halted.as_ref()?;
+    let name = roll.failed_member.as_deref()?;
+    observed
+        .runtime
+        .iter()
+        .find(|r| r.name == name)
+        .filter(|r| {
+            matches!(r.liveness, Liveness::Gone { .. })
+                && r.config.as_ref().is_some_and(|c| c.version == roll.target)
+        })
+        .map(|_| name)
+}
+
+/// Step 3b: a member the roll restarted on the target that is not verified yet.
+fn plan_version_change_in_flight(
+    etcd: &EtcdView,
+    observed: &Observed,
+    thresholds: &Thresholds,
+    roll: &RollRecord,
+) -> Option<Step> {
+    for m in &etcd.members {
+        let Some(r) = runtime_for(observed, m) else {
+            continue;
+        };
+        let Some(config) = r.config.as_ref() else {
+            continue;
+        };
+        let Some(previous) = config.previous_version.as_ref() else {
+            continue;
+        };
+        if config.version != roll.target || previous == &roll.target || runs_version(etcd, m, &roll.target) {
+            continue;
+        }
+        // A member whose data is gone is replaced by the dead-member rules.
+        if matches!(
+            r.liveness,
+            Liveness::Gone {
+                restartable: false,
+                ..
+            }
+        ) {
+            continue;
+        }
+        let waited = observed
+            .timing
+            .version_change_waiting
+            .iter()
+            .find(|(n, _)| n == &r.name)
+            .map(|(_, d)| *d)
+            .unwrap_or_default();
+        if waited >= thresholds.upgrade_timeout {
+            let reason = format!(
+                "member {} did not become healthy on etcd {} within {}s",
+                r.name,
+                roll.target,
+                thresholds.upgrade_timeout.as_secs()
+            );
+            let others = etcd
+                .members
+                .iter()
+                .filter(|o| o.id != m.id)
+                .filter_map(|o| o.status.as_ref().map(|s| s.version.as_str()));
+            if rollback_allowed(previous, &roll.target, others) {
+                return Some(Step::RollBack {
+                    name: r.name.clone(),
+                    from: roll.target.clone(),
+                    to: previous.clone(),
+                    reason,
+                });
+            }
+            return Some(Step::HaltUpgrade {
+                name: r.name.clone(),
+                reason: format!(
+                    "{reason}; etcd does not allow it back on {previous} once the cluster version moved on, so it stays stopped"
+                ),
+            });
+        }
+        if matches!(r.liveness, Liveness::Gone { .. }) {
+            return Some(Step::Start {
+                members: vec![(r.name.clone(), config.clone())],
+            });
+        }
+        return Some(Step::Wait {
+            reason: format!(
+                "waiting for member {} to be healthy, caught up and report etcd {} ({}s of {}s)",
+                r.name,
+                roll.target,
+                waited.as_secs(),
+                thresholds.upgrade_timeout.as_secs()
+            ),
+        });
+    }
+    None
+}
+
+/// Members recorded on another version than the spec's: snapshot first, then one member at a
+/// time, followers before the leader, each only when every voter is healthy.
+fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Option<&str>) -> Option<Step> {
+    let target = &desired.version;
+    let outdated: Vec<(&EtcdMember, &RuntimeMember, &MemberConfig)> = etcd
+        .members
+        .iter()
+        .filter_map(|m| {
+            let r = runtime_for(observed, m)?;
+            let c = r.config.as_ref()?;
+            (c.version != *target && Some(r.name.as_str()) != held).then_some((m, r, c))
+        })
+        .collect();
+    if outdated.is_empty() {
+        return None;
+    }
+    let roll = desired.roll.as_ref().filter(|r| r.target == *target);
+    let Some(roll) = roll else {
+        if etcd.leader == 0 || etcd.healthy_voters() < quorum(etcd.voters().count()) {
+            return Some(Step::Wait {
+                reason: format!("waiting for a healthy quorum before the roll to etcd {target}"),
+            });
+        }
+        let from = observed
+            .runtime
+            .iter()
+            .filter_map(|r| r.config.as_ref().map(|c| c.version.as_str()))
+            .min_by_key(|v| version_key(v))
+            .unwrap_or_default()
+            .to_string();
+        return Some(Step::SnapshotBeforeUpgrade {
+            from,
+            to: target.clone(),
+        });
+    };
+    if roll.halted.is_some() {
+        // Touch nothing more until the spec changes; status says why.
+        return None;
+    }
+    let voters = etcd.voters().count();
+    if etcd.healthy_voters() < voters {
+        return Some(Step::Wait {
+            reason: format!(
+                "waiting for every member to be healthy before restarting the next one on etcd {target}"
+            ),
+        });
+    }
+    let (m, r, c) = outdated
+        .iter()
+        .find(|(m, _, _)| m.id != etcd.leader)
+        .or_else(|| outdated.first())
+        .copied()?;
+    if m.id == etcd.leader {
+        // Leadership goes to a healthy voter, one already on the target when there is one.
+        let to = etcd
+            .voters()
+            .filter(|v| v.id != m.id && is_healthy(v))
+            .max_by_key(|v| runs_version(etcd, v, target));
+        return Some(match to {
+            Some(to) => Step::MoveLeader {
+                from: m.id,
+                to: to.id,
+            },
+            None => Step::Wait {
+                reason: "no healthy member to move leadership to before restarting the leader".into(),
+            },
+        });
+    }
+    Some(Step::ChangeVersion {
+        name: r.name.clone(),
+        from: c.version.clone(),
+        to: target.clone(),
+    })
 }
 
 /// Whether removing `m` leaves enough healthy voters for quorum of the smaller cluster.
@@ -417,6 +767,7 @@ fn join_config(
         initial_cluster: initial,
         initial_state: InitialState::Existing,
         cluster_token: desired.cluster_token.clone(),
+        previous_version: None,
     }
 }
 
@@ -459,6 +810,7 @@ fn plan_without_etcd(
             initial_cluster: initial,
             initial_state: InitialState::New,
             cluster_token: desired.cluster_token.clone(),
+            previous_version: None,
         };
         return Step::Start {
             members: observed
@@ -510,6 +862,7 @@ mod tests {
             cluster_token: "tok".into(),
             formed_before: true,
             paused: false,
+            roll: None,
         }
     }
 
@@ -527,6 +880,7 @@ mod tests {
                 initial_cluster: vec![(name.into(), url(name))],
                 initial_state: s,
                 cluster_token: "tok".into(),
+                previous_version: None,
             }),
             liveness,
         }
@@ -996,5 +1350,347 @@ mod tests {
         d.replicas = 3;
         d.paused = true;
         assert!(matches!(run(&d, &o), Step::Wait { .. }));
+    }
+
+    fn on_version(name: &str, version: &str, previous: Option<&str>, liveness: Liveness) -> RuntimeMember {
+        let mut r = runtime(name, liveness, Some(InitialState::New));
+        if let Some(c) = r.config.as_mut() {
+            c.version = version.into();
+            c.previous_version = previous.map(Into::into);
+        }
+        r
+    }
+
+    fn member_on(id: u64, name: &str, version: &str, applied: u64) -> EtcdMember {
+        let mut m = member(id, name, false, true);
+        if let Some(s) = m.status.as_mut() {
+            s.version = version.into();
+            s.raft_applied_index = applied;
+        }
+        m
+    }
+
+    fn upgrading(target: &str) -> Desired {
+        let mut d = desired(3);
+        d.version = target.into();
+        d.roll = Some(RollRecord {
+            from: "3.5.0".into(),
+            target: target.into(),
+            snapshot: Some("/snap.db".into()),
+            ..Default::default()
+        });
+        d
+    }
+
+    #[test]
+    fn a_version_change_takes_a_snapshot_first() {
+        let mut d = desired(3);
+        d.version = "3.5.1".into();
+        let o = Observed {
+            runtime: vec![
+                on_version("a", "3.5.0", None, Liveness::Running),
+                on_version("b", "3.5.0", None, Liveness::Running),
+                on_version("c", "3.5.0", None, Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    member_on(1, "a", "3.5.0", 10),
+                    member_on(2, "b", "3.5.0", 10),
+                    member_on(3, "c", "3.5.0", 10),
+                ],
+                1,
+            ),
+            timing: Timing::default(),
+        };
+        assert_eq!(
+            run(&d, &o),
+            Step::SnapshotBeforeUpgrade {
+                from: "3.5.0".into(),
+                to: "3.5.1".into()
+            }
+        );
+        // A record of an older roll does not count: a new snapshot for the new target.
+        d.roll = Some(RollRecord {
+            target: "3.5.0".into(),
+            complete: true,
+            ..Default::default()
+        });
+        assert!(matches!(run(&d, &o), Step::SnapshotBeforeUpgrade { .. }));
+        // Not without a leader and a healthy quorum.
+        let mut o2 = o.clone();
+        if let Some(v) = o2.etcd.as_mut() {
+            v.members[1].status = None;
+            v.members[2].status = None;
+        }
+        assert!(matches!(run(&d, &o2), Step::Wait { .. }));
+    }
+
+    #[test]
+    fn the_roll_goes_follower_by_follower_then_moves_leadership_then_the_leader() {
+        let d = upgrading("3.5.1");
+        // Leader is b (id 2): a first.
+        let o = Observed {
+            runtime: vec![
+                on_version("a", "3.5.0", None, Liveness::Running),
+                on_version("b", "3.5.0", None, Liveness::Running),
+                on_version("c", "3.5.0", None, Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    member_on(1, "a", "3.5.0", 10),
+                    member_on(2, "b", "3.5.0", 10),
+                    member_on(3, "c", "3.5.0", 10),
+                ],
+                2,
+            ),
+            timing: Timing::default(),
+        };
+        assert_eq!(
+            run(&d, &o),
+            Step::ChangeVersion {
+                name: "a".into(),
+                from: "3.5.0".into(),
+                to: "3.5.1".into()
+            }
+        );
+
+        // a restarted: it reports the old version still (or not at all): wait for it.
+        let mut o = o;
+        o.runtime[0] = on_version("a", "3.5.1", Some("3.5.0"), Liveness::Running);
+        o.timing.version_change_waiting = vec![("a".into(), Duration::from_secs(3))];
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected wait")
+        };
+        assert!(reason.contains("member a"), "{reason}");
+        // Reports 3.5.1 but lags the leader by more than the allowed lag: still waiting.
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0] = member_on(1, "a", "3.5.1", 10);
+            v.members[1] = member_on(2, "b", "3.5.0", 10 + MAX_CATCH_UP_LAG + 1);
+        }
+        assert!(matches!(run(&d, &o), Step::Wait { .. }));
+        // Caught up: c next (the leader b last).
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0] = member_on(1, "a", "3.5.1", 10 + MAX_CATCH_UP_LAG + 1);
+        }
+        assert!(matches!(run(&d, &o), Step::ChangeVersion { ref name, .. } if name == "c"));
+        // Not while another member is unhealthy.
+        let mut sick = o.clone();
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        assert!(matches!(run(&d, &sick), Step::Wait { .. }));
+
+        // Only the leader is left: leadership moves first, to a member already on 3.5.1.
+        o.runtime[2] = on_version("c", "3.5.1", Some("3.5.0"), Liveness::Running);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[2] = member_on(3, "c", "3.5.1", 10 + MAX_CATCH_UP_LAG);
+        }
+        o.timing = Timing::default();
+        let Step::MoveLeader { from: 2, to } = run(&d, &o) else {
+            panic!("expected move leader: {:?}", run(&d, &o))
+        };
+        assert!(to == 1 || to == 3);
+        // Leadership moved to a: b goes.
+        if let Some(v) = o.etcd.as_mut() {
+            v.leader = 1;
+        }
+        assert!(matches!(run(&d, &o), Step::ChangeVersion { ref name, .. } if name == "b"));
+        // All on 3.5.1: done.
+        o.runtime[1] = on_version("b", "3.5.1", Some("3.5.0"), Liveness::Running);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[1] = member_on(2, "b", "3.5.1", 10 + MAX_CATCH_UP_LAG);
+        }
+        assert!(roll_finished("3.5.1", &o));
+        assert_eq!(run(&d, &o), Step::Idle);
+    }
+
+    #[test]
+    fn a_member_that_does_not_come_up_is_rolled_back_within_a_minor_and_the_roll_halts() {
+        let d = upgrading("3.5.2");
+        let mut o = Observed {
+            runtime: vec![
+                on_version(
+                    "a",
+                    "3.5.2",
+                    Some("3.5.1"),
+                    Liveness::Gone {
+                        reason: "the process exited".into(),
+                        restartable: true,
+                    },
+                ),
+                on_version("b", "3.5.1", None, Liveness::Running),
+                on_version("c", "3.5.1", None, Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    member(1, "a", false, false),
+                    member_on(2, "b", "3.5.1", 10),
+                    member_on(3, "c", "3.5.1", 10),
+                ],
+                2,
+            ),
+            timing: Timing {
+                version_change_waiting: vec![("a".into(), Duration::from_secs(5))],
+                ..Default::default()
+            },
+        };
+        // Stopped before its time is up: started again on the target (as a kubelet would).
+        let Step::Start { members } = run(&d, &o) else {
+            panic!("expected a restart")
+        };
+        assert_eq!(members[0].1.version, "3.5.2");
+        o.timing.version_change_waiting = vec![("a".into(), Duration::from_secs(121))];
+        let Step::RollBack {
+            name,
+            from,
+            to,
+            reason,
+        } = run(&d, &o)
+        else {
+            panic!("expected a rollback")
+        };
+        assert_eq!(
+            (name.as_str(), from.as_str(), to.as_str()),
+            ("a", "3.5.2", "3.5.1")
+        );
+        assert!(reason.contains("within 120s"), "{reason}");
+
+        // Rolled back and halted: a runs 3.5.1 again; nothing else is touched.
+        let mut halted = d.clone();
+        if let Some(r) = halted.roll.as_mut() {
+            r.halted = Some(reason);
+            r.failed_member = Some("a".into());
+        }
+        o.runtime[0] = on_version("a", "3.5.1", Some("3.5.2"), Liveness::Running);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0] = member_on(1, "a", "3.5.1", 10);
+        }
+        o.timing = Timing::default();
+        assert_eq!(run(&halted, &o), Step::Idle);
+        // The spec moves on (say back to 3.5.1): nothing to roll; or to 3.5.3: a new roll.
+        let mut back = halted.clone();
+        back.version = "3.5.1".into();
+        assert_eq!(run(&back, &o), Step::Idle);
+        let mut next = halted;
+        next.version = "3.5.3".into();
+        assert!(matches!(run(&next, &o), Step::SnapshotBeforeUpgrade { .. }));
+    }
+
+    #[test]
+    fn across_a_minor_the_failed_member_goes_back_only_while_others_run_the_old_minor() {
+        let d = upgrading("3.5.1");
+        let gone = || Liveness::Gone {
+            reason: "the process exited".into(),
+            restartable: true,
+        };
+        // The first follower failed: the others still run 3.4 → back to 3.4.23.
+        let o = Observed {
+            runtime: vec![
+                on_version("a", "3.5.1", Some("3.4.23"), gone()),
+                on_version("b", "3.4.23", None, Liveness::Running),
+                on_version("c", "3.4.23", None, Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    member(1, "a", false, false),
+                    member_on(2, "b", "3.4.23", 10),
+                    member_on(3, "c", "3.4.23", 10),
+                ],
+                2,
+            ),
+            timing: Timing {
+                version_change_waiting: vec![("a".into(), Duration::from_secs(500))],
+                ..Default::default()
+            },
+        };
+        assert!(matches!(run(&d, &o), Step::RollBack { ref to, .. } if to == "3.4.23"));
+        // The last one (everyone else on 3.5 already): the cluster version moved → stop it.
+        let o = Observed {
+            runtime: vec![
+                on_version("a", "3.5.1", Some("3.4.23"), Liveness::Running),
+                on_version("b", "3.5.1", Some("3.4.23"), gone()),
+                on_version("c", "3.5.1", Some("3.4.23"), Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    member_on(1, "a", "3.5.1", 10),
+                    member(2, "b", false, false),
+                    member_on(3, "c", "3.5.1", 10),
+                ],
+                1,
+            ),
+            timing: Timing {
+                version_change_waiting: vec![("b".into(), Duration::from_secs(500))],
+                ..Default::default()
+            },
+        };
+        let Step::HaltUpgrade { name, reason } = run(&d, &o) else {
+            panic!("expected a halt")
+        };
+        assert_eq!(name, "b");
+        assert!(reason.contains("stays stopped"), "{reason}");
+        // Halted: the stopped member is neither restarted on 3.5.1 nor replaced, even much later.
+        let mut halted = d.clone();
+        if let Some(r) = halted.roll.as_mut() {
+            r.halted = Some(reason);
+            r.failed_member = Some("b".into());
+        }
+        let mut later = o.clone();
+        later.timing = Timing {
+            unhealthy_for: vec![("b".into(), Duration::from_secs(3600))],
+            ..Default::default()
+        };
+        let step = run(&halted, &later);
+        assert!(matches!(step, Step::Wait { .. }), "{step:?}");
+    }
+
+    #[test]
+    fn after_a_complete_roll_a_crashed_member_is_restarted_not_rolled_back() {
+        let mut d = upgrading("3.5.1");
+        if let Some(r) = d.roll.as_mut() {
+            r.complete = true;
+        }
+        let o = Observed {
+            runtime: vec![
+                on_version(
+                    "a",
+                    "3.5.1",
+                    Some("3.5.0"),
+                    Liveness::Gone {
+                        reason: "the process exited".into(),
+                        restartable: true,
+                    },
+                ),
+                on_version("b", "3.5.1", Some("3.5.0"), Liveness::Running),
+                on_version("c", "3.5.1", Some("3.5.0"), Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    member(1, "a", false, false),
+                    member_on(2, "b", "3.5.1", 10),
+                    member_on(3, "c", "3.5.1", 10),
+                ],
+                2,
+            ),
+            timing: Timing {
+                version_change_waiting: vec![("a".into(), Duration::from_secs(500))],
+                ..Default::default()
+            },
+        };
+        assert!(matches!(run(&d, &o), Step::Start { .. }));
+    }
+
+    #[test]
+    fn rollback_rules_and_durations() {
+        assert!(rollback_allowed("3.5.1", "3.5.2", []));
+        assert!(rollback_allowed("3.4.23", "3.5.1", ["3.4.23", "3.5.1"]));
+        assert!(!rollback_allowed("3.4.23", "3.5.1", ["3.5.1", "3.5.1"]));
+        assert!(version_key("3.4.23") < version_key("3.5.0"));
+        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_duration("20s"), Some(Duration::from_secs(20)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("5h"), None);
     }
 }

@@ -7,17 +7,17 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use etcd_operator_api::status::EtcdClusterStatus;
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::watcher;
-use serde_json::json;
 
 use crate::etcd;
 use crate::model::{ClusterRef, InitialState, Liveness, is_healthy};
-use crate::plan::{self, Desired, Observed, Step, Thresholds, Timing};
+use crate::plan::{self, Desired, Observed, RollRecord, Step, Thresholds, Timing};
 use crate::runtime::{ClusterSpecView, Runtime, RuntimeError};
 use crate::status::{self, Outcome};
 
@@ -43,6 +43,12 @@ pub enum ReconcileError {
     /// Writing status failed.
     #[error("patch status: {0}")]
     PatchStatus(#[source] kube::Error),
+    /// Reading the status again after a conflicting write failed.
+    #[error("read status after a conflict: {0}")]
+    ReadStatus(#[source] kube::Error),
+    /// The status kept changing under every write attempt.
+    #[error("patch status: it changed under each of {STATUS_WRITE_ATTEMPTS} attempts: {0}")]
+    StatusConflict(#[source] Box<kube::Error>),
 }
 
 /// What the controller remembers between reconciles (lost on restart, which only delays).
@@ -50,6 +56,11 @@ pub enum ReconcileError {
 struct Memory {
     bootstrap_since: Option<Instant>,
     unhealthy_since: HashMap<String, Instant>,
+    /// Since when each member restarted on a new version has waited to be verified on it.
+    version_wait_since: HashMap<String, Instant>,
+    /// The roll as this process last left it: newer than the watched object's status until the
+    /// status patch comes back through the watch.
+    roll: Option<RollRecord>,
 }
 
 /// Shared by every reconcile.
@@ -159,7 +170,11 @@ async fn cleanup<R: Runtime>(
 }
 
 /// Observes the runtime and etcd, and updates the timing memory.
-async fn observe<R: Runtime>(cluster: &ClusterRef, ctx: &Context<R>) -> Result<Observed, RuntimeError> {
+async fn observe<R: Runtime>(
+    cluster: &ClusterRef,
+    ctx: &Context<R>,
+    version: &str,
+) -> Result<Observed, RuntimeError> {
     let runtime = ctx.runtime.members(cluster).await?;
     let endpoints: Vec<String> = runtime
         .iter()
@@ -204,6 +219,24 @@ async fn observe<R: Runtime>(cluster: &ClusterRef, ctx: &Context<R>) -> Result<O
             }
         }
         memory.unhealthy_since = still_unhealthy;
+        // Members recorded on `version` after a version change that etcd does not yet show
+        // healthy, caught up and on it: the roll's health gate clock.
+        let mut still_waiting = HashMap::new();
+        for r in &runtime {
+            let changed = r.config.as_ref().is_some_and(|c| {
+                c.version == version && c.previous_version.as_deref().is_some_and(|p| p != version)
+            });
+            let verified = etcd.as_ref().is_some_and(|view| {
+                view.by_peer_url(&r.peer_url)
+                    .is_some_and(|m| plan::runs_version(view, m, version))
+            });
+            if changed && !verified {
+                let since = memory.version_wait_since.get(&r.name).copied().unwrap_or(now);
+                still_waiting.insert(r.name.clone(), since);
+                timing.version_change_waiting.push((r.name.clone(), now - since));
+            }
+        }
+        memory.version_wait_since = still_waiting;
     }
     Ok(Observed {
         runtime,
@@ -230,6 +263,7 @@ fn desired(obj: &EtcdCluster, cluster: &ClusterRef) -> Desired {
         cluster_token: format!("{}-{}-{}", cluster.namespace, cluster.name, cluster.uid),
         formed_before: obj.status.as_ref().is_some_and(|s| s.cluster_id.is_some()),
         paused: obj.spec.paused.unwrap_or(false),
+        roll: status::roll_record(obj.status.as_ref()),
     }
 }
 
@@ -259,6 +293,7 @@ async fn act<R: Runtime>(
     spec: &ClusterSpecView,
     observed: &Observed,
     ctx: &Context<R>,
+    roll: &mut Option<RollRecord>,
 ) -> Result<(), String> {
     let running: Vec<String> = observed
         .runtime
@@ -359,9 +394,137 @@ async fn act<R: Runtime>(
                 memory.remove(&cluster.key());
             }
         }
+        Step::SnapshotBeforeUpgrade { from, to } => {
+            let snapshot = pre_upgrade_snapshot(cluster, observed, ctx, from, to).await?;
+            *roll = Some(RollRecord {
+                from: from.clone(),
+                target: to.clone(),
+                snapshot: Some(snapshot),
+                ..Default::default()
+            });
+        }
+        Step::ChangeVersion { name, from, to } => {
+            match ctx.runtime.change_version(cluster, spec, name, to).await {
+                Ok(()) => {
+                    tracing::info!(cluster = %cluster.key(), member = %name, %from, %to, "restarted member on a new version")
+                }
+                // Nothing was touched: halt the roll with the reason rather than retry forever.
+                Err(e @ RuntimeError::VersionUnavailable { .. }) => {
+                    tracing::warn!(cluster = %cluster.key(), member = %name, error = %e, "the roll cannot proceed");
+                    if let Some(r) = roll.as_mut() {
+                        r.halted = Some(e.to_string());
+                        r.failed_member = None;
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Step::RollBack {
+            name,
+            from,
+            to,
+            reason,
+        } => {
+            tracing::warn!(cluster = %cluster.key(), member = %name, %from, %to, %reason, "rolling the member back and halting the roll");
+            ctx.runtime
+                .change_version(cluster, spec, name, to)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(r) = roll.as_mut() {
+                r.halted = Some(format!("{reason}; it was started again on etcd {to}"));
+                r.failed_member = Some(name.clone());
+            }
+        }
+        Step::HaltUpgrade { name, reason } => {
+            tracing::warn!(cluster = %cluster.key(), member = %name, %reason, "stopping the member and halting the roll");
+            ctx.runtime.stop(cluster, name).await.map_err(|e| e.to_string())?;
+            if let Some(r) = roll.as_mut() {
+                r.halted = Some(reason.clone());
+                r.failed_member = Some(name.clone());
+            }
+        }
         Step::Wait { .. } | Step::Idle => {}
     }
     Ok(())
+}
+
+/// Takes the snapshot before a roll from a healthy member (the leader when it answers) into the
+/// runtime's place beside the cluster's data; returns where it went, or why it went nowhere.
+async fn pre_upgrade_snapshot<R: Runtime>(
+    cluster: &ClusterRef,
+    observed: &Observed,
+    ctx: &Context<R>,
+    from: &str,
+    to: &str,
+) -> Result<String, String> {
+    let Some(dir) = ctx.runtime.snapshot_dir(cluster) else {
+        tracing::info!(cluster = %cluster.key(), "no place beside the data for a pre-upgrade snapshot in this runtime");
+        return Ok("not taken: this runtime has no place beside the members' data reachable by the operator; configure backups to keep one".into());
+    };
+    let view = observed
+        .etcd
+        .as_ref()
+        .ok_or_else(|| "snapshot: no member answers".to_string())?;
+    let mut sources: Vec<&crate::model::EtcdMember> = view.voters().filter(|m| is_healthy(m)).collect();
+    sources.sort_by_key(|m| m.id != view.leader);
+    let endpoint = sources
+        .iter()
+        .find_map(|m| m.client_urls.first())
+        .ok_or_else(|| "snapshot: no healthy member to take it from".to_string())?;
+    let saved = etcd::save_snapshot(endpoint, &dir, &format!("pre-upgrade-{from}-to-{to}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
+    Ok(saved.path.display().to_string())
+}
+
+/// How often a status write is tried again after a conflict before the reconcile gives up
+/// (and is requeued by the error policy).
+const STATUS_WRITE_ATTEMPTS: usize = 4;
+
+/// Writes `ours` as the status, conditional on the resourceVersion it is written onto. Another
+/// writer of the same status (the backup controller: `lastBackup` and its condition) may write
+/// between our read and our write; the API server then answers 409, and the status is read again
+/// and what the other writer owns is taken from it before the next try. Nothing is written when
+/// the stored status already says the same.
+async fn write_status(
+    api: &Api<EtcdCluster>,
+    obj: &EtcdCluster,
+    ours: &EtcdClusterStatus,
+) -> Result<(), ReconcileError> {
+    let name = obj.metadata.name.as_deref().unwrap_or_default();
+    let mut stored_status = obj.status.clone();
+    let mut resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
+    let mut last_conflict = None;
+    for _ in 0..STATUS_WRITE_ATTEMPTS {
+        let status = status::rebase(ours, stored_status.as_ref());
+        if stored_status
+            .as_ref()
+            .is_some_and(|old| !status::differs(old, &status))
+        {
+            return Ok(());
+        }
+        let patch = serde_json::from_value(status::status_patch(&status, &resource_version))
+            .map_err(|e| ReconcileError::PatchStatus(kube::Error::SerdeError(e)))?;
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!(cluster = %name, "status changed since it was read; reading it again");
+                last_conflict = Some(kube::Error::Api(e));
+                let fresh = api.get_status(name).await.map_err(ReconcileError::ReadStatus)?;
+                stored_status = fresh.status;
+                resource_version = fresh.metadata.resource_version.unwrap_or_default();
+            }
+            Err(e) => return Err(ReconcileError::PatchStatus(e)),
+        }
+    }
+    Err(ReconcileError::StatusConflict(Box::new(
+        last_conflict
+            .unwrap_or_else(|| kube::Error::Service(Box::new(std::io::Error::other("status conflict")))),
+    )))
 }
 
 async fn apply<R: Runtime>(
@@ -370,11 +533,21 @@ async fn apply<R: Runtime>(
     api: &Api<EtcdCluster>,
     ctx: &Context<R>,
 ) -> Result<Action, ReconcileError> {
-    let desired = desired(obj, cluster);
+    let mut desired = desired(obj, cluster);
+    // This process's own record is newer than the watched status when it is about this spec.
+    if let Ok(all) = ctx.memory.lock()
+        && let Some(remembered) = all
+            .get(&cluster.key())
+            .and_then(|m| m.roll.clone())
+            .filter(|r| r.target == desired.version)
+    {
+        desired.roll = Some(remembered);
+    }
     let spec = ClusterSpecView { cluster: obj.clone() };
     let mut outcome = Outcome {
         step: Step::Idle,
         error: None,
+        roll: None,
     };
     let mut observed = Observed {
         runtime: Vec::new(),
@@ -382,31 +555,53 @@ async fn apply<R: Runtime>(
         timing: Timing::default(),
     };
     for _ in 0..MAX_STEPS_PER_RECONCILE {
-        observed = match observe(cluster, ctx).await {
+        observed = match observe(cluster, ctx, &desired.version).await {
             Ok(o) => o,
             Err(e) => {
                 outcome.error = Some(e.to_string());
                 break;
             }
         };
+        if let Some(roll) = desired.roll.as_mut()
+            && roll.is_active_for(&desired.version)
+            && plan::roll_finished(&desired.version, &observed)
+        {
+            tracing::info!(cluster = %cluster.key(), version = %desired.version, "the roll is complete");
+            roll.complete = true;
+        }
         let mut taken = Vec::new();
         let step = plan::plan(&desired, &observed, &ctx.thresholds, &mut || {
             fresh_name(cluster, &observed, &mut taken)
         });
         tracing::debug!(cluster = %cluster.key(), ?step, "planned");
-        let result = act(&step, cluster, &spec, &observed, ctx).await;
+        let result = act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
         let acted = step.is_action();
         outcome = Outcome {
             step,
             error: result.err(),
+            roll: None,
         };
         if outcome.error.is_some() || !acted {
+            break;
+        }
+        // A roll's milestones go to status before anything else happens.
+        if matches!(
+            outcome.step,
+            Step::SnapshotBeforeUpgrade { .. } | Step::RollBack { .. } | Step::HaltUpgrade { .. }
+        ) || desired
+            .roll
+            .as_ref()
+            .is_some_and(|r| r.halted.is_some() && matches!(outcome.step, Step::ChangeVersion { .. }))
+        {
             break;
         }
         // Give what was started a moment before looking again.
         if matches!(
             outcome.step,
-            Step::Start { .. } | Step::AddLearner { .. } | Step::MoveLeader { .. }
+            Step::Start { .. }
+                | Step::AddLearner { .. }
+                | Step::MoveLeader { .. }
+                | Step::ChangeVersion { .. }
         ) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -414,25 +609,12 @@ async fn apply<R: Runtime>(
     if let Some(error) = &outcome.error {
         tracing::warn!(cluster = %cluster.key(), %error, "step failed");
     }
+    outcome.roll = desired.roll.clone();
     let new_status = status::compute(obj, &observed, &outcome);
-    if obj
-        .status
-        .as_ref()
-        .is_none_or(|old| status::differs(old, &new_status))
-    {
-        // JSON patch `add` replaces the whole status, so fields that went away are removed.
-        let patch = json!([{"op": "add", "path": "/status", "value": new_status}]);
-        api.patch_status(
-            obj.metadata.name.as_deref().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(
-                serde_json::from_value(patch)
-                    .map_err(|e| ReconcileError::PatchStatus(kube::Error::SerdeError(e)))?,
-            ),
-        )
-        .await
-        .map_err(ReconcileError::PatchStatus)?;
+    if let Ok(mut all) = ctx.memory.lock() {
+        all.entry(cluster.key()).or_default().roll = status::roll_record(Some(&new_status));
     }
+    write_status(api, obj, &new_status).await?;
     Ok(match (&outcome.step, &outcome.error) {
         (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
         // A settled cluster is looked at every 3 s: that bounds how long a dead member goes
@@ -441,4 +623,223 @@ async fn apply<R: Runtime>(
         (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
         _ => Action::requeue(Duration::from_millis(300)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The status write against a scripted API server (tower-test): the exact requests it makes
+    //! when the backup controller wrote in between, and its failure paths.
+    // The scripted scenario holds the kube client's request futures; it is awaited once per test.
+    #![allow(clippy::large_futures)]
+
+    use super::*;
+    use etcd_operator_api::status::BackupStatus;
+    use http::{Method, Request, Response, StatusCode};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+    use std::pin::pin;
+    use tower_test::mock;
+
+    const PATH: &str = "/apis/etcd.operator.dev/v1alpha2/namespaces/prod/etcdclusters/demo/status";
+
+    type Handle = mock::Handle<Request<Body>, Response<Body>>;
+
+    fn cluster(resource_version: &str, status: Option<EtcdClusterStatus>) -> EtcdCluster {
+        let mut c = EtcdCluster::default();
+        c.metadata.name = Some("demo".into());
+        c.metadata.namespace = Some("prod".into());
+        c.metadata.resource_version = Some(resource_version.into());
+        c.status = status;
+        c
+    }
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Because".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    fn backup(revision: i64) -> BackupStatus {
+        BackupStatus {
+            revision: Some(revision),
+            ..Default::default()
+        }
+    }
+
+    /// What the member reconciler computed from the object at resourceVersion 5.
+    fn ours() -> EtcdClusterStatus {
+        EtcdClusterStatus {
+            ready_replicas: Some(3),
+            last_backup: Some(backup(4)),
+            conditions: Some(vec![
+                condition("Available", "True"),
+                condition("BackupSucceeded", "False"),
+            ]),
+            ..Default::default()
+        }
+    }
+
+    /// What the backup controller wrote after the reconciler read the object (resourceVersion 8).
+    fn written_by_backup() -> EtcdCluster {
+        cluster(
+            "8",
+            Some(EtcdClusterStatus {
+                ready_replicas: Some(1),
+                last_backup: Some(backup(9)),
+                conditions: Some(vec![
+                    condition("Available", "False"),
+                    condition("BackupSucceeded", "True"),
+                ]),
+                ..Default::default()
+            }),
+        )
+    }
+
+    async fn expect(handle: &mut Handle, method: Method) -> (Value, mock::SendResponse<Response<Body>>) {
+        let mut handle = pin!(handle);
+        let (request, send) = handle.next_request().await.expect("a request");
+        assert_eq!(request.method(), method);
+        assert_eq!(request.uri().path(), PATH);
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (body, send)
+    }
+
+    fn reply(send: mock::SendResponse<Response<Body>>, code: StatusCode, body: &Value) {
+        send.send_response(
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(body).unwrap()))
+                .unwrap(),
+        );
+    }
+
+    fn conflict() -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+            "message": "the object has been modified; please apply your changes to the latest version and try again"})
+    }
+
+    /// Runs `write_status(obj, ours())` beside `script`.
+    async fn run(obj: EtcdCluster, script: impl AsyncFnOnce(&mut Handle)) -> Result<(), ReconcileError> {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let api: Api<EtcdCluster> = Api::namespaced(kube::Client::new(service, "default"), "prod");
+        let write = async move { write_status(&api, &obj, &ours()).await };
+        let server = async move {
+            script(&mut handle).await;
+            let mut handle = pin!(&mut handle);
+            if let Some((request, _)) = handle.next_request().await {
+                panic!("unexpected request {} {}", request.method(), request.uri());
+            }
+        };
+        let (out, ()) = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(write, server) })
+            .await
+            .expect("the write waits for an answer the script does not give");
+        out
+    }
+
+    #[tokio::test]
+    async fn a_backup_written_between_read_and_write_survives() {
+        let out = run(cluster("5", None), async |api| {
+            let (body, send) = expect(api, Method::PATCH).await;
+            assert_eq!(
+                body[0],
+                json!({"op": "add", "path": "/metadata/resourceVersion", "value": "5"})
+            );
+            assert_eq!(body[1]["value"]["lastBackup"]["revision"], 4);
+            reply(send, StatusCode::CONFLICT, &conflict());
+            let (_, send) = expect(api, Method::GET).await;
+            reply(
+                send,
+                StatusCode::OK,
+                &serde_json::to_value(written_by_backup()).unwrap(),
+            );
+            let (body, send) = expect(api, Method::PATCH).await;
+            assert_eq!(body[0]["value"], "8");
+            let status = &body[1]["value"];
+            // The backup controller's fields from the fresh object, ours for the rest.
+            assert_eq!(status["lastBackup"]["revision"], 9);
+            assert_eq!(status["readyReplicas"], 3);
+            let conditions: Vec<(&str, &str)> = status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+                .collect();
+            assert_eq!(conditions, [("Available", "True"), ("BackupSucceeded", "True")]);
+            reply(
+                send,
+                StatusCode::OK,
+                &serde_json::to_value(cluster("9", None)).unwrap(),
+            );
+        })
+        .await;
+        assert!(out.is_ok(), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_status_is_not_written() {
+        let stored = status::rebase(&ours(), None);
+        let out = run(cluster("5", Some(stored)), async |_| {}).await;
+        assert!(out.is_ok(), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn a_status_that_keeps_changing_gives_up_after_the_attempts() {
+        let out = run(cluster("5", None), async |api| {
+            for _ in 0..STATUS_WRITE_ATTEMPTS {
+                let (_, send) = expect(api, Method::PATCH).await;
+                reply(send, StatusCode::CONFLICT, &conflict());
+                let (_, send) = expect(api, Method::GET).await;
+                reply(
+                    send,
+                    StatusCode::OK,
+                    &serde_json::to_value(written_by_backup()).unwrap(),
+                );
+            }
+        })
+        .await;
+        assert!(matches!(out, Err(ReconcileError::StatusConflict(_))), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn other_write_and_read_errors_are_returned() {
+        let out = run(cluster("5", None), async |api| {
+            let (_, send) = expect(api, Method::PATCH).await;
+            reply(
+                send,
+                StatusCode::FORBIDDEN,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403, "message": "no"}),
+            );
+        })
+        .await;
+        assert!(
+            matches!(out, Err(ReconcileError::PatchStatus(kube::Error::Api(ref e))) if e.code == 403),
+            "{out:?}"
+        );
+        let out = run(cluster("5", None), async |api| {
+            let (_, send) = expect(api, Method::PATCH).await;
+            reply(send, StatusCode::CONFLICT, &conflict());
+            let (_, send) = expect(api, Method::GET).await;
+            reply(
+                send,
+                StatusCode::NOT_FOUND,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "gone"}),
+            );
+        })
+        .await;
+        assert!(
+            matches!(out, Err(ReconcileError::ReadStatus(kube::Error::Api(ref e))) if e.code == 404),
+            "{out:?}"
+        );
+    }
 }

@@ -1,16 +1,17 @@
 //! Status of an EtcdCluster from what was observed and decided: members, counts, leader,
-//! conditions (`Available`, `Progressing`, `Degraded`) with stable reasons, and
-//! `observedGeneration`. Pure.
+//! conditions (`Available`, `Progressing`, `Degraded`) with stable reasons, upgrade progress, and
+//! `observedGeneration`. Conditions of other types (written by other parts of the operator, e.g.
+//! `BackupSucceeded`) are kept as they are. Pure.
 
 use etcd_operator_api::status::{
     CONDITION_AVAILABLE, CONDITION_DEGRADED, CONDITION_PROGRESSING, ClusterPhase, EtcdClusterStatus,
-    MemberStatus,
+    MemberStatus, UpgradePhase, UpgradeStatus,
 };
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::model::{is_healthy, quorum};
-use crate::plan::{Observed, Step};
+use crate::plan::{self, Observed, RollRecord, Step};
 
 /// What the reconcile did, for status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,95 @@ pub struct Outcome {
     pub step: Step,
     /// The error the step ran into, if any.
     pub error: Option<String>,
+    /// The rolling version change as the reconcile left it (persisted in `status.upgrade`).
+    pub roll: Option<RollRecord>,
+}
+
+/// The condition types this module writes; every other type in the old status is kept.
+const OWNED_CONDITIONS: [&str; 3] = [CONDITION_AVAILABLE, CONDITION_PROGRESSING, CONDITION_DEGRADED];
+
+/// The roll remembered in a status (the inverse of what [`compute`] writes).
+pub fn roll_record(status: Option<&EtcdClusterStatus>) -> Option<RollRecord> {
+    let upgrade = status?.upgrade.as_ref()?;
+    let halted = upgrade.phase == Some(UpgradePhase::Halted);
+    Some(RollRecord {
+        from: upgrade.from_version.clone().unwrap_or_default(),
+        target: upgrade.target_version.clone()?,
+        snapshot: upgrade.snapshot.clone(),
+        halted: halted.then(|| upgrade.message.clone().unwrap_or_else(|| "halted".into())),
+        failed_member: if halted {
+            upgrade.current_member.clone()
+        } else {
+            None
+        },
+        complete: upgrade.phase == Some(UpgradePhase::Complete),
+    })
+}
+
+/// `status.upgrade` for the roll to `version`; `None` for a record of another version (the spec
+/// moved on: that roll no longer applies).
+fn upgrade_status(
+    roll: &RollRecord,
+    version: &str,
+    observed: &Observed,
+    step: &Step,
+    previous: Option<&UpgradeStatus>,
+) -> Option<UpgradeStatus> {
+    if roll.target != version {
+        return None;
+    }
+    let phase = if roll.halted.is_some() {
+        UpgradePhase::Halted
+    } else if roll.complete || plan::roll_finished(version, observed) {
+        UpgradePhase::Complete
+    } else {
+        UpgradePhase::Rolling
+    };
+    let (updated, total) = match &observed.etcd {
+        Some(view) => (
+            i32::try_from(
+                view.members
+                    .iter()
+                    .filter(|m| plan::runs_version(view, m, version))
+                    .count(),
+            )
+            .ok(),
+            i32::try_from(view.members.len()).ok(),
+        ),
+        None => (
+            previous.and_then(|p| p.updated_members),
+            previous.and_then(|p| p.total_members),
+        ),
+    };
+    let current = match (&phase, step) {
+        (UpgradePhase::Halted, _) => roll.failed_member.clone(),
+        (UpgradePhase::Complete, _) => None,
+        (_, Step::ChangeVersion { name, .. }) => Some(name.clone()),
+        _ => observed
+            .runtime
+            .iter()
+            .find(|r| {
+                r.config.as_ref().is_some_and(|c| {
+                    c.version == version && c.previous_version.as_deref().is_some_and(|p| p != version)
+                }) && observed.etcd.as_ref().is_none_or(|view| {
+                    !view
+                        .members
+                        .iter()
+                        .any(|m| m.peer_urls.contains(&r.peer_url) && plan::runs_version(view, m, version))
+                })
+            })
+            .map(|r| r.name.clone()),
+    };
+    Some(UpgradeStatus {
+        from_version: Some(roll.from.clone()).filter(|f| !f.is_empty()),
+        target_version: Some(roll.target.clone()),
+        phase: Some(phase),
+        snapshot: roll.snapshot.clone(),
+        updated_members: updated,
+        total_members: total,
+        current_member: current,
+        message: roll.halted.clone(),
+    })
 }
 
 fn condition(type_: &str, status: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
@@ -61,6 +151,19 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             ("RemovingMember", format!("deleting {name}: {reason}"))
         }
         Step::WipeBootstrap { reason } => ("RetryingBootstrap", reason.clone()),
+        Step::SnapshotBeforeUpgrade { from, to } => (
+            "Upgrading",
+            format!("taking a snapshot before the roll from etcd {from} to {to}"),
+        ),
+        Step::ChangeVersion { name, from, to } => (
+            "Upgrading",
+            format!("restarting member {name} on etcd {to} (was {from})"),
+        ),
+        Step::RollBack { name, to, reason, .. } => (
+            "UpgradeRolledBack",
+            format!("{reason}; starting {name} again on etcd {to}"),
+        ),
+        Step::HaltUpgrade { reason, .. } => ("UpgradeHalted", reason.clone()),
         Step::Wait { reason } => ("Waiting", reason.clone()),
         Step::Idle => ("Reconciled", "the cluster matches the spec".into()),
     }
@@ -79,6 +182,19 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
         cluster_id: previous.cluster_id.clone(),
         ..Default::default()
     };
+    let version = cluster
+        .spec
+        .version
+        .clone()
+        .unwrap_or_else(|| etcd_operator_api::versions::DEFAULT_ETCD_VERSION.to_string());
+    status.upgrade = outcome
+        .roll
+        .as_ref()
+        .and_then(|roll| upgrade_status(roll, &version, observed, &outcome.step, previous.upgrade.as_ref()));
+    let rolling = status
+        .upgrade
+        .as_ref()
+        .is_some_and(|u| u.phase == Some(UpgradePhase::Rolling));
 
     let (available, available_reason, available_message);
     let mut degraded: Option<(&str, String)> = None;
@@ -182,8 +298,20 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
             status.ready_replicas = Some(0);
         }
     }
+    let halted = status
+        .upgrade
+        .as_ref()
+        .filter(|u| u.phase == Some(UpgradePhase::Halted))
+        .and_then(|u| u.message.clone());
     if let Some(error) = &outcome.error {
         degraded = Some(("StepFailed", error.clone()));
+    } else if let Some(message) = halted {
+        degraded = Some((
+            "UpgradeHalted",
+            format!(
+                "the roll to etcd {version} halted: {message}; no further member is touched until spec.version changes"
+            ),
+        ));
     } else if let Step::Wait { reason } = &outcome.step
         && reason.contains("quorum")
     {
@@ -191,7 +319,7 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
     }
 
     let (progress_reason, progress_message) = step_reason(&outcome.step);
-    let progressing = !matches!(outcome.step, Step::Idle) && !paused;
+    let progressing = (!matches!(outcome.step, Step::Idle) || rolling) && !paused;
     let mut conditions = vec![
         condition(
             CONDITION_AVAILABLE,
@@ -228,6 +356,15 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
             c.last_transition_time = old.last_transition_time.clone();
         }
     }
+    // Conditions other parts of the operator own (e.g. `BackupSucceeded`) are kept unchanged.
+    conditions.extend(
+        previous
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| !OWNED_CONDITIONS.contains(&c.type_.as_str()))
+            .cloned(),
+    );
     status.conditions = Some(conditions);
     status.phase = Some(if paused {
         ClusterPhase::Paused
@@ -235,6 +372,8 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
         ClusterPhase::Creating
     } else if !available && previous.cluster_id.is_some() && observed.etcd.is_none() {
         ClusterPhase::Failed
+    } else if rolling {
+        ClusterPhase::Upgrading
     } else if progressing {
         ClusterPhase::Scaling
     } else {
@@ -255,6 +394,45 @@ pub fn differs(a: &EtcdClusterStatus, b: &EtcdClusterStatus) -> bool {
         s
     };
     strip(a) != strip(b)
+}
+
+/// `ours` on top of the freshest stored status: what other writers own there (`lastBackup`, and
+/// conditions of types this module does not write) is taken from `fresh`, everything else from
+/// `ours`. Applied before every status write so a write made since `ours` was computed survives.
+pub fn rebase(ours: &EtcdClusterStatus, fresh: Option<&EtcdClusterStatus>) -> EtcdClusterStatus {
+    let Some(fresh) = fresh else {
+        return ours.clone();
+    };
+    let mut status = ours.clone();
+    status.last_backup = fresh.last_backup.clone();
+    let mut conditions: Vec<Condition> = ours
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| OWNED_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    conditions.extend(
+        fresh
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| !OWNED_CONDITIONS.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+    status.conditions = Some(conditions);
+    status
+}
+
+/// The JSON patch that writes `status` whole, but only onto the object at `resource_version`:
+/// the API server answers 409 Conflict when the object changed since (e.g. the backup controller
+/// wrote `lastBackup`), instead of the write silently dropping that change.
+pub fn status_patch(status: &EtcdClusterStatus, resource_version: &str) -> serde_json::Value {
+    serde_json::json!([
+        {"op": "add", "path": "/metadata/resourceVersion", "value": resource_version},
+        // `add` replaces the whole status, so fields that went away are removed.
+        {"op": "add", "path": "/status", "value": status},
+    ])
 }
 
 #[cfg(test)]
@@ -310,6 +488,7 @@ mod tests {
             &Outcome {
                 step: Step::Idle,
                 error: None,
+                roll: None,
             },
         );
         assert_eq!(get(&s, "Available").status, "True");
@@ -342,6 +521,7 @@ mod tests {
                     reason: "replacing it would cost quorum".into(),
                 },
                 error: None,
+                roll: None,
             },
         );
         assert_eq!(get(&s, "Available").status, "False");
@@ -353,6 +533,7 @@ mod tests {
             &Outcome {
                 step: Step::Idle,
                 error: Some("member remove: boom".into()),
+                roll: None,
             },
         );
         assert_eq!(get(&failed, "Degraded").reason, "StepFailed");
@@ -372,6 +553,7 @@ mod tests {
             &Outcome {
                 step: Step::Idle,
                 error: None,
+                roll: None,
             },
         );
         let mut old = first.clone();
@@ -385,6 +567,7 @@ mod tests {
             &Outcome {
                 step: Step::Idle,
                 error: None,
+                roll: None,
             },
         );
         assert_eq!(
@@ -393,5 +576,235 @@ mod tests {
         );
         assert!(!differs(&first, &second));
         assert_eq!(second.phase, Some(ClusterPhase::Creating));
+    }
+
+    fn three_on(version: &str) -> Observed {
+        let mut members = vec![member(1, "a", true), member(2, "b", true), member(3, "c", true)];
+        for m in &mut members {
+            if let Some(s) = m.status.as_mut() {
+                s.version = version.into();
+            }
+        }
+        Observed {
+            runtime: vec![],
+            etcd: Some(EtcdView {
+                cluster_id: 1,
+                members,
+                leader: 1,
+            }),
+            timing: Timing::default(),
+        }
+    }
+
+    #[test]
+    fn conditions_of_other_owners_are_kept() {
+        let mut c = cluster();
+        let backup = Condition {
+            type_: "BackupSucceeded".into(),
+            status: "False".into(),
+            reason: "UploadFailed".into(),
+            message: "s3: denied".into(),
+            observed_generation: Some(3),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        };
+        c.status = Some(EtcdClusterStatus {
+            conditions: Some(vec![
+                condition(CONDITION_AVAILABLE, false, "NoQuorum", "x".into(), Some(3)),
+                backup.clone(),
+            ]),
+            ..Default::default()
+        });
+        let s = compute(
+            &c,
+            &three_on("3.5.1"),
+            &Outcome {
+                step: Step::Idle,
+                error: None,
+                roll: None,
+            },
+        );
+        assert_eq!(get(&s, "BackupSucceeded"), &backup);
+        assert_eq!(get(&s, "Available").status, "True");
+        let types: Vec<&str> = s.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Available", "Progressing", "Degraded", "BackupSucceeded"]);
+    }
+
+    #[test]
+    fn a_roll_shows_progress_then_completes() {
+        let mut c = cluster();
+        c.spec.version = Some("3.5.1".into());
+        let roll = RollRecord {
+            from: "3.5.0".into(),
+            target: "3.5.1".into(),
+            snapshot: Some("/s/pre-upgrade-3.5.0-to-3.5.1-9.db".into()),
+            ..Default::default()
+        };
+        let mut observed = three_on("3.5.0");
+        if let Some(v) = observed.etcd.as_mut()
+            && let Some(s) = v.members[0].status.as_mut()
+        {
+            s.version = "3.5.1".into();
+        }
+        let s = compute(
+            &c,
+            &observed,
+            &Outcome {
+                step: Step::ChangeVersion {
+                    name: "b".into(),
+                    from: "3.5.0".into(),
+                    to: "3.5.1".into(),
+                },
+                error: None,
+                roll: Some(roll.clone()),
+            },
+        );
+        let u = s.upgrade.clone().unwrap();
+        assert_eq!(u.phase, Some(UpgradePhase::Rolling));
+        assert_eq!((u.updated_members, u.total_members), (Some(1), Some(3)));
+        assert_eq!(u.current_member.as_deref(), Some("b"));
+        assert_eq!(u.snapshot, roll.snapshot);
+        assert_eq!(s.phase, Some(ClusterPhase::Upgrading));
+        assert_eq!(get(&s, "Progressing").reason, "Upgrading");
+        assert_eq!(s.current_version.as_deref(), Some("3.5.0"));
+        assert_eq!(roll_record(Some(&s)), Some(roll.clone()));
+
+        let done = compute(
+            &c,
+            &three_on("3.5.1"),
+            &Outcome {
+                step: Step::Idle,
+                error: None,
+                roll: Some(roll),
+            },
+        );
+        let u = done.upgrade.clone().unwrap();
+        assert_eq!(u.phase, Some(UpgradePhase::Complete));
+        assert_eq!(u.updated_members, Some(3));
+        assert_eq!(done.phase, Some(ClusterPhase::Running));
+        assert!(roll_record(Some(&done)).unwrap().complete);
+    }
+
+    #[test]
+    fn a_halted_roll_is_degraded_until_the_spec_moves_on() {
+        let mut c = cluster();
+        c.spec.version = Some("3.5.2".into());
+        let roll = RollRecord {
+            from: "3.5.1".into(),
+            target: "3.5.2".into(),
+            snapshot: None,
+            halted: Some("member a did not become healthy on etcd 3.5.2 within 20s".into()),
+            failed_member: Some("a".into()),
+            complete: false,
+        };
+        let outcome = Outcome {
+            step: Step::Idle,
+            error: None,
+            roll: Some(roll.clone()),
+        };
+        let s = compute(&c, &three_on("3.5.1"), &outcome);
+        let degraded = get(&s, "Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "UpgradeHalted")
+        );
+        assert!(degraded.message.contains("within 20s"), "{}", degraded.message);
+        assert_eq!(get(&s, "Available").status, "True");
+        let u = s.upgrade.clone().unwrap();
+        assert_eq!(u.phase, Some(UpgradePhase::Halted));
+        assert_eq!(u.current_member.as_deref(), Some("a"));
+        assert_eq!(roll_record(Some(&s)), Some(roll));
+        // spec.version changed: the old roll no longer applies.
+        c.spec.version = Some("3.5.1".into());
+        let s = compute(&c, &three_on("3.5.1"), &outcome);
+        assert_eq!(s.upgrade, None);
+        assert_eq!(get(&s, "Degraded").status, "False");
+    }
+
+    fn backup_condition(status: &str) -> Condition {
+        Condition {
+            type_: "BackupSucceeded".into(),
+            status: status.into(),
+            reason: "Stored".into(),
+            message: "snapshot stored".into(),
+            observed_generation: Some(3),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    fn last_backup(revision: i64) -> etcd_operator_api::status::BackupStatus {
+        etcd_operator_api::status::BackupStatus {
+            revision: Some(revision),
+            location: Some(format!("s3://b/demo-{revision}.db")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rebase_takes_what_others_own_from_the_fresh_status_and_the_rest_from_ours() {
+        let c = cluster();
+        // Ours was computed from an object whose last backup was revision 5 and failing.
+        let mut old = c.clone();
+        old.status = Some(EtcdClusterStatus {
+            last_backup: Some(last_backup(5)),
+            conditions: Some(vec![backup_condition("False")]),
+            ..Default::default()
+        });
+        let ours = compute(
+            &old,
+            &three_on("3.5.1"),
+            &Outcome {
+                step: Step::Idle,
+                error: None,
+                roll: None,
+            },
+        );
+        // Meanwhile the backup controller recorded revision 9 and succeeded; and the stored
+        // status says something stale about our own conditions.
+        let fresh = EtcdClusterStatus {
+            last_backup: Some(last_backup(9)),
+            ready_replicas: Some(0),
+            conditions: Some(vec![
+                condition(CONDITION_AVAILABLE, false, "NoQuorum", "stale".into(), Some(2)),
+                backup_condition("True"),
+            ]),
+            ..Default::default()
+        };
+        let s = rebase(&ours, Some(&fresh));
+        assert_eq!(s.last_backup, Some(last_backup(9)));
+        assert_eq!(get(&s, "BackupSucceeded"), &backup_condition("True"));
+        assert_eq!(get(&s, "Available"), get(&ours, "Available"));
+        assert_eq!(s.ready_replicas, ours.ready_replicas);
+        assert_eq!(s.members, ours.members);
+        let types: Vec<&str> = s.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Available", "Progressing", "Degraded", "BackupSucceeded"]);
+        // Nothing stored yet: ours as is.
+        assert_eq!(rebase(&ours, None), ours);
+        // A foreign condition that went away in the fresh status stays away.
+        let gone = rebase(&ours, Some(&EtcdClusterStatus::default()));
+        assert!(
+            gone.conditions
+                .iter()
+                .flatten()
+                .all(|c| c.type_ != "BackupSucceeded")
+        );
+        assert_eq!(gone.last_backup, None);
+    }
+
+    #[test]
+    fn the_status_patch_is_conditional_on_the_resource_version_and_replaces_the_status() {
+        let status = EtcdClusterStatus {
+            ready_replicas: Some(3),
+            last_backup: Some(last_backup(9)),
+            ..Default::default()
+        };
+        let patch = status_patch(&status, "42");
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "add", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "add", "path": "/status", "value": serde_json::to_value(&status).unwrap()},
+            ])
+        );
+        assert_eq!(patch[1]["value"]["lastBackup"]["revision"], 9);
     }
 }

@@ -155,6 +155,7 @@ fn config(members: &[&str], state: InitialState) -> MemberConfig {
         initial_cluster: members.iter().map(|m| (m.to_string(), peer_url(m))).collect(),
         initial_state: state,
         cluster_token: UID.to_owned(),
+        previous_version: None,
     }
 }
 
@@ -660,6 +661,154 @@ async fn a_stopped_pod_is_deleted_so_that_it_is_recreated_on_its_volume() {
             .await;
         },
         async |rt: KubernetesRuntime| rt.start(&cluster_ref(), &disk_spec(3), &a, &cfg).await.unwrap(),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Version change (rolling upgrade)
+
+#[tokio::test]
+async fn changing_a_version_records_it_on_the_volume_claim_then_deletes_the_pod_with_an_event() {
+    let a = member("bbbbb");
+    let cfg = config(&[&a], InitialState::New);
+    let mut upgraded = cfg.clone();
+    upgraded.version = "3.5.22".to_owned();
+    upgraded.previous_version = Some("3.5.21".to_owned());
+    let (a2, cfg2, up2) = (a.clone(), cfg.clone(), upgraded.clone());
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            let pvc_path = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a2}-data");
+            api.expect(Method::GET, &pvc_path, None)
+                .await
+                .reply(StatusCode::OK, &pvc(&a2, Some(&cfg2), false));
+            // The new version goes on the PVC first (crash-safe), keeping the old one.
+            let patch = api
+                .expect(Method::PATCH, &format!("{pvc_path}?"), Some(MERGE_PATCH))
+                .await;
+            assert_eq!(
+                patch.body,
+                json!({"metadata": {"annotations": {CONFIG: config_json(&up2)}}})
+            );
+            patch.reply(StatusCode::OK, &pvc(&a2, Some(&up2), false));
+            api.delete(
+                &format!("/api/v1/namespaces/{NS}/pods/{a2}"),
+                Some(pod(&a2, "Running", Some(&cfg2), true)),
+            )
+            .await;
+            api.event(
+                "MemberVersionChanging",
+                &format!(
+                    "Deleted Pod {a2} to recreate it on PersistentVolumeClaim {a2}-data with etcd 3.5.22 (was 3.5.21)"
+                ),
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| {
+            rt.change_version(&cluster_ref(), &disk_spec(3), &a, "3.5.22")
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+
+    // While the old Pod terminates, the member is Gone (restartable) with the PVC's new config.
+    let (a3, cfg3, up3) = (a.clone(), cfg.clone(), upgraded.clone());
+    let members = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.list_members(
+                vec![pod(&a3, "Running", Some(&cfg3), true)],
+                vec![pvc(&a3, Some(&up3), false)],
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| rt.members(&cluster_ref()).await.unwrap(),
+    )
+    .await;
+    assert_eq!(members[0].config.as_ref(), Some(&upgraded));
+    assert!(matches!(
+        members[0].liveness,
+        Liveness::Gone {
+            restartable: true,
+            ..
+        }
+    ));
+
+    // Once it is gone, the next change (same version) recreates the Pod with the new image.
+    let (a4, up4) = (a.clone(), upgraded.clone());
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a4}-data"),
+                None,
+            )
+            .await
+            .reply(StatusCode::OK, &pvc(&a4, Some(&up4), false));
+            api.create_pod(&a4, &up4).await;
+            api.event(
+                "MemberPodCreated",
+                &format!("Created member Pod {a4} (etcd 3.5.22)"),
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| {
+            rt.change_version(&cluster_ref(), &disk_spec(3), &a, "3.5.22")
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_version_change_of_an_unknown_or_memory_member_fails_and_changes_nothing() {
+    let a = member("bbbbb");
+    let a2 = a.clone();
+    let err = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a2}-data"),
+                None,
+            )
+            .await
+            .not_found("persistentvolumeclaims");
+        },
+        async |rt: KubernetesRuntime| {
+            rt.change_version(&cluster_ref(), &disk_spec(3), &a, "3.5.22")
+                .await
+                .unwrap_err()
+        },
+    )
+    .await;
+    assert!(matches!(err, RuntimeError::UnknownMember { .. }), "{err}");
+    // No request at all for a memory member: its data would not survive the Pod.
+    let err = scenario(
+        async |_api: &mut ApiServerVerifier| {},
+        async |rt: KubernetesRuntime| {
+            rt.change_version(&cluster_ref(), &memory_spec(), &a, "3.5.22")
+                .await
+                .unwrap_err()
+        },
+    )
+    .await;
+    assert!(err.to_string().contains("memory-backed"), "{err}");
+}
+
+#[tokio::test]
+async fn stopping_a_member_deletes_its_pod_and_keeps_its_claim() {
+    let a = member("bbbbb");
+    let a2 = a.clone();
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.delete(&format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await;
+        },
+        async |rt: KubernetesRuntime| {
+            rt.stop(&cluster_ref(), &a).await.unwrap();
+            assert_eq!(rt.snapshot_dir(&cluster_ref()), None);
+        },
     )
     .await;
 }

@@ -13,7 +13,7 @@
 
 mod field;
 pub mod format;
-mod spec;
+pub(crate) mod spec;
 mod update;
 mod v1alpha1;
 

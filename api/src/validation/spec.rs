@@ -18,7 +18,7 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    fn error(&mut self, error: FieldError) {
+    pub(crate) fn error(&mut self, error: FieldError) {
         self.errors.push(error);
     }
 
@@ -31,7 +31,7 @@ impl Report {
     }
 
     /// Records one `Invalid` error per message of a format check.
-    fn format(&mut self, field: &Path, value: &str, problems: Vec<String>) {
+    pub(crate) fn format(&mut self, field: &Path, value: &str, problems: Vec<String>) {
         for problem in problems {
             self.error(FieldError::invalid(field, value, problem));
         }
@@ -444,8 +444,9 @@ fn backup_spec(report: &mut Report, path: &Path, backup: &v2::BackupSpec) {
             "a cron schedule such as \"0 */6 * * *\"",
         ));
     } else {
+        // An optional leading seconds field (six fields) allows schedules finer than a minute.
         let parser = croner::parser::CronParser::builder()
-            .seconds(croner::parser::Seconds::Disallowed)
+            .seconds(croner::parser::Seconds::Optional)
             .year(croner::parser::Year::Disallowed)
             .build();
         if let Err(e) = parser.parse(&backup.schedule) {
@@ -453,7 +454,7 @@ fn backup_spec(report: &mut Report, path: &Path, backup: &v2::BackupSpec) {
                 &schedule,
                 &backup.schedule,
                 format!(
-                    "must be a five-field cron expression (minute hour day-of-month month day-of-week): {e}"
+                    "must be a cron expression of five fields (minute hour day-of-month month day-of-week) or six (with a leading seconds field): {e}"
                 ),
             ));
         }
@@ -486,7 +487,7 @@ fn backup_spec(report: &mut Report, path: &Path, backup: &v2::BackupSpec) {
     destination(report, &path.child("destination"), &backup.destination);
 }
 
-fn destination(report: &mut Report, path: &Path, destination: &v2::BackupDestination) {
+pub(crate) fn destination(report: &mut Report, path: &Path, destination: &v2::BackupDestination) {
     match (&destination.s3, &destination.volume) {
         (None, None) => report.error(FieldError::required(
             path,

@@ -288,6 +288,12 @@ mod tests {
                 json!({"namespace": "team-a", "verb": "patch", "group": "etcd.operator.dev", "version": "v1alpha2", "resource": "etcdclusters", "subresource": "scale", "name": "x"}),
             ),
             (
+                Method::GET,
+                format!("{NS_PATH}/x/snapshot"),
+                None,
+                json!({"namespace": "team-a", "verb": "get", "group": "etcd.operator.dev", "version": "v1alpha2", "resource": "etcdclusters", "subresource": "snapshot", "name": "x"}),
+            ),
+            (
                 Method::DELETE,
                 NS_PATH.to_owned(),
                 None,

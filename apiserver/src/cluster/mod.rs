@@ -12,6 +12,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod config;
+pub mod leader;
 pub mod loopback;
 pub mod run;
 pub mod tls;

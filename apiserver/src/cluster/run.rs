@@ -20,6 +20,8 @@ use crate::storage::{Storage, StorageError, StorageOptions};
 
 /// Where EtcdClusters live in the backing etcd.
 pub const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
+/// Where EtcdBackups live in the backing etcd.
+pub const ETCDBACKUPS_PREFIX: &str = "/registry/etcd.operator.dev/etcdbackups/";
 /// How often the authentication ConfigMap is re-read.
 pub const CONFIG_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the serving certificate files are re-read.
@@ -57,6 +59,9 @@ pub struct ServeArgs {
     /// Namespace of the `extension-apiserver-authentication` ConfigMap.
     #[arg(long, default_value = config::DEFAULT_NAMESPACE)]
     pub authentication_configmap_namespace: String,
+    /// Leader election for the controllers (needed with more than one replica).
+    #[command(flatten)]
+    pub leader_election: super::leader::LeaderElectionArgs,
 }
 
 /// Running serve mode failed.
@@ -87,6 +92,9 @@ pub enum ServeModeError {
     /// OpenAPI generation failed.
     #[error(transparent)]
     OpenApi(#[from] openapi::OpenApiGenerateError),
+    /// Leader election is misconfigured.
+    #[error(transparent)]
+    LeaderElection(#[from] super::leader::LeaderElectionError),
     /// Binding a listener failed.
     #[error("listen on {addr}: {source}")]
     Listen {
@@ -143,10 +151,12 @@ async fn etcd_client(args: &ServeArgs) -> Result<etcd_client::Client, ServeModeE
 
 /// Runs serve mode until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
+    args.leader_election.timing()?;
     serve::install_crypto_provider();
     let kube = kube_client(args.kubeconfig.as_ref()).await?;
     let etcd = etcd_client(&args).await?;
-    let storage = Storage::new(etcd, ETCDCLUSTERS_PREFIX, StorageOptions::default()).await?;
+    let storage = Storage::new(etcd.clone(), ETCDCLUSTERS_PREFIX, StorageOptions::default()).await?;
+    let backups = Storage::new(etcd, ETCDBACKUPS_PREFIX, StorageOptions::default()).await?;
     let compactor = storage.spawn_compactor(COMPACTION_INTERVAL);
 
     let (config_tx, config_rx) = config::channel();
@@ -180,6 +190,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     );
     let state = AppState {
         storage,
+        backups,
         authenticator: Arc::new(authenticator),
         authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
         openapi: Arc::new(openapi::Documents::generate()?),
@@ -209,12 +220,36 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     // PVCs, Services and Events through kube-apiserver with the pod's ServiceAccount.
     let controller_client = loopback.client(private_addr).await?;
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
-    let ctx =
-        etcd_operator_controller::reconcile::Context::new(controller_client, runtime, Default::default());
-    let stop_controller = tasks.clone();
-    let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
-        stop_controller.cancelled().await;
-    }));
+    let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
+    // The member and backup controllers run only while this replica holds the leader Lease
+    // (always, without --leader-elect); stopped when it is lost, started anew when regained.
+    // S3 credentials come from the Secret each backup destination names.
+    let controllers = tokio::spawn(super::leader::run_while_leader(
+        kube.clone(),
+        args.leader_election.clone(),
+        tasks.clone(),
+        move |stop: CancellationToken| {
+            let ctx = etcd_operator_controller::reconcile::Context::new(
+                controller_client.clone(),
+                runtime.clone(),
+                Default::default(),
+            );
+            let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
+                controller_client.clone(),
+                credentials.clone(),
+            );
+            async move {
+                let stop_members = stop.clone();
+                tokio::join!(
+                    etcd_operator_controller::reconcile::run(
+                        ctx,
+                        async move { stop_members.cancelled().await }
+                    ),
+                    etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
+                );
+            }
+        },
+    ));
 
     let stop_private = tasks.clone();
     let private_server = tokio::spawn(serve::serve(private, private_tls, app.clone(), async move {
@@ -224,11 +259,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     let served = serve::serve(public, serving.reloadable(), app, serve::shutdown_signal()).await;
 
     tasks.cancel();
-    if tokio::time::timeout(Duration::from_secs(5), controller)
-        .await
-        .is_err()
-    {
-        tracing::warn!("the controller did not stop within 5 s");
+    match tokio::time::timeout(Duration::from_secs(10), controllers).await {
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "leader election"),
+        Ok(_) => {}
+        Err(_) => tracing::warn!("the controllers did not stop within 10 s"),
     }
     match tokio::time::timeout(Duration::from_secs(15), private_server).await {
         Ok(Ok(Err(error))) => tracing::warn!(%error, "loopback listener"),

@@ -2,9 +2,11 @@
 //! aggregated discovery v2 `APIGroupDiscoveryList` (with its ETag) the aggregator prefers.
 
 use base64::Engine;
-use etcd_operator_api::{GROUP, KIND, RESOURCE, SERVED_VERSIONS, SHORT_NAMES, SINGULAR};
+use etcd_operator_api::{GROUP, SERVED_VERSIONS};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256, Sha512};
+
+use crate::registry::kind::{self, Kind};
 
 /// The content type of aggregated discovery v2.
 pub const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
@@ -22,6 +24,13 @@ const VERBS: [&str; 8] = [
 ];
 /// Verbs on `status` and `scale`.
 const SUB_VERBS: [&str; 3] = ["get", "patch", "update"];
+/// Verbs on `snapshot` (read-only).
+const SNAPSHOT_VERBS: [&str; 1] = ["get"];
+
+/// The resources a version serves.
+fn kinds_in(version: &str) -> impl Iterator<Item = Kind> + '_ {
+    kind::ALL.into_iter().filter(move |k| k.serves(version))
+}
 
 /// `base64(sha256("group/version/kind")[:8])`, as k8s.io/apiserver computes it.
 pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
@@ -31,21 +40,31 @@ pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
 
 /// `GET /apis/<group>/<version>`.
 pub fn api_resource_list(version: &str) -> Value {
+    let mut resources = Vec::new();
+    for k in kinds_in(version) {
+        let info = k.info();
+        resources.push(json!({
+            "name": info.resource, "singularName": info.singular, "namespaced": true, "kind": info.kind,
+            "verbs": VERBS, "shortNames": info.short_names, "categories": info.categories,
+            // Objects are stored in the storage version whatever version they were written in.
+            "storageVersionHash": storage_version_hash(GROUP, info.storage_version, info.kind),
+        }));
+        for sub in info.subresources {
+            resources.push(match *sub {
+                "scale" => json!({"name": format!("{}/scale", info.resource), "singularName": "", "namespaced": true,
+                    "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": SUB_VERBS}),
+                "snapshot" => json!({"name": format!("{}/snapshot", info.resource), "singularName": "", "namespaced": true,
+                    "kind": info.kind, "verbs": SNAPSHOT_VERBS}),
+                other => json!({"name": format!("{}/{other}", info.resource), "singularName": "", "namespaced": true,
+                    "kind": info.kind, "verbs": SUB_VERBS}),
+            });
+        }
+    }
     json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": format!("{GROUP}/{version}"),
-        "resources": [
-            {
-                "name": RESOURCE, "singularName": SINGULAR, "namespaced": true, "kind": KIND,
-                "verbs": VERBS, "shortNames": SHORT_NAMES, "categories": ["all", "etcd"],
-                // Objects are stored in the hub version whatever version they were written in.
-                "storageVersionHash": storage_version_hash(GROUP, etcd_operator_api::HUB_VERSION, KIND),
-            },
-            {"name": format!("{RESOURCE}/status"), "singularName": "", "namespaced": true, "kind": KIND, "verbs": SUB_VERBS},
-            {"name": format!("{RESOURCE}/scale"), "singularName": "", "namespaced": true,
-             "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": SUB_VERBS},
-        ],
+        "resources": resources,
     })
 }
 
@@ -79,23 +98,32 @@ pub fn aggregated() -> Value {
     let versions: Vec<Value> = SERVED_VERSIONS
         .iter()
         .map(|v| {
-            json!({
-                "version": v,
-                "resources": [{
-                    "resource": RESOURCE,
-                    "responseKind": {"group": GROUP, "version": v, "kind": KIND},
-                    "scope": "Namespaced",
-                    "singularResource": SINGULAR,
-                    "verbs": VERBS,
-                    "shortNames": SHORT_NAMES,
-                    "categories": ["all", "etcd"],
-                    "subresources": [
-                        {"subresource": "status", "responseKind": {"group": GROUP, "version": v, "kind": KIND}, "verbs": SUB_VERBS},
-                        {"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": SUB_VERBS},
-                    ],
-                }],
-                "freshness": "Current",
-            })
+            let resources: Vec<Value> = kinds_in(v)
+                .map(|k| {
+                    let info = k.info();
+                    let own = json!({"group": GROUP, "version": v, "kind": info.kind});
+                    let subresources: Vec<Value> = info
+                        .subresources
+                        .iter()
+                        .map(|sub| match *sub {
+                            "scale" => json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": SUB_VERBS}),
+                            "snapshot" => json!({"subresource": "snapshot", "responseKind": own, "verbs": SNAPSHOT_VERBS}),
+                            other => json!({"subresource": other, "responseKind": own, "verbs": SUB_VERBS}),
+                        })
+                        .collect();
+                    json!({
+                        "resource": info.resource,
+                        "responseKind": own,
+                        "scope": "Namespaced",
+                        "singularResource": info.singular,
+                        "verbs": VERBS,
+                        "shortNames": info.short_names,
+                        "categories": info.categories,
+                        "subresources": subresources,
+                    })
+                })
+                .collect();
+            json!({"version": v, "resources": resources, "freshness": "Current"})
         })
         .collect();
     json!({
@@ -139,8 +167,24 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["etcdclusters", "etcdclusters/status", "etcdclusters/scale"]
+            [
+                "etcdclusters",
+                "etcdclusters/status",
+                "etcdclusters/scale",
+                "etcdclusters/snapshot",
+                "etcdbackups",
+                "etcdbackups/status"
+            ]
         );
+        assert_eq!(list["resources"][3]["verbs"], json!(["get"]));
+        assert_eq!(list["resources"][4]["shortNames"], json!(["eb"]));
+        let old: Vec<String> = api_resource_list("v1alpha1")["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect();
+        assert!(!old.iter().any(|n| n.starts_with("etcdbackups")), "{old:?}");
         assert_eq!(list["resources"][2]["group"], "autoscaling");
         assert_eq!(list["resources"][2]["kind"], "Scale");
         assert_eq!(list["resources"][0]["shortNames"], json!(["ec"]));
@@ -158,6 +202,17 @@ mod tests {
         let agg = aggregated();
         assert_eq!(agg["items"][0]["versions"][0]["version"], "v1alpha2");
         assert_eq!(agg["items"][0]["versions"][1]["version"], "v1alpha1");
+        let v2_resources = agg["items"][0]["versions"][0]["resources"].as_array().unwrap();
+        assert_eq!(v2_resources.len(), 2);
+        assert_eq!(v2_resources[1]["resource"], "etcdbackups");
+        assert_eq!(v2_resources[0]["subresources"][2]["subresource"], "snapshot");
+        assert_eq!(
+            agg["items"][0]["versions"][1]["resources"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The HTTP layer: routing, authentication, discovery, OpenAPI, and the EtcdCluster endpoints.
+//! The HTTP layer: routing, authentication, discovery, OpenAPI, and the resource endpoints.
 //! Handlers are thin; object semantics live in [`crate::registry`], persistence in
 //! [`crate::storage`].
 
@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod request_info;
 pub mod resource;
 pub mod selectors;
+pub mod snapshot;
 pub mod table;
 pub mod watch;
 
@@ -31,12 +32,24 @@ use error::ApiError;
 pub struct AppState {
     /// EtcdCluster storage (backing etcd + watch cache).
     pub storage: Storage,
+    /// EtcdBackup storage (its own prefix of the same backing etcd).
+    pub backups: Storage,
     /// Who is calling.
     pub authenticator: Arc<dyn auth::Authenticator>,
     /// Whether they may.
     pub authorizer: Arc<dyn auth::Authorizer>,
     /// The OpenAPI documents, prepared once.
     pub openapi: Arc<openapi::Documents>,
+}
+
+impl AppState {
+    /// The storage of a resource.
+    pub fn storage_for(&self, kind: crate::registry::kind::Kind) -> &Storage {
+        match kind {
+            crate::registry::kind::Kind::Cluster => &self.storage,
+            crate::registry::kind::Kind::Backup => &self.backups,
+        }
+    }
 }
 
 impl std::fmt::Debug for AppState {
@@ -114,7 +127,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         )
             .into_response();
     }
-    if state.storage.ready().await {
+    if state.storage.ready().await && state.backups.ready().await {
         (StatusCode::OK, "ok").into_response()
     } else {
         (

@@ -261,6 +261,13 @@ mod tests {
             ),
             (
                 Method::GET,
+                format!("{base}/namespaces/ns/etcdclusters/a/snapshot"),
+                "get",
+                Some("a"),
+                Some("snapshot"),
+            ),
+            (
+                Method::GET,
                 format!("{base}/namespaces/ns/etcdclusters?fieldSelector=metadata.name%3Da&watch=1"),
                 "watch",
                 Some("a"),

@@ -1,11 +1,12 @@
-//! The EtcdCluster endpoints in both versions: get, list, watch, create, update, patch, delete,
-//! deletecollection, and the `status` and `scale` subresources.
+//! The resource endpoints, written once for every served resource ([`Kind`]): get, list,
+//! watch, create, update, patch, delete, deletecollection, the `status` subresource, and the
+//! EtcdCluster-only `scale` and `snapshot` subresources.
 
 use std::collections::BTreeMap;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use etcd_operator_api::{GROUP, HUB_VERSION, LIST_KIND, RESOURCE, SERVED_VERSIONS};
+use etcd_operator_api::GROUP;
 use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -16,6 +17,7 @@ use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::table::{self, IncludeObject};
+use crate::registry::kind::{Kind, RequestObject, Write};
 use crate::registry::{self, UpdateDecision};
 use crate::storage::{
     GuaranteedUpdateError, ListOptions, ReadConsistency, RvMatch, Storage, StorageError, UpdateAction,
@@ -24,6 +26,7 @@ use crate::storage::{
 
 /// What a resource request addresses, after routing.
 struct Target {
+    kind: Kind,
     version: String,
     namespace: Option<String>,
     name: Option<String>,
@@ -45,16 +48,14 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().map(str::to_string);
     let info = RequestInfo::parse(&parts.method, &path, query.as_deref());
-    if !info.is_resource_request
-        || info.group != GROUP
-        || !SERVED_VERSIONS.contains(&info.version.as_str())
-        || info.resource != RESOURCE
-    {
+    let kind = Kind::for_resource(&info.resource);
+    let Some(kind) =
+        kind.filter(|k| info.is_resource_request && info.group == GROUP && k.serves(&info.version))
+    else {
         return Err(ApiError::path_not_found(&path));
-    }
+    };
     if let Some(sub) = info.subresource.as_deref()
-        && sub != "status"
-        && sub != "scale"
+        && !kind.has_subresource(sub)
     {
         return Err(ApiError::path_not_found(&path));
     }
@@ -64,7 +65,16 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    if info.subresource.as_deref() == Some("snapshot") {
+        return match (&parts.method, info.name.as_deref()) {
+            (&Method::GET, Some(name)) if path_names_object(&info) => {
+                super::snapshot::serve(&state.storage, info.namespace.as_deref(), name, accept).await
+            }
+            _ => Err(ApiError::method_not_allowed(&format!("{} {path}", parts.method))),
+        };
+    }
     let target = Target {
+        kind,
         version: info.version.clone(),
         namespace: info.namespace.clone(),
         name: info.name.clone().filter(|_| path_names_object(&info)),
@@ -72,7 +82,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         query,
         output: negotiate(accept)?,
     };
-    let storage = &state.storage;
+    let storage = state.storage_for(kind);
     match (
         &parts.method,
         target.name.is_some(),
@@ -118,24 +128,29 @@ fn ns_and_name(t: &Target) -> Result<(&str, &str), ApiError> {
     }
 }
 
-/// Maps a storage failure to the response kube-apiserver gives.
+/// Maps a storage failure of an EtcdCluster to the response kube-apiserver gives.
 pub fn storage_error(e: StorageError, name: &str) -> ApiError {
+    storage_error_in(Kind::Cluster.info().resource, e, name)
+}
+
+/// Maps a storage failure of `resource` to the response kube-apiserver gives.
+pub fn storage_error_in(resource: &str, e: StorageError, name: &str) -> ApiError {
     match e {
-        StorageError::NotFound { .. } => ApiError::not_found(RESOURCE, name),
-        StorageError::AlreadyExists { .. } => ApiError::already_exists(RESOURCE, name),
+        StorageError::NotFound { .. } => ApiError::not_found(resource, name),
+        StorageError::AlreadyExists { .. } => ApiError::already_exists(resource, name),
         StorageError::PreconditionFailed {
             what,
             expected,
             actual,
             ..
         } => ApiError::conflict(
-            RESOURCE,
+            resource,
             name,
             &format!(
                 "Precondition failed: {what} in precondition: {expected}, {what} in object meta: {actual}"
             ),
         ),
-        StorageError::Conflict { .. } => ApiError::modified(RESOURCE, name),
+        StorageError::Conflict { .. } => ApiError::modified(resource, name),
         e @ StorageError::Expired { .. } => ApiError::gone(e.to_string()),
         StorageError::ExpiredContinue {
             message,
@@ -159,20 +174,27 @@ pub fn storage_error(e: StorageError, name: &str) -> ApiError {
     }
 }
 
-fn update_error(e: GuaranteedUpdateError<ApiError>, name: &str) -> ApiError {
+fn update_error(resource: &str, e: GuaranteedUpdateError<ApiError>, name: &str) -> ApiError {
     match e {
-        GuaranteedUpdateError::Storage(e) => storage_error(e, name),
+        GuaranteedUpdateError::Storage(e) => storage_error_in(resource, e, name),
         GuaranteedUpdateError::Update(e) => e,
     }
 }
 
-/// A stored (hub) object in the requested version.
-fn in_version(stored: Value, version: &str) -> Result<Value, ApiError> {
-    if version == HUB_VERSION {
-        // Stored objects are hub JSON already: no decode/encode round trip on the hot path.
-        return Ok(stored);
+impl Target {
+    fn resource(&self) -> &'static str {
+        self.kind.info().resource
     }
-    registry::to_version(registry::from_storage(stored)?, version)
+
+    /// A storage failure of this resource as a response.
+    fn storage_error(&self, e: StorageError, name: &str) -> ApiError {
+        storage_error_in(self.resource(), e, name)
+    }
+
+    /// A stored object in the requested version.
+    fn in_version(&self, stored: Value) -> Result<Value, ApiError> {
+        self.kind.in_version(stored, &self.version)
+    }
 }
 
 fn add_warnings(response: &mut Response, warnings: &[String]) {
@@ -205,7 +227,7 @@ fn object_response(
                 .unwrap_or_default()
                 .to_string();
             (
-                table::table(v, std::slice::from_ref(obj), &rv, None, include, true).to_string(),
+                table::table_of(t.kind, v, std::slice::from_ref(obj), &rv, None, include, true).to_string(),
                 "application/json",
             )
         }
@@ -228,20 +250,20 @@ async fn get(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     let stored = storage
         .get_raw(ns, name, consistency)
         .await
-        .map_err(|e| storage_error(e, name))?;
-    let stored = stored.ok_or_else(|| ApiError::not_found(RESOURCE, name))?;
+        .map_err(|e| t.storage_error(e, name))?;
+    let stored = stored.ok_or_else(|| ApiError::not_found(t.resource(), name))?;
     if serves_stored_json(t) && stored.servable() {
-        let body = stored.to_json().map_err(|e| storage_error(e, name))?;
+        let body = stored.to_json().map_err(|e| t.storage_error(e, name))?;
         return Ok(json_bytes_response(axum::body::Body::from(body)));
     }
-    let stored = stored.decode().map_err(|e| storage_error(e, name))?;
-    object_response(StatusCode::OK, &in_version(stored, &t.version)?, t, &[])
+    let stored = stored.decode().map_err(|e| t.storage_error(e, name))?;
+    object_response(StatusCode::OK, &t.in_version(stored)?, t, &[])
 }
 
 /// Whether the response is the stored JSON itself (storage version, JSON): objects are then
 /// served from their stored bytes, without a decode/encode round trip.
 fn serves_stored_json(t: &Target) -> bool {
-    t.output == Output::Json && t.version == HUB_VERSION
+    t.output == Output::Json && t.version == t.kind.info().storage_version
 }
 
 fn json_bytes_response(body: axum::body::Body) -> Response {
@@ -254,7 +276,11 @@ fn json_bytes_response(body: axum::body::Body) -> Response {
 
 /// A list of stored objects as JSON, streamed in chunks as the client reads it (the whole list
 /// is never one document in memory).
-fn stream_stored_list(result: crate::storage::RawListResult, version: &str) -> Result<Response, ApiError> {
+fn stream_stored_list(
+    result: crate::storage::RawListResult,
+    list_kind: &str,
+    version: &str,
+) -> Result<Response, ApiError> {
     let mut meta = serde_json::Map::new();
     meta.insert(
         "resourceVersion".into(),
@@ -266,7 +292,7 @@ fn stream_stored_list(result: crate::storage::RawListResult, version: &str) -> R
     if let Some(n) = result.remaining_item_count {
         meta.insert("remainingItemCount".into(), json!(n));
     }
-    let head = json!({"kind": LIST_KIND, "apiVersion": format!("{GROUP}/{version}"), "metadata": meta});
+    let head = json!({"kind": list_kind, "apiVersion": format!("{GROUP}/{version}"), "metadata": meta});
     let mut head = serde_json::to_vec(&head).map_err(|e| ApiError::internal(format!("encode list: {e}")))?;
     // `{...}` → `{...,"items":[`: the items follow, then `]}`.
     head.pop();
@@ -281,8 +307,8 @@ async fn get_scale(storage: &Storage, t: &Target) -> Result<Response, ApiError> 
     let stored = storage
         .get(ns, name, ReadConsistency::Consistent)
         .await
-        .map_err(|e| storage_error(e, name))?;
-    let hub = registry::from_storage(stored.ok_or_else(|| ApiError::not_found(RESOURCE, name))?)?;
+        .map_err(|e| t.storage_error(e, name))?;
+    let hub = registry::from_storage(stored.ok_or_else(|| ApiError::not_found(t.resource(), name))?)?;
     let scale = registry::scale_of(&hub);
     let json_target = Target {
         output: Output::Json,
@@ -298,6 +324,7 @@ async fn get_scale(storage: &Storage, t: &Target) -> Result<Response, ApiError> 
 
 fn clone_target(t: &Target) -> Target {
     Target {
+        kind: t.kind,
         version: t.version.clone(),
         namespace: t.namespace.clone(),
         name: t.name.clone(),
@@ -484,19 +511,22 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         limit,
         continue_token,
     };
-    let result = storage.list_raw(&opts).await.map_err(|e| storage_error(e, ""))?;
+    let result = storage
+        .list_raw(&opts)
+        .await
+        .map_err(|e| t.storage_error(e, ""))?;
     if serves_stored_json(t)
         && selectors.labels.is_empty()
         && selectors.fields.is_empty()
         && result.servable()
     {
-        return stream_stored_list(result, &t.version);
+        return stream_stored_list(result, t.kind.info().list_kind, &t.version);
     }
-    let result = result.decode().map_err(|e| storage_error(e, ""))?;
+    let result = result.decode().map_err(|e| t.storage_error(e, ""))?;
     let mut items = Vec::with_capacity(result.items.len());
     for obj in result.items {
         if selectors.matches(&obj) {
-            items.push(in_version(obj, &t.version)?);
+            items.push(t.in_version(obj)?);
         }
     }
     let rv = result.resource_version.to_string();
@@ -505,7 +535,15 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         Output::Table(v) => {
             let include = IncludeObject::parse(query_value(q, "includeObject").as_deref())
                 .map_err(ApiError::bad_request)?;
-            table::table(v, &items, &rv, result.continue_token.as_deref(), include, true)
+            table::table_of(
+                t.kind,
+                v,
+                &items,
+                &rv,
+                result.continue_token.as_deref(),
+                include,
+                true,
+            )
         }
         Output::Metadata => {
             let mut list = json!({
@@ -520,7 +558,7 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         }
         Output::Json | Output::Yaml => {
             let mut list = json!({
-                "kind": LIST_KIND, "apiVersion": format!("{GROUP}/{}", t.version),
+                "kind": t.kind.info().list_kind, "apiVersion": format!("{GROUP}/{}", t.version),
                 "metadata": {"resourceVersion": rv},
                 "items": items,
             });
@@ -567,15 +605,13 @@ fn check_unknown_fields(
 }
 
 fn decode_request(
+    kind: Kind,
     value: Value,
     version: &str,
     mode: FieldValidation,
-) -> Result<(etcd_operator_api::VersionedCluster, Vec<String>), ApiError> {
-    let versioned = registry::decode_for_version(value.clone(), version)?;
-    let typed = versioned
-        .to_value()
-        .map_err(|e| ApiError::internal(format!("encode EtcdCluster: {e}")))?;
-    registry::check_types(&value, &typed)?;
+) -> Result<(RequestObject, Vec<String>), ApiError> {
+    let (versioned, typed) = kind.decode(value.clone(), version)?;
+    kind.check_types(&value, &typed)?;
     let warnings = check_unknown_fields(&value, &typed, mode)?;
     Ok((versioned, warnings))
 }
@@ -593,40 +629,34 @@ async fn create(
     let opts = WriteOptions::parse(t.query.as_deref(), "CreateOptions")?;
     let bytes = body::read(body).await?;
     let value = body::decode_object(&bytes, content_type)?;
-    let (versioned, mut warnings) = decode_request(value, &t.version, opts.field_validation)?;
-    let admitted = registry::prepare_create(versioned, namespace)?;
-    warnings.extend(admitted.warnings);
-    let name = admitted.hub.metadata.name.clone().unwrap_or_default();
-    let stored = registry::to_storage(admitted.hub)?;
+    let (versioned, mut warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
+    let (stored, name, admitted_warnings) = t.kind.create(versioned, namespace)?;
+    warnings.extend(admitted_warnings);
     let result = if opts.dry_run {
         // As kube-apiserver's dry-run storage: everything but the write, including the check
         // that the name is free.
         let existing = storage
             .get(namespace, &name, ReadConsistency::Consistent)
             .await
-            .map_err(|e| storage_error(e, &name))?;
+            .map_err(|e| t.storage_error(e, &name))?;
         if existing.is_some() {
-            return Err(ApiError::already_exists(RESOURCE, &name));
+            return Err(ApiError::already_exists(t.resource(), &name));
         }
         stored
     } else {
         storage
             .create(namespace, &name, stored)
             .await
-            .map_err(|e| storage_error(e, &name))?
+            .map_err(|e| t.storage_error(e, &name))?
     };
-    object_response(
-        StatusCode::CREATED,
-        &in_version(result, &t.version)?,
-        t,
-        &warnings,
-    )
+    object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings)
 }
 
 /// Runs an update closure: against storage (CAS, retried), or once on the current object for
 /// `dryRun`. Returns the resulting object.
 async fn run_update<F>(
     storage: &Storage,
+    resource: &str,
     ns: &str,
     name: &str,
     dry_run: bool,
@@ -639,8 +669,8 @@ where
         let current = storage
             .get(ns, name, ReadConsistency::Consistent)
             .await
-            .map_err(|e| storage_error(e, name))?;
-        let current = current.ok_or_else(|| ApiError::not_found(RESOURCE, name))?;
+            .map_err(|e| storage_error_in(resource, e, name))?;
+        let current = current.ok_or_else(|| ApiError::not_found(resource, name))?;
         let rv = current["metadata"]["resourceVersion"].clone();
         return match f(current.clone())? {
             UpdateAction::Write(mut v) => {
@@ -653,7 +683,7 @@ where
     match storage
         .guaranteed_update(ns, name, f)
         .await
-        .map_err(|e| update_error(e, name))?
+        .map_err(|e| update_error(resource, e, name))?
     {
         UpdateOutcome::Updated(v) | UpdateOutcome::Unchanged(v) | UpdateOutcome::Deleted(v) => Ok(v),
     }
@@ -672,6 +702,16 @@ fn decision_to_action(
     }
 }
 
+fn write_to_action(write: Write, warnings: &mut Vec<String>) -> UpdateAction {
+    match write {
+        Write::Store(value, w) => {
+            warnings.extend(w);
+            UpdateAction::Write(value)
+        }
+        Write::Delete => UpdateAction::Delete,
+    }
+}
+
 async fn update(
     storage: &Storage,
     t: &Target,
@@ -685,7 +725,7 @@ async fn update(
     let value = body::decode_object(&bytes, content_type)?;
     if sub == Some("scale") {
         let mut warnings = Vec::new();
-        let result = run_update(storage, ns, name, opts.dry_run, |current| {
+        let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
             let old = registry::from_storage(current)?;
             decision_to_action(registry::apply_scale(&value, &old, name)?, &mut warnings)
         })
@@ -701,22 +741,22 @@ async fn update(
             &warnings,
         );
     }
-    let (versioned, base_warnings) = decode_request(value, &t.version, opts.field_validation)?;
+    let (versioned, base_warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
     let mut warnings = Vec::new();
-    let result = run_update(storage, ns, name, opts.dry_run, |current| {
-        let old = registry::from_storage(current)?;
+    let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
         warnings = base_warnings.clone();
         if sub == Some("status") {
-            let admitted = registry::prepare_status_update(versioned.clone(), &old, name, true)?;
-            return Ok(UpdateAction::Write(registry::to_storage(admitted.hub)?));
+            return Ok(UpdateAction::Write(
+                t.kind.update_status(&versioned, current, name, true)?,
+            ));
         }
-        decision_to_action(
-            registry::prepare_update(versioned.clone(), &old, name, ns, true)?,
+        Ok(write_to_action(
+            t.kind.update(&versioned, current, name, ns, true)?,
             &mut warnings,
-        )
+        ))
     })
     .await?;
-    object_response(StatusCode::OK, &in_version(result, &t.version)?, t, &warnings)
+    object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
 }
 
 async fn patch(
@@ -731,25 +771,26 @@ async fn patch(
     let opts = WriteOptions::parse(t.query.as_deref(), "PatchOptions")?;
     let bytes = body::read(body).await?;
     let mut warnings = Vec::new();
-    let result = run_update(storage, ns, name, opts.dry_run, |current| {
-        let old = registry::from_storage(current)?;
+    let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
         warnings.clear();
         if sub == Some("scale") {
+            let old = registry::from_storage(current)?;
             let patched = body::apply_patch(&registry::scale_of(&old), name, &bytes, patch_type)?;
             return decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings);
         }
-        let original = registry::to_version(old.clone(), &t.version)?;
+        let original = t.in_version(current.clone())?;
         let patched = body::apply_patch(&original, name, &bytes, patch_type)?;
-        let (versioned, unknown) = decode_request(patched, &t.version, opts.field_validation)?;
+        let (versioned, unknown) = decode_request(t.kind, patched, &t.version, opts.field_validation)?;
         warnings.extend(unknown);
         if sub == Some("status") {
-            let admitted = registry::prepare_status_update(versioned, &old, name, false)?;
-            return Ok(UpdateAction::Write(registry::to_storage(admitted.hub)?));
+            return Ok(UpdateAction::Write(
+                t.kind.update_status(&versioned, current, name, false)?,
+            ));
         }
-        decision_to_action(
-            registry::prepare_update(versioned, &old, name, ns, false)?,
+        Ok(write_to_action(
+            t.kind.update(&versioned, current, name, ns, false)?,
             &mut warnings,
-        )
+        ))
     })
     .await?;
     if sub == Some("scale") {
@@ -764,7 +805,7 @@ async fn patch(
             &warnings,
         );
     }
-    object_response(StatusCode::OK, &in_version(result, &t.version)?, t, &warnings)
+    object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
 }
 
 /// DeleteOptions, from the body when there is one, else from the query.
@@ -873,34 +914,41 @@ fn delete_options(bytes: &[u8], query: Option<&str>) -> Result<DeleteOptions, Ap
 
 async fn delete_one(
     storage: &Storage,
+    kind: Kind,
     ns: &str,
     name: &str,
     opts: &DeleteOptions,
 ) -> Result<Value, ApiError> {
-    run_update(storage, ns, name, opts.dry_run, |current| {
-        let old = registry::from_storage(current)?;
+    let resource = kind.info().resource;
+    run_update(storage, resource, ns, name, opts.dry_run, |current| {
+        let meta_str = |key: &str| {
+            current["metadata"][key]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_default()
+        };
         if let Some(uid) = &opts.uid {
-            let actual = old.metadata.uid.clone().unwrap_or_default();
+            let actual = meta_str("uid");
             if *uid != actual {
                 return Err(ApiError::conflict(
-                    RESOURCE,
+                    resource,
                     name,
                     &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
                 ));
             }
         }
         if let Some(rv) = &opts.resource_version {
-            let actual = old.metadata.resource_version.clone().unwrap_or_default();
+            let actual = meta_str("resourceVersion");
             if *rv != actual {
                 return Err(ApiError::conflict(
-                    RESOURCE,
+                    resource,
                     name,
                     &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"),
                 ));
             }
         }
-        match registry::prepare_delete(&old, opts.propagation.as_deref()) {
-            Some(marked) => Ok(UpdateAction::Write(registry::to_storage(marked)?)),
+        match kind.delete(current, opts.propagation.as_deref())? {
+            Some(marked) => Ok(UpdateAction::Write(marked)),
             None => Ok(UpdateAction::Delete),
         }
     })
@@ -911,8 +959,8 @@ async fn delete(storage: &Storage, t: &Target, body: axum::body::Body) -> Result
     let (ns, name) = ns_and_name(t)?;
     let bytes = body::read(body).await?;
     let opts = delete_options(&bytes, t.query.as_deref())?;
-    let result = delete_one(storage, ns, name, &opts).await?;
-    object_response(StatusCode::OK, &in_version(result, &t.version)?, t, &[])
+    let result = delete_one(storage, t.kind, ns, name, &opts).await?;
+    object_response(StatusCode::OK, &t.in_version(result)?, t, &[])
 }
 
 async fn delete_collection(
@@ -933,19 +981,19 @@ async fn delete_collection(
             continue_token: None,
         })
         .await
-        .map_err(|e| storage_error(e, ""))?;
+        .map_err(|e| t.storage_error(e, ""))?;
     let mut items = Vec::new();
     for obj in listed.items.into_iter().filter(|o| selectors.matches(o)) {
         let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        match delete_one(storage, ns, &name, &opts).await {
-            Ok(v) => items.push(in_version(v, &t.version)?),
+        match delete_one(storage, t.kind, ns, &name, &opts).await {
+            Ok(v) => items.push(t.in_version(v)?),
             // Deleted meanwhile by someone else: nothing left to do for it.
             Err(e) if e.code == StatusCode::NOT_FOUND => {}
             Err(e) => return Err(e),
         }
     }
     let list = json!({
-        "kind": LIST_KIND, "apiVersion": format!("{GROUP}/{}", t.version),
+        "kind": t.kind.info().list_kind, "apiVersion": format!("{GROUP}/{}", t.version),
         "metadata": {"resourceVersion": storage.current_revision().to_string()},
         "items": items,
     });
@@ -963,6 +1011,8 @@ async fn delete_collection(
 /// Parameters of a watch request.
 #[derive(Debug, Clone)]
 pub struct WatchTarget {
+    /// The resource watched.
+    pub kind: Kind,
     /// The version to encode objects in.
     pub version: String,
     /// Storage options.
@@ -994,6 +1044,7 @@ fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
     let include =
         IncludeObject::parse(query_value(q, "includeObject").as_deref()).map_err(ApiError::bad_request)?;
     Ok(WatchTarget {
+        kind: t.kind,
         version: t.version.clone(),
         options: crate::storage::WatchOptions {
             namespace: t.namespace.clone(),
@@ -1009,8 +1060,8 @@ fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
 }
 
 /// Exposed for the watch module.
-pub(crate) fn convert_for_watch(stored: Value, version: &str) -> Result<Value, ApiError> {
-    in_version(stored, version)
+pub(crate) fn convert_for_watch(kind: Kind, stored: Value, version: &str) -> Result<Value, ApiError> {
+    kind.in_version(stored, version)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! `kubectl get` output: EtcdClusters as a `meta.k8s.io` Table with printer columns, and the
-//! PartialObjectMetadata transforms the garbage collector and namespace controller request.
+//! `kubectl get` output: EtcdClusters and EtcdBackups as a `meta.k8s.io` Table with printer
+//! columns, and the PartialObjectMetadata transforms the garbage collector and namespace
+//! controller request.
 
 use serde_json::{Value, json};
 
@@ -104,7 +105,66 @@ pub fn row(obj: &Value, now: jiff::Timestamp, include: IncludeObject) -> Value {
     })
 }
 
-/// A Table of objects; `with_columns` is false for watch events after the first.
+/// The column definitions of EtcdBackups.
+pub fn backup_column_definitions() -> Value {
+    let col = |name: &str, ty: &str, format: &str, description: &str, priority: i32| json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority});
+    json!([
+        col(
+            "Name",
+            "string",
+            "name",
+            "Name must be unique within a namespace.",
+            0
+        ),
+        col("Cluster", "string", "", "The EtcdCluster backed up.", 0),
+        col("Phase", "string", "", "Pending, Running, Succeeded or Failed.", 0),
+        col("Size", "integer", "", "Snapshot size in bytes.", 0),
+        col(
+            "Revision",
+            "integer",
+            "",
+            "The etcd revision the snapshot holds.",
+            0
+        ),
+        col("Age", "date", "", "Time since creation.", 0),
+        col("Location", "string", "", "Where the snapshot was written.", 1),
+        col("Message", "string", "", "Why the backup is in its phase.", 1),
+    ])
+}
+
+fn age(obj: &Value, now: jiff::Timestamp) -> String {
+    obj["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|created| human_duration(now.as_second() - created.as_second()))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+/// The row of one EtcdBackup.
+pub fn backup_row(obj: &Value, now: jiff::Timestamp, include: IncludeObject) -> Value {
+    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_default();
+    let status = &obj["status"];
+    let object = match include {
+        IncludeObject::None => Value::Null,
+        IncludeObject::Metadata => partial_metadata(obj),
+        IncludeObject::Object => obj.clone(),
+    };
+    json!({
+        "cells": [
+            s(&obj["metadata"]["name"]),
+            s(&obj["spec"]["clusterName"]),
+            s(&status["phase"]),
+            status["size"].as_i64(),
+            status["revision"].as_i64(),
+            age(obj, now),
+            s(&status["location"]),
+            s(&status["message"]),
+        ],
+        "object": object,
+    })
+}
+
+/// A Table of EtcdClusters; `with_columns` is false for watch events after the first.
 pub fn table(
     version: &str,
     objects: &[Value],
@@ -113,18 +173,47 @@ pub fn table(
     include: IncludeObject,
     with_columns: bool,
 ) -> Value {
+    table_of(
+        crate::registry::kind::Kind::Cluster,
+        version,
+        objects,
+        resource_version,
+        continue_token,
+        include,
+        with_columns,
+    )
+}
+
+/// A Table of objects of `kind`.
+pub fn table_of(
+    kind: crate::registry::kind::Kind,
+    version: &str,
+    objects: &[Value],
+    resource_version: &str,
+    continue_token: Option<&str>,
+    include: IncludeObject,
+    with_columns: bool,
+) -> Value {
+    use crate::registry::kind::Kind;
     let now = jiff::Timestamp::now();
+    let rows: Vec<Value> = match kind {
+        Kind::Cluster => objects.iter().map(|o| row(o, now, include)).collect(),
+        Kind::Backup => objects.iter().map(|o| backup_row(o, now, include)).collect(),
+    };
     let mut t = json!({
         "kind": "Table",
         "apiVersion": format!("meta.k8s.io/{version}"),
         "metadata": {"resourceVersion": resource_version},
-        "rows": objects.iter().map(|o| row(o, now, include)).collect::<Vec<_>>(),
+        "rows": rows,
     });
     if let Some(token) = continue_token {
         t["metadata"]["continue"] = json!(token);
     }
     if with_columns {
-        t["columnDefinitions"] = column_definitions();
+        t["columnDefinitions"] = match kind {
+            Kind::Cluster => column_definitions(),
+            Kind::Backup => backup_column_definitions(),
+        };
     }
     t
 }
@@ -225,5 +314,31 @@ mod tests {
         assert_eq!(r["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(r["object"]["metadata"]["name"], "a");
         assert_eq!(column_definitions().as_array().map(Vec::len), Some(9));
+    }
+
+    #[test]
+    fn backup_rows_hold_their_columns() {
+        let obj = json!({
+            "metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"clusterName": "a"},
+            "status": {"phase": "Succeeded", "size": 4128, "revision": 9, "location": "/x/y.db"}
+        });
+        let now: jiff::Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
+        let r = backup_row(&obj, now, IncludeObject::None);
+        assert_eq!(
+            r["cells"],
+            json!(["b", "a", "Succeeded", 4128, 9, "30s", "/x/y.db", ""])
+        );
+        let t = table_of(
+            crate::registry::kind::Kind::Backup,
+            "v1",
+            &[obj],
+            "5",
+            None,
+            IncludeObject::None,
+            true,
+        );
+        assert_eq!(t["columnDefinitions"].as_array().map(Vec::len), Some(8));
+        assert_eq!(t["rows"][0]["cells"][1], "a");
     }
 }

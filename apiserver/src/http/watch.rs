@@ -44,7 +44,7 @@ impl Encoder {
     fn decode_unless_verbatim(&self, raw: &RawObject) -> Result<Option<Value>, ApiError> {
         let t = &self.target;
         if t.output == Output::Json
-            && t.version == etcd_operator_api::HUB_VERSION
+            && t.version == t.kind.info().storage_version
             && t.selectors.labels.is_empty()
             && t.selectors.fields.is_empty()
             && raw.servable()
@@ -66,7 +66,7 @@ impl Encoder {
     }
 
     fn encode_object(&mut self, obj: Value) -> Result<Value, ApiError> {
-        let obj = convert_for_watch(obj, &self.target.version)?;
+        let obj = convert_for_watch(self.target.kind, obj, &self.target.version)?;
         Ok(match self.target.output {
             Output::Json | Output::Yaml => obj,
             Output::Metadata => table::partial_metadata(&obj),
@@ -77,7 +77,8 @@ impl Encoder {
                     .to_string();
                 let with_columns = !self.columns_sent;
                 self.columns_sent = true;
-                table::table(
+                table::table_of(
+                    self.target.kind,
                     v,
                     std::slice::from_ref(&obj),
                     &rv,

@@ -240,9 +240,11 @@ impl KubernetesRuntime {
         if !pod_alive && !pvc_alive && !remembered {
             return Ok(None);
         }
-        let config = match pod.map(|p| stored_config(p, name)).transpose()?.flatten() {
+        // The PVC holds the authoritative configuration (a version change updates it before the
+        // old Pod is gone); the Pod's copy serves members without a PVC.
+        let config = match pvc.map(|p| stored_config(p, name)).transpose()?.flatten() {
             Some(config) => Some(config),
-            None => match pvc.map(|p| stored_config(p, name)).transpose()?.flatten() {
+            None => match pod.map(|p| stored_config(p, name)).transpose()?.flatten() {
                 Some(config) => Some(config),
                 None => memory.and_then(|m| m.config.clone()),
             },
@@ -595,6 +597,100 @@ impl Runtime for KubernetesRuntime {
             });
         }
         Ok(())
+    }
+
+    async fn change_version(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        version: &str,
+    ) -> Result<(), RuntimeError> {
+        if matches!(
+            effective_storage(&spec.cluster.spec).medium,
+            Some(StorageMedium::Memory)
+        ) {
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: "a memory-backed member loses its data when its Pod stops, so it cannot change version in place".to_owned(),
+            });
+        }
+        let pvcs = self.api::<PersistentVolumeClaim>(cluster);
+        let pvc_name = naming::member_pvc_name(name);
+        let pvc = pvcs
+            .get_opt(&pvc_name)
+            .await
+            .map_err(kube_error("read the member PersistentVolumeClaim"))?
+            .ok_or_else(|| RuntimeError::UnknownMember {
+                name: name.to_owned(),
+            })?;
+        let Some(mut config) = stored_config(&pvc, name)? else {
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: "it was never started, so it has no version to change".to_owned(),
+            });
+        };
+        if config.version == version {
+            // Already recorded (an earlier call, or an operator restarted mid-change): make sure
+            // a Pod runs; one still being deleted is recreated by a later start.
+            let pod = self
+                .api::<Pod>(cluster)
+                .get_opt(name)
+                .await
+                .map_err(kube_error("read the member Pod"))?;
+            if pod.is_none() {
+                self.create_pod(cluster, spec, name, &config).await?;
+            }
+            return Ok(());
+        }
+        let from = std::mem::replace(&mut config.version, version.to_owned());
+        config.previous_version = Some(from.clone());
+        // Record on the PVC first: the Pod is recreated from it, also by a restarted operator.
+        let encoded = resources::encode_config(name, &config).map_err(|e| RuntimeError::State {
+            member: name.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
+        pvcs.patch(&pvc_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_error(
+                "record the new version on the member PersistentVolumeClaim",
+            ))?;
+        ignore_not_found(
+            self.api::<Pod>(cluster)
+                .delete(name, &DeleteParams::default())
+                .await,
+            "delete the member Pod to change its version",
+        )?;
+        info!(cluster = %cluster.key(), member = name, %from, to = version, "deleted member Pod to recreate it on a new version");
+        self.publish(
+            cluster,
+            "MemberVersionChanging",
+            "DeletePod",
+            format!(
+                "Deleted Pod {name} to recreate it on PersistentVolumeClaim {pvc_name} with etcd {version} (was {from})"
+            ),
+            None,
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
+        ignore_not_found(
+            self.api::<Pod>(cluster)
+                .delete(name, &DeleteParams::default())
+                .await,
+            "delete the member Pod to stop it",
+        )?;
+        info!(cluster = %cluster.key(), member = name, "stopped member (deleted its Pod, kept its volume claim)");
+        Ok(())
+    }
+
+    fn snapshot_dir(&self, _cluster: &ClusterRef) -> Option<std::path::PathBuf> {
+        // The members' volumes are mounted only by their Pods; the operator has no durable place
+        // of its own. The backup destination (when configured) is where snapshots go.
+        None
     }
 
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {

@@ -2,7 +2,8 @@
 //! directory under the state directory. Members run in their own process group, so they outlive
 //! a restart (or crash) of the operator the way Pods do, and are re-adopted from their pid files.
 //!
-//! Layout: `<root>/<namespace>/<cluster>/<member>/{member.json, data/, etcd.log, etcd.pid}`.
+//! Layout: `<root>/<namespace>/<cluster>/<member>/{member.json, data/, etcd.log, etcd.pid}`, and
+//! `<root>/<namespace>/<cluster>/snapshots/` for snapshots taken before an upgrade.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -187,7 +188,7 @@ impl LocalRuntime {
         Ok(())
     }
 
-    async fn stop(&self, dir: &Path, name: &str) {
+    async fn stop_process(&self, dir: &Path, name: &str) {
         let Some(pid) = running_pid(dir) else { return };
         let Ok(raw) = i32::try_from(pid) else { return };
         let _ = kill(Pid::from_raw(raw), Signal::SIGTERM);
@@ -313,12 +314,64 @@ impl Runtime for LocalRuntime {
         self.write_member(&dir, &file)
     }
 
+    async fn change_version(
+        &self,
+        cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        name: &str,
+        version: &str,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: name.to_string(),
+            });
+        }
+        let mut file = self.read_member(&dir, name)?;
+        let Some(mut config) = file.config.clone() else {
+            return Err(RuntimeError::State {
+                member: name.to_string(),
+                detail: "it was never started, so it has no version to change".into(),
+            });
+        };
+        // Fail before touching anything when the version cannot run here.
+        self.binary(version)?;
+        if config.version != version {
+            // Record first: an operator killed after this line restarts the member on the new
+            // version (the planner sees a stopped member and starts it with this config).
+            config.previous_version = Some(std::mem::replace(&mut config.version, version.to_string()));
+            file.config = Some(config.clone());
+            self.write_member(&dir, &file)?;
+            self.stop_process(&dir, name).await;
+        } else if running_pid(&dir).is_some() {
+            return Ok(());
+        }
+        self.spawn(&dir, &file, &config)?;
+        file.started = true;
+        self.write_member(&dir, &file)
+    }
+
+    async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: name.to_string(),
+            });
+        }
+        self.stop_process(&dir, name).await;
+        Ok(())
+    }
+
+    fn snapshot_dir(&self, cluster: &ClusterRef) -> Option<PathBuf> {
+        Some(self.cluster_dir(cluster).join("snapshots"))
+    }
+
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
         let dir = self.member_dir(cluster, name);
         if !dir.exists() {
             return Ok(());
         }
-        self.stop(&dir, name).await;
+        self.stop_process(&dir, name).await;
         if keep_data {
             let retained = self.cluster_dir(cluster).join(".retained");
             std::fs::create_dir_all(&retained).map_err(io("retain member data", name))?;
@@ -331,7 +384,7 @@ impl Runtime for LocalRuntime {
     async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
         for member in self.members(cluster).await? {
             let dir = self.member_dir(cluster, &member.name);
-            self.stop(&dir, &member.name).await;
+            self.stop_process(&dir, &member.name).await;
         }
         if !keep_data {
             let dir = self.cluster_dir(cluster);
@@ -396,6 +449,7 @@ mod tests {
             initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
             initial_state: InitialState::New,
             cluster_token: "t".into(),
+            previous_version: None,
         };
         let err = rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap_err();
         let text = err.to_string();
@@ -416,6 +470,7 @@ mod tests {
             initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
             initial_state: InitialState::New,
             cluster_token: "t".into(),
+            previous_version: None,
         };
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         // Re-adopted by a fresh runtime (as after an operator restart).
@@ -438,5 +493,88 @@ mod tests {
         fresh.teardown(&cluster(), false).await.unwrap();
         assert!(fresh.members(&cluster()).await.unwrap().is_empty());
         assert!(!root.path().join("ns").join("c").exists());
+    }
+
+    async fn wait_for_version(url: &str, version: &str) -> crate::model::EtcdView {
+        for _ in 0..150 {
+            if let Some(v) = crate::etcd::observe(&[url.to_string()]).await
+                && v.leader != 0
+                && v.members[0].status.as_ref().is_some_and(|s| s.version == version)
+            {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("member at {url} never ran etcd {version}");
+    }
+
+    #[tokio::test]
+    async fn a_member_changes_version_keeping_its_data_and_refuses_a_missing_version() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let m = rt.reserve(&cluster(), &spec(), "c-ddddd").await.unwrap();
+        let config = MemberConfig {
+            version: "3.5.0".into(),
+            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+            previous_version: None,
+        };
+        rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
+        let before = wait_for_version(&m.client_url, "3.5.0").await;
+        let mut client = etcd_client::Client::connect([m.client_url.as_str()], None)
+            .await
+            .unwrap();
+        client.put("kept", "yes", None).await.unwrap();
+
+        // A version without a binary: a clear error, and nothing changed (still 3.5.0, running).
+        let err = rt
+            .change_version(&cluster(), &spec(), &m.name, "3.5.9")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::VersionUnavailable { .. }), "{err}");
+        let seen = &rt.members(&cluster()).await.unwrap()[0];
+        assert_eq!(seen.config.as_ref().unwrap().version, "3.5.0");
+        assert_eq!(seen.liveness, Liveness::Running);
+
+        rt.change_version(&cluster(), &spec(), &m.name, "3.5.1")
+            .await
+            .unwrap();
+        let seen = &rt.members(&cluster()).await.unwrap()[0];
+        let recorded = seen.config.clone().unwrap();
+        assert_eq!(
+            (recorded.version.as_str(), recorded.previous_version.as_deref()),
+            ("3.5.1", Some("3.5.0"))
+        );
+        let after = wait_for_version(&m.client_url, "3.5.1").await;
+        assert_eq!(after.cluster_id, before.cluster_id, "same cluster, same data");
+        let mut client = etcd_client::Client::connect([m.client_url.as_str()], None)
+            .await
+            .unwrap();
+        let got = client.get("kept", None).await.unwrap();
+        assert_eq!(got.kvs()[0].value(), b"yes");
+        // Again with the same version: it runs, nothing restarts.
+        let pid = std::fs::read_to_string(root.path().join("ns/c/c-ddddd/etcd.pid")).unwrap();
+        rt.change_version(&cluster(), &spec(), &m.name, "3.5.1")
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("ns/c/c-ddddd/etcd.pid")).unwrap(),
+            pid
+        );
+        // Stop keeps data and config: restartable.
+        Runtime::stop(&rt, &cluster(), &m.name).await.unwrap();
+        assert!(matches!(
+            rt.members(&cluster()).await.unwrap()[0].liveness,
+            Liveness::Gone {
+                restartable: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            rt.snapshot_dir(&cluster()),
+            Some(root.path().join("ns").join("c").join("snapshots"))
+        );
+        rt.teardown(&cluster(), false).await.unwrap();
     }
 }

@@ -90,6 +90,28 @@ pub trait Runtime: Send + Sync + 'static {
         config: &MemberConfig,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
+    /// Changes the member's version with its data kept: records `version` as its configured
+    /// version (the old one as `previous_version`), stops it, and starts it again on `version`.
+    /// Idempotent: called again with the same version it only makes sure the member runs.
+    /// A version that cannot run here is [`RuntimeError::VersionUnavailable`], before anything
+    /// changes.
+    fn change_version(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        version: &str,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Stops the member and keeps its data and configuration (it is `Gone`, restartable).
+    fn stop(&self, cluster: &ClusterRef, name: &str)
+    -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// A directory beside the cluster's data where the operator may keep files for it (the
+    /// pre-upgrade snapshot), or `None` when the runtime has no such place reachable from the
+    /// operator (Kubernetes: the data lives in volumes mounted only by the member Pods).
+    fn snapshot_dir(&self, cluster: &ClusterRef) -> Option<std::path::PathBuf>;
+
     /// Stops the member and removes it with its data (or keeps the data when `keep_data`).
     fn remove(
         &self,

@@ -1,0 +1,219 @@
+//! Backups: scheduled snapshots of EtcdClusters with retention (`spec.backup`) and one-shot
+//! `EtcdBackup`s, each driven by its own kube-runtime `Controller`.
+//!
+//! - [`policy`] holds the pure rules (names sortable by time, retention, schedule, backoff,
+//!   snapshot integrity);
+//! - [`store`] opens destinations through `object_store` (S3-compatible bucket or directory);
+//! - [`snapshot`] takes a snapshot from a healthy member (a follower when there is one);
+//! - [`scheduled`] is the controller over EtcdClusters with `spec.backup`;
+//! - [`oneshot`] is the controller over EtcdBackups.
+
+pub mod oneshot;
+pub mod policy;
+pub mod scheduled;
+pub mod snapshot;
+pub mod store;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+use etcd_operator_api::v1alpha2::BackupDestination;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+pub use store::Credentials;
+
+/// What a completed backup produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupRecord {
+    /// When the snapshot was taken.
+    pub taken: chrono::DateTime<chrono::Utc>,
+    /// The revision it holds (at least).
+    pub revision: i64,
+    /// Its size in bytes.
+    pub size: i64,
+    /// Where it was written (`s3://bucket/key` or a path).
+    pub location: String,
+    /// The key inside the destination.
+    pub key: String,
+    /// SHA-256 of the file, lowercase hex.
+    pub sha256: String,
+}
+
+/// Taking or storing a backup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The cluster reports no client endpoint yet.
+    #[error("the cluster reports no client endpoints (is it running?)")]
+    NoEndpoints,
+    /// The snapshot could not be taken.
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::SnapshotError),
+    /// The destination could not be opened or written.
+    #[error(transparent)]
+    Destination(#[from] store::DestinationError),
+    /// Writing status failed.
+    #[error("patch status: {0}")]
+    PatchStatus(#[source] kube::Error),
+    /// Reading an object failed.
+    #[error("read {what}: {source}")]
+    Read {
+        /// What was read.
+        what: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl BackupError {
+    /// The reason of the condition or status that reports this error (CamelCase).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NoEndpoints | Self::Snapshot(snapshot::SnapshotError::NoHealthyMember { .. }) => {
+                "NoHealthyMember"
+            }
+            Self::Snapshot(_) => "SnapshotFailed",
+            Self::Destination(_) => "DestinationUnavailable",
+            Self::PatchStatus(_) | Self::Read { .. } => "APIError",
+        }
+    }
+}
+
+/// Shared by the backup controllers.
+pub struct BackupContext {
+    client: kube::Client,
+    credentials: Credentials,
+    /// Consecutive failures per cluster or backup (`namespace/name`), for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
+    /// The last scheduled snapshot per cluster, in case the status we see lags behind our write.
+    last_taken: Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>,
+    /// After a failure, no new attempt before this instant (our own status write triggers a
+    /// reconcile at once; this keeps the backoff).
+    not_before: Mutex<HashMap<String, std::time::Instant>>,
+}
+
+impl std::fmt::Debug for BackupContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupContext")
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackupContext {
+    /// A context: `client` reaches the EtcdCluster API; `credentials` says where S3 keys come
+    /// from.
+    pub fn new(client: kube::Client, credentials: Credentials) -> Self {
+        Self {
+            client,
+            credentials,
+            failures: Mutex::new(HashMap::new()),
+            last_taken: Mutex::new(HashMap::new()),
+            not_before: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure; returns the delay before the next attempt (exponential backoff).
+    fn failed(&self, key: &str) -> std::time::Duration {
+        let n = match self.failures.lock() {
+            Ok(mut map) => {
+                let n = map.entry(key.to_owned()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        let delay = policy::backoff(n);
+        if let Ok(mut map) = self.not_before.lock() {
+            map.insert(key.to_owned(), std::time::Instant::now() + delay);
+        }
+        delay
+    }
+
+    /// How long to wait before the next attempt, if a backoff is running.
+    fn backing_off(&self, key: &str) -> Option<std::time::Duration> {
+        let map = self.not_before.lock().ok()?;
+        let until = *map.get(key)?;
+        until
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Consecutive failures so far.
+    fn failures(&self, key: &str) -> u32 {
+        self.failures
+            .lock()
+            .ok()
+            .and_then(|m| m.get(key).copied())
+            .unwrap_or(0)
+    }
+
+    fn succeeded(&self, key: &str) {
+        if let Ok(mut map) = self.failures.lock() {
+            map.remove(key);
+        }
+        if let Ok(mut map) = self.not_before.lock() {
+            map.remove(key);
+        }
+    }
+}
+
+/// Runs both backup controllers until `shutdown` resolves.
+pub async fn run(ctx: BackupContext, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let ctx = std::sync::Arc::new(ctx);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let stop = async move {
+        shutdown.await;
+        let _ = tx.send(true);
+    };
+    tokio::join!(
+        stop,
+        scheduled::run(ctx.clone(), stopped(rx.clone())),
+        oneshot::run(ctx, stopped(rx)),
+    );
+}
+
+/// Snapshots the cluster at `endpoints` and stores it at `destination` under the key
+/// `key_for(dir, taken, revision)`, where `dir` is the cluster's directory in the destination.
+pub async fn take_and_store(
+    ctx: &BackupContext,
+    destination: &BackupDestination,
+    namespace: &str,
+    cluster: &str,
+    endpoints: &[String],
+    key_for: impl FnOnce(&str, chrono::DateTime<chrono::Utc>, i64) -> String,
+) -> Result<BackupRecord, BackupError> {
+    if endpoints.is_empty() {
+        return Err(BackupError::NoEndpoints);
+    }
+    // Open the destination first: an unreachable bucket costs no snapshot.
+    let dest = store::open(destination, namespace, &ctx.credentials).await?;
+    let snap = snapshot::take(endpoints).await?;
+    let dir = policy::cluster_dir(dest.prefix.as_deref(), namespace, cluster);
+    let key = key_for(&dir, snap.taken, snap.revision);
+    let size = i64::try_from(snap.data.len()).unwrap_or(i64::MAX);
+    dest.put_snapshot(&key, snap.data.clone(), &snap.sha256).await?;
+    tracing::info!(%namespace, %cluster, location = %dest.location(&key), size, revision = snap.revision, from = %snap.endpoint, "snapshot stored");
+    Ok(BackupRecord {
+        taken: snap.taken,
+        revision: snap.revision,
+        size,
+        location: dest.location(&key),
+        key,
+        sha256: snap.sha256,
+    })
+}
+
+/// A Kubernetes time (seconds precision) from a chrono time.
+pub fn to_time(t: chrono::DateTime<chrono::Utc>) -> Time {
+    Time(jiff::Timestamp::from_second(t.timestamp()).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
+}
+
+/// A chrono time from a Kubernetes time.
+pub fn from_time(t: &Time) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(t.0.as_second(), 0)
+}

@@ -1,0 +1,648 @@
+//! Restore: fetch a snapshot (from an EtcdBackup's location, a key in a backup destination, or
+//! a URL), verify it (the SHA-256 recorded at backup time, and etcd's own integrity hash), and
+//! restore it into a member's data directory with the restore tool of the cluster's version
+//! (`etcdutl snapshot restore` from 3.5; `etcdctl snapshot restore` for 3.4, which has no
+//! etcdutl), so that the member starts from the snapshot.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use etcd_operator_api::backup::EtcdBackup;
+use etcd_operator_api::v1alpha2::{BackupDestination, RestoreSpec};
+use object_store::ObjectStoreExt;
+use sha2::{Digest, Sha256};
+
+use crate::backup::policy::{self, SnapshotCheckError};
+use crate::backup::store::{self, Credentials, DestinationError};
+
+/// Where a snapshot comes from, resolved. Serializable, so a member's start configuration can
+/// carry it (a restarted operator restores the same way).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SnapshotSource {
+    /// A key in a backup destination (its `.sha256` sidecar, when present, is checked).
+    Store {
+        /// The destination.
+        destination: BackupDestination,
+        /// The key inside it.
+        key: String,
+    },
+    /// An `http`, `https` or `s3` URL (`<url>.sha256`, when present, is checked). `s3://` URLs
+    /// use the operator's ambient AWS configuration.
+    Url(String),
+}
+
+/// A snapshot to restore: its source and the checksum it must have, when known.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestorePlan {
+    /// Where to fetch it.
+    pub source: SnapshotSource,
+    /// The SHA-256 recorded when it was taken (an EtcdBackup's `status.sha256`).
+    pub expected_sha256: Option<String>,
+}
+
+/// How the restored member is named and joins: the same values it starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreMember {
+    /// `--name`.
+    pub name: String,
+    /// `--initial-advertise-peer-urls`.
+    pub peer_url: String,
+    /// `--initial-cluster`, e.g. `a=http://..,b=http://..`.
+    pub initial_cluster: String,
+    /// `--initial-cluster-token`.
+    pub cluster_token: String,
+}
+
+/// The restore tool of an etcd version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreTool {
+    /// `etcdutl snapshot restore` (etcd 3.5 and later).
+    Etcdutl(PathBuf),
+    /// `ETCDCTL_API=3 etcdctl snapshot restore` (etcd 3.4).
+    Etcdctl(PathBuf),
+}
+
+impl RestoreTool {
+    /// The tool for `version` among binaries laid out as `<dir>/<version>/{etcdutl,etcdctl}`
+    /// (the local runtime's layout).
+    pub fn for_version(binaries: &Path, version: &str) -> Result<Self, RestoreError> {
+        let dir = binaries.join(version);
+        let is_34 = version.starts_with("3.4.");
+        let path = dir.join(if is_34 { "etcdctl" } else { "etcdutl" });
+        if !path.is_file() {
+            return Err(RestoreError::ToolMissing {
+                path,
+                version: version.to_owned(),
+            });
+        }
+        Ok(if is_34 {
+            Self::Etcdctl(path)
+        } else {
+            Self::Etcdutl(path)
+        })
+    }
+
+    /// The command line restoring `snapshot` into `data_dir` for `member`.
+    pub fn command(&self, snapshot: &Path, member: &RestoreMember, data_dir: &Path) -> std::process::Command {
+        let (program, env) = match self {
+            Self::Etcdutl(p) => (p, None),
+            Self::Etcdctl(p) => (p, Some(("ETCDCTL_API", "3"))),
+        };
+        let mut cmd = std::process::Command::new(program);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        cmd.arg("snapshot")
+            .arg("restore")
+            .arg(snapshot)
+            .arg("--name")
+            .arg(&member.name)
+            .arg("--initial-cluster")
+            .arg(&member.initial_cluster)
+            .arg("--initial-cluster-token")
+            .arg(&member.cluster_token)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&member.peer_url)
+            .arg("--data-dir")
+            .arg(data_dir);
+        cmd
+    }
+}
+
+/// A restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The restore spec names no snapshot, or the backup has none yet.
+    #[error("restore source: {0}")]
+    Source(String),
+    /// Reading the EtcdBackup failed.
+    #[error("read EtcdBackup {name}: {source}")]
+    ReadBackup {
+        /// Its name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The destination holding the snapshot failed.
+    #[error("fetch snapshot: {0}")]
+    Destination(#[from] DestinationError),
+    /// Downloading from a URL failed.
+    #[error("fetch snapshot {url}: {reason}")]
+    Download {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The snapshot is not the one that was backed up.
+    #[error(
+        "snapshot {location} was refused: its SHA-256 is {actual} but {expected} was recorded when it was taken (corrupted or replaced)"
+    )]
+    ChecksumMismatch {
+        /// Where it came from.
+        location: String,
+        /// What was recorded.
+        expected: String,
+        /// What it has.
+        actual: String,
+    },
+    /// The snapshot fails etcd's integrity check.
+    #[error("snapshot {location} was refused: {source}")]
+    Corrupt {
+        /// Where it came from.
+        location: String,
+        /// What is wrong.
+        #[source]
+        source: SnapshotCheckError,
+    },
+    /// The restore tool of the version is not installed.
+    #[error("the restore tool for etcd {version} is missing at {path} (run `make tools`)")]
+    ToolMissing {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The version.
+        version: String,
+    },
+    /// File work failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The restore tool failed.
+    #[error("{tool} snapshot restore failed ({status}): {output}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// Its exit status.
+        status: String,
+        /// Its output.
+        output: String,
+    },
+}
+
+/// Resolves a cluster's `spec.bootstrap.restore` into a plan. `backup` is the EtcdBackup named
+/// by `backupName` (the caller reads it); its destination (or `fallback`, the destination of
+/// the backed-up cluster) says how to reach its location.
+pub fn plan(
+    spec: &RestoreSpec,
+    backup: Option<&EtcdBackup>,
+    fallback: Option<&BackupDestination>,
+) -> Result<RestorePlan, RestoreError> {
+    if let Some(source) = &spec.source {
+        return match (&source.url, &source.key, &source.destination) {
+            (Some(url), _, _) => Ok(RestorePlan {
+                source: SnapshotSource::Url(url.clone()),
+                expected_sha256: None,
+            }),
+            (None, Some(key), Some(destination)) => Ok(RestorePlan {
+                source: SnapshotSource::Store {
+                    destination: destination.clone(),
+                    key: key.clone(),
+                },
+                expected_sha256: None,
+            }),
+            _ => Err(RestoreError::Source(
+                "source needs `url`, or `key` with `destination`".into(),
+            )),
+        };
+    }
+    let name = spec
+        .backup_name
+        .as_deref()
+        .ok_or_else(|| RestoreError::Source("neither backupName nor source is set".into()))?;
+    let backup = backup.ok_or_else(|| RestoreError::Source(format!("EtcdBackup {name} was not found")))?;
+    let status = backup.status.clone().unwrap_or_default();
+    if status.phase != Some(etcd_operator_api::backup::BackupPhase::Succeeded) {
+        return Err(RestoreError::Source(format!(
+            "EtcdBackup {name} has not succeeded (phase {})",
+            status.phase.as_ref().map_or("Pending", |p| p.as_str())
+        )));
+    }
+    let location = status
+        .location
+        .ok_or_else(|| RestoreError::Source(format!("EtcdBackup {name} records no location")))?;
+    let destination = backup.spec.destination.clone().or_else(|| fallback.cloned());
+    let source = match (location.strip_prefix("s3://"), destination) {
+        (Some(rest), Some(destination)) if destination.s3.is_some() => {
+            let key = rest
+                .split_once('/')
+                .map(|(_, k)| k.to_owned())
+                .unwrap_or_default();
+            SnapshotSource::Store { destination, key }
+        }
+        (Some(_), _) => SnapshotSource::Url(location.clone()),
+        (None, _) => {
+            // A file path: open its directory as a volume destination.
+            let path = Path::new(&location);
+            let dir = path.parent().map(|p| p.display().to_string()).unwrap_or_default();
+            let key = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            SnapshotSource::Store {
+                destination: BackupDestination {
+                    s3: None,
+                    volume: Some(etcd_operator_api::v1alpha2::VolumeDestination {
+                        path: Some(dir),
+                        claim_name: None,
+                    }),
+                },
+                key,
+            }
+        }
+    };
+    Ok(RestorePlan {
+        source,
+        expected_sha256: status.sha256,
+    })
+}
+
+/// A fetched, verified snapshot.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The file's bytes.
+    pub data: bytes::Bytes,
+    /// Its SHA-256, lowercase hex.
+    pub sha256: String,
+    /// Where it came from.
+    pub location: String,
+}
+
+async fn http_get(url: &str) -> Result<Option<bytes::Bytes>, RestoreError> {
+    let err = |reason: String| RestoreError::Download {
+        url: url.to_owned(),
+        reason,
+    };
+    let resp = reqwest::get(url).await.map_err(|e| err(e.to_string()))?;
+    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if !resp.status().is_success() {
+        return Err(err(format!("status {}", resp.status())));
+    }
+    resp.bytes().await.map(Some).map_err(|e| err(e.to_string()))
+}
+
+async fn fetch_url(url: &str) -> Result<(bytes::Bytes, Option<String>), RestoreError> {
+    let sidecar_url = format!("{url}{}", policy::CHECKSUM_SUFFIX);
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        let s3 = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map_err(|e| RestoreError::Download {
+                url: url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let get = |k: String| {
+            let s3 = &s3;
+            async move {
+                match s3.get(&object_store::path::Path::from(k.as_str())).await {
+                    Ok(r) => r.bytes().await.map(Some),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let to_err = |e: object_store::Error| RestoreError::Download {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        };
+        let data = get(key.to_owned())
+            .await
+            .map_err(to_err)?
+            .ok_or_else(|| RestoreError::Download {
+                url: url.to_owned(),
+                reason: "not found".into(),
+            })?;
+        let sidecar = get(format!("{key}{}", policy::CHECKSUM_SUFFIX))
+            .await
+            .map_err(to_err)?;
+        return Ok((
+            data,
+            sidecar.and_then(|t| policy::parse_checksum_file(&String::from_utf8_lossy(&t))),
+        ));
+    }
+    let data = http_get(url).await?.ok_or_else(|| RestoreError::Download {
+        url: url.to_owned(),
+        reason: "not found".into(),
+    })?;
+    let sidecar = http_get(&sidecar_url).await?;
+    Ok((
+        data,
+        sidecar.and_then(|t| policy::parse_checksum_file(&String::from_utf8_lossy(&t))),
+    ))
+}
+
+/// Checks fetched bytes: against the recorded checksum(s), then etcd's own hash (pure).
+pub fn verify(data: &[u8], location: &str, expected: &[Option<String>]) -> Result<String, RestoreError> {
+    let actual = hex::encode(Sha256::digest(data));
+    for expected in expected.iter().flatten() {
+        if !expected.eq_ignore_ascii_case(&actual) {
+            return Err(RestoreError::ChecksumMismatch {
+                location: location.to_owned(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+    }
+    policy::check_snapshot(data).map_err(|source| RestoreError::Corrupt {
+        location: location.to_owned(),
+        source,
+    })?;
+    Ok(actual)
+}
+
+/// Fetches the snapshot of a plan and verifies it.
+pub async fn fetch(
+    plan: &RestorePlan,
+    namespace: &str,
+    credentials: &Credentials,
+) -> Result<Fetched, RestoreError> {
+    let (data, recorded, location) = match &plan.source {
+        SnapshotSource::Store { destination, key } => {
+            let dest = store::open(destination, namespace, credentials).await?;
+            let data = dest.get(key).await?;
+            let recorded = dest.recorded_checksum(key).await?;
+            (data, recorded, dest.location(key))
+        }
+        SnapshotSource::Url(url) => {
+            let (data, recorded) = fetch_url(url).await?;
+            (data, recorded, url.clone())
+        }
+    };
+    let sha256 = verify(&data, &location, &[plan.expected_sha256.clone(), recorded])?;
+    Ok(Fetched {
+        data,
+        sha256,
+        location,
+    })
+}
+
+/// Whether a data directory already holds a member (`member/` inside it).
+pub fn has_member_data(data_dir: &Path) -> bool {
+    data_dir.join("member").is_dir()
+}
+
+/// Restores `snapshot` (a verified file) into `data_dir` for `member`. Crash-safe: the tool
+/// writes into `<data_dir>.restoring`, which is renamed into place when complete; a data dir
+/// that already holds a member is left alone.
+pub async fn restore_into(
+    tool: &RestoreTool,
+    snapshot: &Path,
+    member: &RestoreMember,
+    data_dir: &Path,
+) -> Result<(), RestoreError> {
+    if has_member_data(data_dir) {
+        return Ok(());
+    }
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RestoreError::Io { op, path, source }
+    };
+    let staging = data_dir.with_extension("restoring");
+    match tokio::fs::remove_dir_all(&staging).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("clear", &staging)(e)),
+    }
+    if let Some(parent) = staging.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(io("create", parent))?;
+    }
+    let mut cmd = tokio::process::Command::from(tool.command(snapshot, member, &staging));
+    let output = cmd
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(io("run restore tool for", &staging))?;
+    if !output.status.success() {
+        let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stdout));
+        return Err(RestoreError::Tool {
+            tool: format!("{tool:?}"),
+            status: output.status.to_string(),
+            output: text.trim().to_owned(),
+        });
+    }
+    // An empty data dir the runtime created beforehand gives way to the restored one.
+    match tokio::fs::remove_dir(data_dir).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("replace", data_dir)(e)),
+    }
+    tokio::fs::rename(&staging, data_dir)
+        .await
+        .map_err(io("move restored data into", data_dir))?;
+    Ok(())
+}
+
+/// Fetches, verifies and restores: what a runtime calls before the first start of a member of
+/// a cluster bootstrapped from a snapshot. Idempotent: a data dir holding a member is left as
+/// it is (a restart after the restore).
+pub async fn prepare_data_dir(
+    plan: &RestorePlan,
+    namespace: &str,
+    credentials: &Credentials,
+    tool: &RestoreTool,
+    member: &RestoreMember,
+    data_dir: &Path,
+) -> Result<(), RestoreError> {
+    if has_member_data(data_dir) {
+        return Ok(());
+    }
+    let fetched = fetch(plan, namespace, credentials).await?;
+    let file = data_dir.with_extension("snapshot.db");
+    let io = |op: &'static str| {
+        let path = file.clone();
+        move |source| RestoreError::Io { op, path, source }
+    };
+    if let Some(parent) = file.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(io("create directory of"))?;
+    }
+    tokio::fs::write(&file, &fetched.data)
+        .await
+        .map_err(io("write"))?;
+    let result = restore_into(tool, &file, member, data_dir).await;
+    let _ = tokio::fs::remove_file(&file).await;
+    tracing::info!(member = %member.name, from = %fetched.location, sha256 = %fetched.sha256, ok = result.is_ok(), "restored member data from snapshot");
+    result
+}
+
+/// Reads the EtcdBackup a restore names (`None` when it does not exist).
+pub async fn read_backup(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<EtcdBackup>, RestoreError> {
+    let api: kube::Api<EtcdBackup> = kube::Api::namespaced(client.clone(), namespace);
+    api.get_opt(name)
+        .await
+        .map_err(|source| RestoreError::ReadBackup {
+            name: name.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_operator_api::backup::{BackupPhase, EtcdBackupSpec, EtcdBackupStatus};
+    use etcd_operator_api::v1alpha2::{RestoreSource, S3Destination};
+
+    fn snapshot_bytes() -> Vec<u8> {
+        let db = vec![3u8; 2048];
+        let mut data = db.clone();
+        data.extend_from_slice(&Sha256::digest(&db));
+        data
+    }
+
+    #[test]
+    fn plans_serialize_for_the_member_configuration() {
+        let plan = RestorePlan {
+            source: SnapshotSource::Url("https://x/s.db".into()),
+            expected_sha256: Some("ab".into()),
+        };
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["source"]["url"], "https://x/s.db");
+        assert_eq!(serde_json::from_value::<RestorePlan>(json).unwrap(), plan);
+    }
+
+    #[test]
+    fn a_checksum_mismatch_is_refused_clearly() {
+        let data = snapshot_bytes();
+        let good = hex::encode(Sha256::digest(&data));
+        assert_eq!(verify(&data, "loc", &[Some(good.clone()), None]).unwrap(), good);
+        let err = verify(&data, "s3://b/k.db", &[Some("0".repeat(64))]).unwrap_err();
+        assert!(matches!(err, RestoreError::ChecksumMismatch { .. }));
+        assert!(err.to_string().contains("s3://b/k.db was refused"), "{err}");
+        let mut corrupt = data.clone();
+        corrupt[5] ^= 0xff;
+        // Without a recorded checksum, etcd's own hash still catches it.
+        assert!(matches!(
+            verify(&corrupt, "loc", &[None]),
+            Err(RestoreError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn plans_from_sources_and_backups() {
+        let by_url = RestoreSpec {
+            source: Some(RestoreSource {
+                url: Some("https://x/s.db".into()),
+                ..Default::default()
+            }),
+            backup_name: None,
+        };
+        assert_eq!(
+            plan(&by_url, None, None).unwrap().source,
+            SnapshotSource::Url("https://x/s.db".into())
+        );
+        let by_backup = RestoreSpec {
+            backup_name: Some("b1".into()),
+            source: None,
+        };
+        assert!(matches!(
+            plan(&by_backup, None, None),
+            Err(RestoreError::Source(_))
+        ));
+        let mut backup = EtcdBackup::new(
+            "b1",
+            "ns",
+            EtcdBackupSpec {
+                cluster_name: "c".into(),
+                destination: Some(BackupDestination {
+                    s3: Some(S3Destination {
+                        bucket: "bk".into(),
+                        ..Default::default()
+                    }),
+                    volume: None,
+                }),
+            },
+        );
+        assert!(
+            plan(&by_backup, Some(&backup), None).is_err(),
+            "not succeeded yet"
+        );
+        backup.status = Some(EtcdBackupStatus {
+            phase: Some(BackupPhase::Succeeded),
+            location: Some("s3://bk/ns/c/manual/b1-x-5.db".into()),
+            sha256: Some("ab".into()),
+            ..Default::default()
+        });
+        let p = plan(&by_backup, Some(&backup), None).unwrap();
+        assert_eq!(p.expected_sha256.as_deref(), Some("ab"));
+        assert!(matches!(p.source, SnapshotSource::Store { ref key, .. } if key == "ns/c/manual/b1-x-5.db"));
+        backup.spec.destination = None;
+        backup.status.as_mut().unwrap().location = Some("/var/b/ns/c/x.db".into());
+        let p = plan(&by_backup, Some(&backup), None).unwrap();
+        match p.source {
+            SnapshotSource::Store { destination, key } => {
+                assert_eq!(key, "x.db");
+                assert_eq!(destination.volume.unwrap().path.as_deref(), Some("/var/b/ns/c"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_tool_follows_the_version() {
+        let dir = tempfile::tempdir().unwrap();
+        for (v, tool) in [("3.4.23", "etcdctl"), ("3.5.1", "etcdutl")] {
+            std::fs::create_dir_all(dir.path().join(v)).unwrap();
+            std::fs::write(dir.path().join(v).join(tool), "").unwrap();
+        }
+        assert!(matches!(
+            RestoreTool::for_version(dir.path(), "3.4.23").unwrap(),
+            RestoreTool::Etcdctl(_)
+        ));
+        assert!(matches!(
+            RestoreTool::for_version(dir.path(), "3.5.1").unwrap(),
+            RestoreTool::Etcdutl(_)
+        ));
+        let err = RestoreTool::for_version(dir.path(), "3.5.0").unwrap_err();
+        assert!(err.to_string().contains("make tools"), "{err}");
+        let member = RestoreMember {
+            name: "m0".into(),
+            peer_url: "http://127.0.0.1:1".into(),
+            initial_cluster: "m0=http://127.0.0.1:1".into(),
+            cluster_token: "t".into(),
+        };
+        let cmd = RestoreTool::Etcdctl("etcdctl".into()).command(Path::new("s.db"), &member, Path::new("d"));
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            [
+                "snapshot",
+                "restore",
+                "s.db",
+                "--name",
+                "m0",
+                "--initial-cluster",
+                "m0=http://127.0.0.1:1",
+                "--initial-cluster-token",
+                "t",
+                "--initial-advertise-peer-urls",
+                "http://127.0.0.1:1",
+                "--data-dir",
+                "d"
+            ]
+        );
+        assert!(
+            cmd.get_envs()
+                .any(|(k, v)| k == "ETCDCTL_API" && v == Some("3".as_ref()))
+        );
+    }
+}
