@@ -148,7 +148,12 @@ async fn run_local(
     );
     // The controller reaches the API over loopback HTTPS with its own client certificate.
     let controller_client = controller_client(&env.controller_identity).await?;
-    let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries);
+    // S3 keys for backups and for restores: the environment, else the credentials file.
+    let credentials = etcd_operator_controller::backup::Credentials::Environment {
+        file: backup_credentials_file,
+    };
+    let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
+        .with_restore_credentials(credentials.clone());
     let ctx = etcd_operator_controller::reconcile::Context::new(
         controller_client.clone(),
         runtime,
@@ -159,12 +164,8 @@ async fn run_local(
         let _ = controller_stopped.await;
     }));
     // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
-    let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
-        controller_client.clone(),
-        etcd_operator_controller::backup::Credentials::Environment {
-            file: backup_credentials_file,
-        },
-    );
+    let backup_ctx =
+        etcd_operator_controller::backup::BackupContext::new(controller_client.clone(), credentials);
     let (stop_backups, backups_stopped) = tokio::sync::oneshot::channel::<()>();
     let backup_controllers = tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, async move {
         let _ = backups_stopped.await;

@@ -58,6 +58,10 @@ pub struct MemberConfig {
     /// [`crate::runtime::Runtime::change_version`]): where a failed upgrade rolls back to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_version: Option<String>,
+    /// The snapshot a member of a cluster bootstrapped from a backup starts from
+    /// (`spec.bootstrap.restore`): restored into its data directory before its first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<crate::restore::RestorePlan>,
 }
 
 impl MemberConfig {

@@ -38,6 +38,9 @@ pub struct Desired {
     pub paused: bool,
     /// The latest rolling version change, as remembered in status.
     pub roll: Option<RollRecord>,
+    /// `spec.bootstrap.restore`, resolved: a bootstrap starts every member from this snapshot.
+    /// Members joining later never do (they sync from the cluster).
+    pub restore: Option<crate::restore::RestorePlan>,
 }
 
 /// A rolling version change as persisted in `status.upgrade`.
@@ -768,6 +771,7 @@ fn join_config(
         initial_state: InitialState::Existing,
         cluster_token: desired.cluster_token.clone(),
         previous_version: None,
+        restore: None,
     }
 }
 
@@ -811,6 +815,7 @@ fn plan_without_etcd(
             initial_state: InitialState::New,
             cluster_token: desired.cluster_token.clone(),
             previous_version: None,
+            restore: desired.restore.clone(),
         };
         return Step::Start {
             members: observed
@@ -863,6 +868,7 @@ mod tests {
             formed_before: true,
             paused: false,
             roll: None,
+            restore: None,
         }
     }
 
@@ -881,6 +887,7 @@ mod tests {
                 initial_state: s,
                 cluster_token: "tok".into(),
                 previous_version: None,
+                restore: None,
             }),
             liveness,
         }
@@ -963,6 +970,38 @@ mod tests {
             members[0].1.initial_cluster,
             vec![("a".into(), url("a")), ("b".into(), url("b"))]
         );
+    }
+
+    #[test]
+    fn a_bootstrap_from_a_snapshot_restores_every_initial_member_and_no_joiner() {
+        let plan = crate::restore::RestorePlan {
+            source: crate::restore::SnapshotSource::Url("https://backups.example/s.db".into()),
+            expected_sha256: Some("ab".into()),
+        };
+        let mut d = desired(2);
+        d.formed_before = false;
+        d.restore = Some(plan.clone());
+        let o = Observed {
+            runtime: vec![
+                runtime("a", Liveness::Reserved, None),
+                runtime("b", Liveness::Reserved, None),
+            ],
+            etcd: None,
+            timing: Timing::default(),
+        };
+        let Step::Start { members } = run(&d, &o) else {
+            panic!("expected start")
+        };
+        assert_eq!(members.len(), 2);
+        assert!(members.iter().all(|(_, c)| c.restore.as_ref() == Some(&plan)));
+        // A member joining the formed cluster later syncs from its peers.
+        let view = EtcdView {
+            cluster_id: 1,
+            members: vec![],
+            leader: 0,
+        };
+        let joiner = join_config(&d, &view, "c", &url("c"), &o);
+        assert_eq!(joiner.restore, None);
     }
 
     #[test]

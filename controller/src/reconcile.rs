@@ -264,7 +264,32 @@ fn desired(obj: &EtcdCluster, cluster: &ClusterRef) -> Desired {
         formed_before: obj.status.as_ref().is_some_and(|s| s.cluster_id.is_some()),
         paused: obj.spec.paused.unwrap_or(false),
         roll: status::roll_record(obj.status.as_ref()),
+        restore: None,
     }
+}
+
+/// Resolves `spec.bootstrap.restore` of a cluster that never formed: the snapshot its members
+/// start from. Reads the named EtcdBackup and, when that has no destination of its own, the
+/// destination of the cluster it backed up.
+async fn resolve_restore(
+    client: &kube::Client,
+    namespace: &str,
+    spec: &etcd_operator_api::v1alpha2::RestoreSpec,
+) -> Result<crate::restore::RestorePlan, crate::restore::RestoreError> {
+    let backup = match (&spec.backup_name, &spec.source) {
+        (Some(name), None) => crate::restore::read_backup(client, namespace, name).await?,
+        _ => None,
+    };
+    let fallback = match backup.as_ref().filter(|b| b.spec.destination.is_none()) {
+        Some(b) => Api::<EtcdCluster>::namespaced(client.clone(), namespace)
+            .get_opt(&b.spec.cluster_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.spec.backup.map(|policy| policy.destination)),
+        None => None,
+    };
+    crate::restore::plan(spec, backup.as_ref(), fallback.as_ref())
 }
 
 fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>) -> String {
@@ -542,6 +567,29 @@ async fn apply<R: Runtime>(
             .filter(|r| r.target == desired.version)
     {
         desired.roll = Some(remembered);
+    }
+    if !desired.formed_before
+        && let Some(restore) = obj.spec.bootstrap.as_ref().and_then(|b| b.restore.as_ref())
+    {
+        match resolve_restore(&ctx.client, &cluster.namespace, restore).await {
+            Ok(plan) => desired.restore = Some(plan),
+            Err(error) => {
+                // Never bootstrap an empty cluster in place of the restored one asked for.
+                tracing::warn!(cluster = %cluster.key(), %error, "cannot resolve the snapshot to restore");
+                let outcome = Outcome {
+                    step: Step::Idle,
+                    error: Some(format!("{}: {error}", status::RESTORE_FAILED)),
+                    roll: None,
+                };
+                let observed = Observed {
+                    runtime: Vec::new(),
+                    etcd: None,
+                    timing: Timing::default(),
+                };
+                write_status(api, obj, &status::compute(obj, &observed, &outcome)).await?;
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        }
     }
     let spec = ClusterSpecView { cluster: obj.clone() };
     let mut outcome = Outcome {

@@ -117,6 +117,9 @@ pub enum RestoreError {
     /// The restore spec names no snapshot, or the backup has none yet.
     #[error("restore source: {0}")]
     Source(String),
+    /// The runtime cannot restore members (what is missing, and the way around it).
+    #[error("restore is not supported here: {0}")]
+    Unsupported(String),
     /// Reading the EtcdBackup failed.
     #[error("read EtcdBackup {name}: {source}")]
     ReadBackup {

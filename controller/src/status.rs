@@ -24,6 +24,10 @@ pub struct Outcome {
     pub roll: Option<RollRecord>,
 }
 
+/// How every error of a restore from a snapshot begins (the `Degraded` reason is then
+/// `RestoreFailed`).
+pub const RESTORE_FAILED: &str = "restore from snapshot";
+
 /// The condition types this module writes; every other type in the old status is kept.
 const OWNED_CONDITIONS: [&str; 3] = [CONDITION_AVAILABLE, CONDITION_PROGRESSING, CONDITION_DEGRADED];
 
@@ -304,7 +308,12 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
         .filter(|u| u.phase == Some(UpgradePhase::Halted))
         .and_then(|u| u.message.clone());
     if let Some(error) = &outcome.error {
-        degraded = Some(("StepFailed", error.clone()));
+        let reason = if error.starts_with(RESTORE_FAILED) {
+            "RestoreFailed"
+        } else {
+            "StepFailed"
+        };
+        degraded = Some((reason, error.clone()));
     } else if let Some(message) = halted {
         degraded = Some((
             "UpgradeHalted",
@@ -537,6 +546,23 @@ mod tests {
             },
         );
         assert_eq!(get(&failed, "Degraded").reason, "StepFailed");
+        let restore = crate::runtime::RuntimeError::Restore {
+            member: "m".into(),
+            source: Box::new(crate::restore::RestoreError::Source(
+                "EtcdBackup b1 was not found".into(),
+            )),
+        };
+        let refused = compute(
+            &cluster(),
+            &observed,
+            &Outcome {
+                step: Step::Idle,
+                error: Some(restore.to_string()),
+                roll: None,
+            },
+        );
+        assert_eq!(get(&refused, "Degraded").reason, "RestoreFailed");
+        assert!(get(&refused, "Degraded").message.contains("b1 was not found"));
     }
 
     #[test]

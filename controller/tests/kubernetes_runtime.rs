@@ -156,6 +156,7 @@ fn config(members: &[&str], state: InitialState) -> MemberConfig {
         initial_state: state,
         cluster_token: UID.to_owned(),
         previous_version: None,
+        restore: None,
     }
 }
 
@@ -606,6 +607,30 @@ async fn starting_a_running_member_keeps_its_first_config_and_changes_nothing() 
         async |rt: KubernetesRuntime| rt.start(&cluster_ref(), &disk_spec(3), &a, &other).await.unwrap(),
     )
     .await;
+}
+
+#[tokio::test]
+async fn starting_a_member_from_a_snapshot_is_refused_before_any_call() {
+    let a = member("bbbbb");
+    let mut cfg = config(&[&a], InitialState::New);
+    cfg.restore = Some(etcd_operator_controller::restore::RestorePlan {
+        source: etcd_operator_controller::restore::SnapshotSource::Url("https://b.example/s.db".into()),
+        expected_sha256: None,
+    });
+    // No request is expected: the verifier fails on any call.
+    let err = scenario(
+        async move |_api: &mut ApiServerVerifier| {},
+        async |rt: KubernetesRuntime| {
+            rt.start(&cluster_ref(), &disk_spec(3), &a, &cfg)
+                .await
+                .unwrap_err()
+        },
+    )
+    .await;
+    assert!(
+        err.to_string().starts_with("restore from snapshot for member"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

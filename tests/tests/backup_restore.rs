@@ -268,7 +268,6 @@ async fn a_corrupted_snapshot_is_refused_and_restores_nothing() {
 }
 
 #[tokio::test]
-#[ignore = "needs the planner/local runtime to call restore::prepare_data_dir on bootstrap (docs/backups.md)"]
 async fn a_new_cluster_bootstraps_from_an_etcdbackup() {
     let op = LocalOperator::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -313,4 +312,46 @@ async fn a_new_cluster_bootstraps_from_an_etcdbackup() {
         etcdctl_ok(&dst_eps, &["get", "after", "--print-value-only"]).trim(),
         ""
     );
+
+    // The stored snapshot is damaged: a cluster restored from it never starts, and says why.
+    let backup = wait_for(&op, "etcdbackup", "b1", "backup", Duration::from_secs(5), |_| {
+        true
+    })
+    .await;
+    let location = backup["status"]["location"].as_str().unwrap().to_string();
+    let mut bytes = std::fs::read(&location).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&location, bytes).unwrap();
+    let bad = restored.replace("name: dst", "name: bad");
+    kubectl(&op, &["apply", "-f", "-"], Some(&bad));
+    let refused = wait_for(&op, "ec", "bad", "RestoreFailed", Duration::from_secs(60), |o| {
+        condition(o, "Degraded").is_some_and(|c| c["reason"] == "RestoreFailed")
+    })
+    .await;
+    let message = condition(&refused, "Degraded").unwrap()["message"].to_string();
+    assert!(message.contains("was refused: its SHA-256"), "{message}");
+    assert!(refused["status"]["clusterID"].is_null(), "{refused:#}");
+    assert!(
+        !condition(&refused, "Available").is_some_and(|c| c["status"] == "True"),
+        "{refused:#}"
+    );
+    // A restore from a backup that does not exist starts nothing (no empty cluster instead).
+    let ghost = restored
+        .replace("name: dst", "name: ghost")
+        .replace("backupName: b1", "backupName: nope");
+    kubectl(&op, &["apply", "-f", "-"], Some(&ghost));
+    let missing = wait_for(
+        &op,
+        "ec",
+        "ghost",
+        "RestoreFailed",
+        Duration::from_secs(60),
+        |o| condition(o, "Degraded").is_some_and(|c| c["reason"] == "RestoreFailed"),
+    )
+    .await;
+    let message = condition(&missing, "Degraded").unwrap()["message"].to_string();
+    assert!(message.contains("EtcdBackup nope was not found"), "{message}");
+    let members = op.state_dir().join("members").join("default").join("ghost");
+    assert!(!members.exists(), "nothing was reserved for ghost");
 }

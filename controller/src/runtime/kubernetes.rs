@@ -548,6 +548,16 @@ impl Runtime for KubernetesRuntime {
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
+        if config.restore.is_some() {
+            // The member Pod would need the snapshot inside its volume before etcd starts (an
+            // init container that fetches, verifies and restores it): not built yet.
+            return Err(RuntimeError::Restore {
+                member: name.to_owned(),
+                source: Box::new(crate::restore::RestoreError::Unsupported(
+                    "the kubernetes runtime cannot start members from a snapshot yet; restore with the local runtime, or with etcdutl into the member volumes by hand".into(),
+                )),
+            });
+        }
         let memory = matches!(
             effective_storage(&spec.cluster.spec).medium,
             Some(StorageMedium::Memory)

@@ -38,6 +38,8 @@ pub struct LocalRuntime {
     root: PathBuf,
     /// Directory holding `<version>/etcd` binaries (the project's `.tools/etcd`).
     binaries: PathBuf,
+    /// How snapshots to restore from are fetched (S3 keys from the environment or a file).
+    restore_credentials: crate::backup::Credentials,
 }
 
 fn io<'a>(op: &'static str, member: &'a str) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
@@ -54,7 +56,14 @@ impl LocalRuntime {
         Self {
             root: root.into(),
             binaries: binaries.into(),
+            restore_credentials: crate::backup::Credentials::Environment { file: None },
         }
+    }
+
+    /// Fetches snapshots to restore from with these credentials (default: the environment).
+    pub fn with_restore_credentials(mut self, credentials: crate::backup::Credentials) -> Self {
+        self.restore_credentials = credentials;
+        self
     }
 
     fn cluster_dir(&self, cluster: &ClusterRef) -> PathBuf {
@@ -188,6 +197,40 @@ impl LocalRuntime {
         Ok(())
     }
 
+    /// Fills a member's empty data directory from its snapshot with the restore tool of its
+    /// version, before its first start (idempotent: restored data is left as it is).
+    async fn restore(
+        &self,
+        cluster: &ClusterRef,
+        dir: &Path,
+        file: &MemberFile,
+        config: &MemberConfig,
+        plan: &crate::restore::RestorePlan,
+    ) -> Result<(), RuntimeError> {
+        let failed = |source| RuntimeError::Restore {
+            member: file.name.clone(),
+            source: Box::new(source),
+        };
+        let tool =
+            crate::restore::RestoreTool::for_version(&self.binaries, &config.version).map_err(failed)?;
+        let member = crate::restore::RestoreMember {
+            name: file.name.clone(),
+            peer_url: format!("http://127.0.0.1:{}", file.peer_port),
+            initial_cluster: config.initial_cluster_flag(),
+            cluster_token: config.cluster_token.clone(),
+        };
+        crate::restore::prepare_data_dir(
+            plan,
+            &cluster.namespace,
+            &self.restore_credentials,
+            &tool,
+            &member,
+            &dir.join("data"),
+        )
+        .await
+        .map_err(failed)
+    }
+
     async fn stop_process(&self, dir: &Path, name: &str) {
         let Some(pid) = running_pid(dir) else { return };
         let Ok(raw) = i32::try_from(pid) else { return };
@@ -309,6 +352,11 @@ impl Runtime for LocalRuntime {
         self.binary(&config.version)?;
         file.config = Some(config.clone());
         self.write_member(&dir, &file)?;
+        if !file.started
+            && let Some(plan) = &config.restore
+        {
+            self.restore(cluster, &dir, &file, &config, plan).await?;
+        }
         self.spawn(&dir, &file, &config)?;
         file.started = true;
         self.write_member(&dir, &file)
@@ -450,6 +498,7 @@ mod tests {
             initial_state: InitialState::New,
             cluster_token: "t".into(),
             previous_version: None,
+            restore: None,
         };
         let err = rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap_err();
         let text = err.to_string();
@@ -471,6 +520,7 @@ mod tests {
             initial_state: InitialState::New,
             cluster_token: "t".into(),
             previous_version: None,
+            restore: None,
         };
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         // Re-adopted by a fresh runtime (as after an operator restart).
@@ -519,6 +569,7 @@ mod tests {
             initial_state: InitialState::New,
             cluster_token: "t".into(),
             previous_version: None,
+            restore: None,
         };
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         let before = wait_for_version(&m.client_url, "3.5.0").await;

@@ -52,6 +52,15 @@ pub enum RuntimeError {
         #[source]
         source: kube::Error,
     },
+    /// A member's data could not be restored from its snapshot (fetch, checksum, restore tool).
+    #[error("{prefix} for member {member}: {source}", prefix = crate::status::RESTORE_FAILED)]
+    Restore {
+        /// The member.
+        member: String,
+        /// The cause.
+        #[source]
+        source: Box<crate::restore::RestoreError>,
+    },
     /// Stored member state could not be read or written.
     #[error("member state of {member}: {detail}")]
     State {
