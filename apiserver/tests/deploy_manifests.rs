@@ -1230,43 +1230,7 @@ async fn bad_timing_is_refused_before_any_call() {
     assert!(stub.calls().is_empty());
 }
 
-/// The wiring proposed for `cluster::run` (the controllers started by `run_while_leader`),
-/// exactly as it would stand there, so that it is known to compile and to behave.
-fn spawn_controllers(
-    kube: kube::Client,
-    controller_client: kube::Client,
-    leader_election: LeaderElectionArgs,
-    tasks: CancellationToken,
-) -> tokio::task::JoinHandle<Result<(), etcd_operator_apiserver::cluster::leader::LeaderElectionError>> {
-    let runtime = KubernetesRuntime::new(kube.clone());
-    let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
-    tokio::spawn(run_while_leader(
-        kube,
-        leader_election,
-        tasks,
-        move |stop: CancellationToken| {
-            let ctx = etcd_operator_controller::reconcile::Context::new(
-                controller_client.clone(),
-                runtime.clone(),
-                Default::default(),
-            );
-            let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
-                controller_client.clone(),
-                credentials.clone(),
-            );
-            async move {
-                let stop_members = stop.clone();
-                tokio::join!(
-                    etcd_operator_controller::reconcile::run(
-                        ctx,
-                        async move { stop_members.cancelled().await }
-                    ),
-                    etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
-                );
-            }
-        },
-    ))
-}
+use etcd_operator_apiserver::cluster::run::spawn_controllers;
 
 #[tokio::test]
 async fn serve_wiring_runs_the_controllers_only_while_leading() {

@@ -54,7 +54,7 @@ fn version_change(report: &mut Report, path: &Path, new: &v2::EtcdClusterSpec, o
         Err(e) => report.errors.push(FieldError::invalid(path, new_version, e.to_string())),
         Ok(Transition::MinorUpgrade) => report.warn_at(
             path,
-            format!("upgrading from {from} to {to}: members are replaced one at a time, the leader last; take a backup first"),
+            format!("upgrading from {from} to {to}: members restart on it one at a time on their data, the leader last; a snapshot is taken first"),
         ),
         Ok(Transition::MinorDowngrade) => report.warn_at(
             path,

@@ -149,6 +149,46 @@ async fn etcd_client(args: &ServeArgs) -> Result<etcd_client::Client, ServeModeE
         .map_err(ServeModeError::Etcd)
 }
 
+/// Starts the member and backup controllers: Pods, PVCs, Services, Events and Secrets through
+/// `kube` (the pod's ServiceAccount), EtcdClusters and EtcdBackups through `controller_client`
+/// (the loopback identity). They run only while this replica holds the leader Lease (always,
+/// without `--leader-elect`), are stopped when it is lost and started anew when it is regained.
+pub fn spawn_controllers(
+    kube: kube::Client,
+    controller_client: kube::Client,
+    leader_election: super::leader::LeaderElectionArgs,
+    tasks: CancellationToken,
+) -> tokio::task::JoinHandle<Result<(), super::leader::LeaderElectionError>> {
+    let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
+    let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
+    tokio::spawn(super::leader::run_while_leader(
+        kube,
+        leader_election,
+        tasks,
+        move |stop: CancellationToken| {
+            let ctx = etcd_operator_controller::reconcile::Context::new(
+                controller_client.clone(),
+                runtime.clone(),
+                Default::default(),
+            );
+            let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
+                controller_client.clone(),
+                credentials.clone(),
+            );
+            async move {
+                let stop_members = stop.clone();
+                tokio::join!(
+                    etcd_operator_controller::reconcile::run(
+                        ctx,
+                        async move { stop_members.cancelled().await }
+                    ),
+                    etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
+                );
+            }
+        },
+    ))
+}
+
 /// Runs serve mode until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     args.leader_election.timing()?;
@@ -219,37 +259,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     // The controller: EtcdClusters through the loopback listener as its own identity; Pods,
     // PVCs, Services and Events through kube-apiserver with the pod's ServiceAccount.
     let controller_client = loopback.client(private_addr).await?;
-    let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
-    let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
-    // The member and backup controllers run only while this replica holds the leader Lease
-    // (always, without --leader-elect); stopped when it is lost, started anew when regained.
-    // S3 credentials come from the Secret each backup destination names.
-    let controllers = tokio::spawn(super::leader::run_while_leader(
+    let controllers = spawn_controllers(
         kube.clone(),
+        controller_client,
         args.leader_election.clone(),
         tasks.clone(),
-        move |stop: CancellationToken| {
-            let ctx = etcd_operator_controller::reconcile::Context::new(
-                controller_client.clone(),
-                runtime.clone(),
-                Default::default(),
-            );
-            let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
-                controller_client.clone(),
-                credentials.clone(),
-            );
-            async move {
-                let stop_members = stop.clone();
-                tokio::join!(
-                    etcd_operator_controller::reconcile::run(
-                        ctx,
-                        async move { stop_members.cancelled().await }
-                    ),
-                    etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
-                );
-            }
-        },
-    ));
+    );
 
     let stop_private = tasks.clone();
     let private_server = tokio::spawn(serve::serve(private, private_tls, app.clone(), async move {
