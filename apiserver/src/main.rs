@@ -54,6 +54,104 @@ enum Mode {
     },
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
     Serve(etcd_operator_apiserver::cluster::run::ServeArgs),
+    /// Restore step 1, run by an init container of a member Pod restored from a snapshot: fetch
+    /// the snapshot of a restore plan (S3 keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY),
+    /// verify its checksums and write it for the etcd image's restore tool.
+    #[command(hide = true)]
+    FetchSnapshot {
+        /// The restore plan as JSON (what the member configuration records).
+        #[arg(long)]
+        plan: String,
+        /// etcd's data directory: when it holds a member and the snapshot file exists, nothing
+        /// is fetched.
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+        /// Where the verified snapshot is written.
+        #[arg(long)]
+        snapshot: std::path::PathBuf,
+        /// Where the restore tool writes the member (cleared first).
+        #[arg(long)]
+        staging: std::path::PathBuf,
+    },
+    /// Restore step 3, after the restore tool: move the restored member into the data directory
+    /// unless it holds one already.
+    #[command(hide = true)]
+    FinishRestore {
+        /// etcd's data directory.
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+        /// Where the restore tool wrote the member.
+        #[arg(long)]
+        staging: std::path::PathBuf,
+    },
+}
+
+/// A restore step inside a member Pod failed.
+#[derive(Debug, thiserror::Error)]
+enum RestoreStepError {
+    #[error("--plan is not a restore plan: {0}")]
+    Plan(#[from] serde_json::Error),
+    #[error(transparent)]
+    Restore(#[from] etcd_operator_controller::restore::RestoreError),
+}
+
+async fn fetch_snapshot(
+    plan: &str,
+    data_dir: &std::path::Path,
+    snapshot: &std::path::Path,
+    staging: &std::path::Path,
+) -> Result<(), RestoreStepError> {
+    use etcd_operator_controller::restore::{self, PodFetch};
+    let plan: restore::RestorePlan = serde_json::from_str(plan)?;
+    match restore::fetch_for_pod(&plan, data_dir, snapshot, staging).await? {
+        PodFetch::Fetched { location, sha256 } => {
+            tracing::info!(%location, %sha256, snapshot = %snapshot.display(), "fetched and verified the snapshot");
+        }
+        PodFetch::Kept => {
+            tracing::info!(data_dir = %data_dir.display(), "the data directory holds a member already; the snapshot was not fetched again");
+        }
+    }
+    Ok(())
+}
+
+async fn finish_restore(
+    data_dir: &std::path::Path,
+    staging: &std::path::Path,
+) -> Result<(), RestoreStepError> {
+    use etcd_operator_controller::restore::{self, PodFinish};
+    match restore::finish_for_pod(data_dir, staging).await? {
+        PodFinish::Restored => {
+            tracing::info!(data_dir = %data_dir.display(), "restored member moved into place")
+        }
+        PodFinish::AlreadyRestored => {
+            tracing::info!(data_dir = %data_dir.display(), "the data directory holds a member already; kept it")
+        }
+    }
+    Ok(())
+}
+
+/// Where Kubernetes reads a container's termination message (the Pod's default path).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// Runs a restore step. Its error becomes the container's termination message (written to
+/// [`TERMINATION_LOG`] when that exists, and the last line of output for the Pod's
+/// `FallbackToLogsOnError`), which the operator reports.
+fn restore_step(
+    runtime: &tokio::runtime::Runtime,
+    step: impl std::future::Future<Output = Result<(), RestoreStepError>>,
+) -> ExitCode {
+    match runtime.block_on(step) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("restore step failed");
+            if std::path::Path::new(TERMINATION_LOG).is_file() {
+                // Best effort: the log line below carries the same text.
+                let _ = std::fs::write(TERMINATION_LOG, error.to_string());
+            }
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -158,7 +256,8 @@ async fn run_local(
         controller_client.clone(),
         runtime,
         Default::default(),
-    );
+    )
+    .with_backup_credentials(credentials.clone());
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
         let _ = controller_stopped.await;
@@ -235,6 +334,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Mode::FetchSnapshot {
+            plan,
+            data_dir,
+            snapshot,
+            staging,
+        } => restore_step(&runtime, fetch_snapshot(&plan, &data_dir, &snapshot, &staging)),
+        Mode::FinishRestore { data_dir, staging } => {
+            restore_step(&runtime, finish_restore(&data_dir, &staging))
+        }
         Mode::Serve(args) => match runtime.block_on(etcd_operator_apiserver::cluster::run::run(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
@@ -256,5 +364,45 @@ mod tests {
         assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn the_restore_steps_parse_as_the_member_pod_calls_them() {
+        let cli = Cli::try_parse_from([
+            "etcd-operator",
+            "fetch-snapshot",
+            "--plan",
+            r#"{"source":{"url":"https://x/s.db"}}"#,
+            "--data-dir",
+            "/var/lib/etcd/data",
+            "--snapshot",
+            "/var/lib/etcd/restore/snapshot.db",
+            "--staging",
+            "/var/lib/etcd/restore/data",
+        ])
+        .unwrap();
+        assert!(matches!(cli.mode, Mode::FetchSnapshot { ref plan, .. } if plan.contains("https://x/s.db")));
+        let cli = Cli::try_parse_from([
+            "etcd-operator",
+            "finish-restore",
+            "--data-dir",
+            "/d",
+            "--staging",
+            "/s",
+        ])
+        .unwrap();
+        assert!(matches!(cli.mode, Mode::FinishRestore { .. }));
+    }
+
+    #[tokio::test]
+    async fn a_plan_that_does_not_parse_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = fetch_snapshot("{}", dir.path(), &dir.path().join("s.db"), &dir.path().join("st"))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("--plan is not a restore plan"),
+            "{err}"
+        );
     }
 }

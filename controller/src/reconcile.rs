@@ -69,6 +69,8 @@ pub struct Context<R: Runtime> {
     runtime: R,
     thresholds: Thresholds,
     memory: Mutex<HashMap<String, Memory>>,
+    /// S3 keys for sending the pre-upgrade snapshot to the backup destination.
+    backup_credentials: crate::backup::Credentials,
 }
 
 impl<R: Runtime> std::fmt::Debug for Context<R> {
@@ -87,7 +89,14 @@ impl<R: Runtime> Context<R> {
             runtime,
             thresholds,
             memory: Mutex::new(HashMap::new()),
+            backup_credentials: crate::backup::Credentials::Environment { file: None },
         }
+    }
+
+    /// Reaches backup destinations with these credentials (default: the environment).
+    pub fn with_backup_credentials(mut self, credentials: crate::backup::Credentials) -> Self {
+        self.backup_credentials = credentials;
+        self
     }
 }
 
@@ -420,7 +429,7 @@ async fn act<R: Runtime>(
             }
         }
         Step::SnapshotBeforeUpgrade { from, to } => {
-            let snapshot = pre_upgrade_snapshot(cluster, observed, ctx, from, to).await?;
+            let snapshot = pre_upgrade_snapshot(cluster, spec, observed, ctx, from, to).await?;
             *roll = Some(RollRecord {
                 from: from.clone(),
                 target: to.clone(),
@@ -477,15 +486,18 @@ async fn act<R: Runtime>(
 /// runtime's place beside the cluster's data; returns where it went, or why it went nowhere.
 async fn pre_upgrade_snapshot<R: Runtime>(
     cluster: &ClusterRef,
+    spec: &ClusterSpecView,
     observed: &Observed,
     ctx: &Context<R>,
     from: &str,
     to: &str,
 ) -> Result<String, String> {
-    let Some(dir) = ctx.runtime.snapshot_dir(cluster) else {
-        tracing::info!(cluster = %cluster.key(), "no place beside the data for a pre-upgrade snapshot in this runtime");
+    let destination = spec.cluster.spec.backup.as_ref().map(|b| &b.destination);
+    let beside = ctx.runtime.snapshot_dir(cluster);
+    if beside.is_none() && destination.is_none() {
+        tracing::info!(cluster = %cluster.key(), "no place for a pre-upgrade snapshot: no backup destination, and none beside the data in this runtime");
         return Ok("not taken: this runtime has no place beside the members' data reachable by the operator; configure backups to keep one".into());
-    };
+    }
     let view = observed
         .etcd
         .as_ref()
@@ -496,11 +508,50 @@ async fn pre_upgrade_snapshot<R: Runtime>(
         .iter()
         .find_map(|m| m.client_urls.first())
         .ok_or_else(|| "snapshot: no healthy member to take it from".to_string())?;
-    let saved = etcd::save_snapshot(endpoint, &dir, &format!("pre-upgrade-{from}-to-{to}"))
-        .await
-        .map_err(|e| e.to_string())?;
-    tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
-    Ok(saved.path.display().to_string())
+    let name = format!("pre-upgrade-{from}-to-{to}");
+    let mut kept = Vec::new();
+    let mut taken: Option<(bytes::Bytes, i64)> = None;
+    if let Some(dir) = beside {
+        let saved = etcd::save_snapshot(endpoint, &dir, &name)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
+        if destination.is_some() {
+            let data = tokio::fs::read(&saved.path)
+                .await
+                .map_err(|e| format!("read the pre-upgrade snapshot {}: {e}", saved.path.display()))?;
+            taken = Some((bytes::Bytes::from(data), saved.revision));
+        }
+        kept.push(saved.path.display().to_string());
+    }
+    if let Some(destination) = destination {
+        // The same snapshot goes to the backup destination, among the one-shot backups (which
+        // retention never deletes).
+        let (data, revision) = match taken {
+            Some(t) => t,
+            None => {
+                let s = crate::backup::snapshot::take_from(endpoint)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (s.data, s.revision)
+            }
+        };
+        crate::backup::policy::check_snapshot(&data).map_err(|e| format!("pre-upgrade snapshot: {e}"))?;
+        let store = crate::backup::store::open(destination, &cluster.namespace, &ctx.backup_credentials)
+            .await
+            .map_err(|e| format!("send the pre-upgrade snapshot: {e}"))?;
+        let dir =
+            crate::backup::policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
+        let key = crate::backup::policy::manual_key(&dir, &name, chrono::Utc::now(), revision);
+        let sha256 = crate::backup::policy::sha256_hex(&data);
+        store
+            .put_snapshot(&key, data, &sha256)
+            .await
+            .map_err(|e| format!("send the pre-upgrade snapshot: {e}"))?;
+        tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
+        kept.push(store.location(&key));
+    }
+    Ok(kept.join(" and "))
 }
 
 /// How often a status write is tried again after a conflict before the reconcile gives up

@@ -94,21 +94,171 @@ impl RestoreTool {
         if let Some((k, v)) = env {
             cmd.env(k, v);
         }
-        cmd.arg("snapshot")
-            .arg("restore")
-            .arg(snapshot)
-            .arg("--name")
-            .arg(&member.name)
-            .arg("--initial-cluster")
-            .arg(&member.initial_cluster)
-            .arg("--initial-cluster-token")
-            .arg(&member.cluster_token)
-            .arg("--initial-advertise-peer-urls")
-            .arg(&member.peer_url)
-            .arg("--data-dir")
-            .arg(data_dir);
+        cmd.args(restore_args(
+            &snapshot.to_string_lossy(),
+            member,
+            &data_dir.to_string_lossy(),
+        ));
         cmd
     }
+}
+
+/// The restore tool's program name for `version` (`etcdctl` for 3.4, else `etcdutl`) and
+/// whether it needs `ETCDCTL_API=3` (the tools of the official etcd images are on the `PATH`).
+pub fn tool_program(version: &str) -> (&'static str, bool) {
+    if version.starts_with("3.4.") {
+        ("etcdctl", true)
+    } else {
+        ("etcdutl", false)
+    }
+}
+
+/// The arguments of `snapshot restore` of `snapshot` into `data_dir` for `member` (after the
+/// program name; the same for `etcdutl` and `etcdctl`).
+pub fn restore_args(snapshot: &str, member: &RestoreMember, data_dir: &str) -> Vec<String> {
+    [
+        "snapshot",
+        "restore",
+        snapshot,
+        "--name",
+        &member.name,
+        "--initial-cluster",
+        &member.initial_cluster,
+        "--initial-cluster-token",
+        &member.cluster_token,
+        "--initial-advertise-peer-urls",
+        &member.peer_url,
+        "--data-dir",
+        data_dir,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Whether a member Pod can fetch the snapshot of `plan` itself (pure): S3 destinations and URLs
+/// can be; a volume destination is a directory on the operator's host or a claim mounted in the
+/// operator's Pod (in the operator's namespace), which member Pods cannot mount.
+pub fn check_reachable_from_pod(plan: &RestorePlan) -> Result<(), RestoreError> {
+    match &plan.source {
+        SnapshotSource::Url(_) => Ok(()),
+        SnapshotSource::Store { destination, .. } if destination.s3.is_some() => Ok(()),
+        SnapshotSource::Store { destination, key } => {
+            let place = match destination.volume.as_ref() {
+                Some(v) => match (&v.claim_name, &v.path) {
+                    (Some(claim), _) => format!("volume claim {claim:?} (mounted in the operator's Pod)"),
+                    (None, Some(path)) => format!("directory {path:?} on the operator's host"),
+                    (None, None) => "an empty volume destination".to_owned(),
+                },
+                None => "a destination naming no store".to_owned(),
+            };
+            Err(RestoreError::Unreachable(format!(
+                "snapshot {key:?} is in {place}, which member Pods cannot mount; copy it to S3 or an HTTP(S) server and restore from `source.destination.s3` or `source.url`"
+            )))
+        }
+    }
+}
+
+/// What [`fetch_for_pod`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodFetch {
+    /// The snapshot was fetched, verified and written.
+    Fetched {
+        /// Where it came from.
+        location: String,
+        /// Its SHA-256.
+        sha256: String,
+    },
+    /// The data directory already holds a member and the snapshot file is still there: nothing
+    /// was downloaded (the restore step then makes a throwaway copy that [`finish_for_pod`]
+    /// discards).
+    Kept,
+}
+
+/// The first step of a restore inside a member Pod (`etcd-operator fetch-snapshot`, run by an
+/// init container in the operator's image on the member's volume): clears `staging`, then —
+/// unless `data_dir` already holds a member and `snapshot` exists — fetches the snapshot of
+/// `plan` with S3 keys from the environment, verifies it, and writes it to `snapshot`
+/// (through `<snapshot>.partial`, so a half-written file is never restored). A snapshot that
+/// fails its checks is refused and nothing is written.
+pub async fn fetch_for_pod(
+    plan: &RestorePlan,
+    data_dir: &Path,
+    snapshot: &Path,
+    staging: &Path,
+) -> Result<PodFetch, RestoreError> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RestoreError::Io { op, path, source }
+    };
+    match tokio::fs::remove_dir_all(staging).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("clear", staging)(e)),
+    }
+    if has_member_data(data_dir) && snapshot.is_file() {
+        return Ok(PodFetch::Kept);
+    }
+    let fetched = fetch(plan, "", &Credentials::Environment { file: None }).await?;
+    if let Some(parent) = snapshot.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(io("create", parent))?;
+    }
+    let partial = snapshot.with_extension("partial");
+    tokio::fs::write(&partial, &fetched.data)
+        .await
+        .map_err(io("write", &partial))?;
+    tokio::fs::rename(&partial, snapshot)
+        .await
+        .map_err(io("move into place", snapshot))?;
+    Ok(PodFetch::Fetched {
+        location: fetched.location,
+        sha256: fetched.sha256,
+    })
+}
+
+/// What [`finish_for_pod`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodFinish {
+    /// The restored data was moved into the data directory.
+    Restored,
+    /// The data directory already held a member; the restored copy was discarded.
+    AlreadyRestored,
+}
+
+/// The last step of a restore inside a member Pod (`etcd-operator finish-restore`, after the
+/// etcd image's restore tool wrote `staging`): moves the restored member into `data_dir` (an
+/// empty `data_dir` gives way), unless `data_dir` already holds a member, in which case the
+/// copy is discarded. The snapshot file is kept: a restarted Pod runs the restore tool again.
+pub async fn finish_for_pod(data_dir: &Path, staging: &Path) -> Result<PodFinish, RestoreError> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RestoreError::Io { op, path, source }
+    };
+    if has_member_data(data_dir) {
+        match tokio::fs::remove_dir_all(staging).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("discard", staging)(e)),
+        }
+        return Ok(PodFinish::AlreadyRestored);
+    }
+    if !has_member_data(staging) {
+        return Err(RestoreError::Tool {
+            tool: "etcdutl/etcdctl".into(),
+            status: "left no member".into(),
+            output: format!("{} holds no restored member", staging.display()),
+        });
+    }
+    match tokio::fs::remove_dir(data_dir).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("replace", data_dir)(e)),
+    }
+    tokio::fs::rename(staging, data_dir)
+        .await
+        .map_err(io("move restored data into", data_dir))?;
+    Ok(PodFinish::Restored)
 }
 
 /// A restore failed.
@@ -117,9 +267,22 @@ pub enum RestoreError {
     /// The restore spec names no snapshot, or the backup has none yet.
     #[error("restore source: {0}")]
     Source(String),
-    /// The runtime cannot restore members (what is missing, and the way around it).
-    #[error("restore is not supported here: {0}")]
-    Unsupported(String),
+    /// The member Pods cannot reach the snapshot (kubernetes runtime).
+    #[error("the snapshot cannot be fetched from the member Pods: {0}")]
+    Unreachable(String),
+    /// The operator's own image, which fetches snapshots in member Pods, is not known.
+    #[error(
+        "the operator's image is unknown, so member Pods cannot fetch the snapshot: set {0} in the operator's environment (the Helm chart does)"
+    )]
+    OperatorImageUnknown(&'static str),
+    /// A restore init container of the member Pod failed (its termination message).
+    #[error("init container {container} of the member Pod failed: {message}")]
+    InPod {
+        /// The init container.
+        container: String,
+        /// What it reported.
+        message: String,
+    },
     /// Reading the EtcdBackup failed.
     #[error("read EtcdBackup {name}: {source}")]
     ReadBackup {
@@ -600,6 +763,138 @@ mod tests {
         }
     }
 
+    fn volume_plan(dir: &Path, key: &str, expected: Option<String>) -> RestorePlan {
+        RestorePlan {
+            source: SnapshotSource::Store {
+                destination: BackupDestination {
+                    s3: None,
+                    volume: Some(etcd_operator_api::v1alpha2::VolumeDestination {
+                        path: Some(dir.display().to_string()),
+                        claim_name: None,
+                    }),
+                },
+                key: key.into(),
+            },
+            expected_sha256: expected,
+        }
+    }
+
+    #[test]
+    fn only_s3_and_url_sources_are_reachable_from_member_pods() {
+        let url = RestorePlan {
+            source: SnapshotSource::Url("https://x/s.db".into()),
+            expected_sha256: None,
+        };
+        assert!(check_reachable_from_pod(&url).is_ok());
+        let s3 = RestorePlan {
+            source: SnapshotSource::Store {
+                destination: BackupDestination {
+                    s3: Some(S3Destination {
+                        bucket: "bk".into(),
+                        ..Default::default()
+                    }),
+                    volume: None,
+                },
+                key: "k.db".into(),
+            },
+            expected_sha256: None,
+        };
+        assert!(check_reachable_from_pod(&s3).is_ok());
+        let err = check_reachable_from_pod(&volume_plan(Path::new("/var/b"), "x.db", None)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the snapshot cannot be fetched from the member Pods: snapshot \"x.db\" is in directory \"/var/b\" on the operator's host, which member Pods cannot mount; copy it to S3 or an HTTP(S) server and restore from `source.destination.s3` or `source.url`"
+        );
+        let claim = RestorePlan {
+            source: SnapshotSource::Store {
+                destination: BackupDestination {
+                    s3: None,
+                    volume: Some(etcd_operator_api::v1alpha2::VolumeDestination {
+                        path: None,
+                        claim_name: Some("backups".into()),
+                    }),
+                },
+                key: "x.db".into(),
+            },
+            expected_sha256: None,
+        };
+        let err = check_reachable_from_pod(&claim).unwrap_err();
+        assert!(
+            matches!(err, RestoreError::Unreachable(ref m) if m.contains("volume claim \"backups\"")),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_pod_steps_fetch_verify_and_move_the_restored_member_into_place() {
+        let store = tempfile::tempdir().unwrap();
+        let data = snapshot_bytes();
+        std::fs::write(store.path().join("s.db"), &data).unwrap();
+        let sha = hex::encode(Sha256::digest(&data));
+        let vol = tempfile::tempdir().unwrap();
+        let data_dir = vol.path().join("data");
+        let snapshot = vol.path().join("restore/snapshot.db");
+        let staging = vol.path().join("restore/data");
+        std::fs::create_dir_all(staging.join("stale")).unwrap();
+
+        // A wrong recorded checksum: refused, nothing written, the stale staging cleared.
+        let bad = volume_plan(store.path(), "s.db", Some("0".repeat(64)));
+        let err = fetch_for_pod(&bad, &data_dir, &snapshot, &staging)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RestoreError::ChecksumMismatch { .. }), "{err}");
+        assert!(!snapshot.exists() && !staging.exists());
+
+        let good = volume_plan(store.path(), "s.db", Some(sha.clone()));
+        let got = fetch_for_pod(&good, &data_dir, &snapshot, &staging)
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            PodFetch::Fetched {
+                location: format!("{}/s.db", store.path().display()),
+                sha256: sha
+            }
+        );
+        assert_eq!(std::fs::read(&snapshot).unwrap(), data);
+
+        // The restore tool left nothing: a clear error, the data dir untouched.
+        let err = finish_for_pod(&data_dir, &staging).await.unwrap_err();
+        assert!(err.to_string().contains("holds no restored member"), "{err}");
+        // What the etcd image's tool writes; an empty data dir (made by etcd or by hand) gives way.
+        std::fs::create_dir_all(staging.join("member/snap")).unwrap();
+        std::fs::create_dir_all(&data_dir).unwrap();
+        assert_eq!(
+            finish_for_pod(&data_dir, &staging).await.unwrap(),
+            PodFinish::Restored
+        );
+        assert!(has_member_data(&data_dir) && !staging.exists());
+
+        // A restarted Pod: nothing fetched (the source may be gone), the tool's copy discarded.
+        std::fs::remove_file(store.path().join("s.db")).unwrap();
+        assert_eq!(
+            fetch_for_pod(&good, &data_dir, &snapshot, &staging)
+                .await
+                .unwrap(),
+            PodFetch::Kept
+        );
+        std::fs::create_dir_all(staging.join("member")).unwrap();
+        std::fs::write(data_dir.join("member/keep"), "x").unwrap();
+        assert_eq!(
+            finish_for_pod(&data_dir, &staging).await.unwrap(),
+            PodFinish::AlreadyRestored
+        );
+        assert!(data_dir.join("member/keep").is_file() && !staging.exists());
+        // A non-empty data dir without a member is not overwritten.
+        let other = vol.path().join("other");
+        std::fs::create_dir_all(other.join("junk")).unwrap();
+        std::fs::create_dir_all(staging.join("member")).unwrap();
+        assert!(matches!(
+            finish_for_pod(&other, &staging).await,
+            Err(RestoreError::Io { op: "replace", .. })
+        ));
+    }
+
     #[test]
     fn the_tool_follows_the_version() {
         let dir = tempfile::tempdir().unwrap();
@@ -647,5 +942,8 @@ mod tests {
             cmd.get_envs()
                 .any(|(k, v)| k == "ETCDCTL_API" && v == Some("3".as_ref()))
         );
+        assert_eq!(args, restore_args("s.db", &member, "d"));
+        assert_eq!(tool_program("3.4.23"), ("etcdctl", true));
+        assert_eq!(tool_program("3.5.21"), ("etcdutl", false));
     }
 }

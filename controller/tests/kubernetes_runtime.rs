@@ -17,11 +17,12 @@ use std::pin::pin;
 use std::time::Duration;
 
 use etcd_operator_api::v1alpha2::{
-    EtcdCluster, EtcdClusterSpec, PodTemplate, PodTemplateMetadata, PodTemplateSpec, StorageMedium,
-    StorageSpec,
+    BackupDestination, EtcdCluster, EtcdClusterSpec, PodTemplate, PodTemplateMetadata, PodTemplateSpec,
+    S3Destination, StorageMedium, StorageSpec, VolumeDestination,
 };
 use etcd_operator_controller::model::{ClusterRef, InitialState, Liveness, MemberConfig, RuntimeMember};
 use etcd_operator_controller::resources;
+use etcd_operator_controller::restore::{RestorePlan, SnapshotSource};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
 use etcd_operator_controller::runtime::{ClusterSpecView, Runtime, RuntimeError};
 use http::{Method, Request, Response, StatusCode};
@@ -273,13 +274,23 @@ fn setup() -> (KubernetesRuntime, ApiServerVerifier) {
 
 /// Runs the verifier's script beside the runtime's actions (in one task, so neither needs to be
 /// `Send`); after the actions the runtime is dropped and the script must have consumed every
-/// request. Both must finish within 10 s.
+/// request. Both must finish within 10 s. The runtime knows no operator image.
 async fn scenario<S, A, T>(script: S, actions: A) -> T
 where
     S: AsyncFnOnce(&mut ApiServerVerifier),
     A: AsyncFnOnce(KubernetesRuntime) -> T,
 {
+    scenario_with(None, script, actions).await
+}
+
+/// [`scenario`] with the operator image `operator_image` (the restore init containers).
+async fn scenario_with<S, A, T>(operator_image: Option<&str>, script: S, actions: A) -> T
+where
+    S: AsyncFnOnce(&mut ApiServerVerifier),
+    A: AsyncFnOnce(KubernetesRuntime) -> T,
+{
     let (runtime, mut verifier) = setup();
+    let runtime = runtime.with_operator_image(operator_image.map(str::to_owned));
     let server = async move {
         script(&mut verifier).await;
         verifier.silent().await;
@@ -609,16 +620,127 @@ async fn starting_a_running_member_keeps_its_first_config_and_changes_nothing() 
     .await;
 }
 
+const OPERATOR_IMAGE: &str = "ghcr.io/etcd-operator/etcd-operator:0.1.0";
+
+fn s3_plan() -> RestorePlan {
+    RestorePlan {
+        source: SnapshotSource::Store {
+            destination: BackupDestination {
+                s3: Some(S3Destination {
+                    bucket: "etcd-backups".into(),
+                    endpoint: Some("http://minio.storage.svc:9000".into()),
+                    force_path_style: Some(true),
+                    credentials_secret: Some("s3-keys".into()),
+                    ..Default::default()
+                }),
+                volume: None,
+            },
+            key: "prod/main/manual/before-5.db".into(),
+        },
+        expected_sha256: Some("ab".repeat(32)),
+    }
+}
+
 #[tokio::test]
-async fn starting_a_member_from_a_snapshot_is_refused_before_any_call() {
+async fn a_member_from_a_snapshot_gets_init_containers_that_fetch_verify_and_restore_it() {
     let a = member("bbbbb");
     let mut cfg = config(&[&a], InitialState::New);
-    cfg.restore = Some(etcd_operator_controller::restore::RestorePlan {
-        source: etcd_operator_controller::restore::SnapshotSource::Url("https://b.example/s.db".into()),
-        expected_sha256: None,
-    });
+    cfg.restore = Some(s3_plan());
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    scenario_with(
+        Some(OPERATOR_IMAGE),
+        async move |api: &mut ApiServerVerifier| {
+            api.record_config(&a2, &cfg2).await;
+            api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await
+                .not_found(&format!("pods \"{a2}\""));
+            let apply = api
+                .expect(
+                    Method::PATCH,
+                    &format!("/api/v1/namespaces/{NS}/pods/{a2}?&{APPLY}"),
+                    Some(APPLY_PATCH),
+                )
+                .await;
+            let init = apply.body["spec"]["initContainers"].clone();
+            let mount = json!([{"name": "data", "mountPath": "/var/lib/etcd"}]);
+            let key = |k: &str| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": k, "optional": false}}});
+            assert_eq!(init[0]["name"], "restore-fetch");
+            assert_eq!(init[0]["image"], OPERATOR_IMAGE);
+            assert_eq!(
+                init[0]["args"],
+                json!([
+                    "fetch-snapshot",
+                    "--plan",
+                    serde_json::to_string(&s3_plan()).unwrap(),
+                    "--data-dir",
+                    "/var/lib/etcd/data",
+                    "--snapshot",
+                    "/var/lib/etcd/restore/snapshot.db",
+                    "--staging",
+                    "/var/lib/etcd/restore/data"
+                ])
+            );
+            assert_eq!(
+                init[0]["env"],
+                json!([key("AWS_ACCESS_KEY_ID"), key("AWS_SECRET_ACCESS_KEY")])
+            );
+            assert_eq!(init[0]["volumeMounts"], mount);
+            assert_eq!(init[1]["name"], "restore");
+            assert_eq!(init[1]["image"], "gcr.io/etcd-development/etcd:v3.5.21");
+            assert_eq!(
+                init[1]["command"],
+                json!([
+                    "etcdutl",
+                    "snapshot",
+                    "restore",
+                    "/var/lib/etcd/restore/snapshot.db",
+                    "--name",
+                    a2,
+                    "--initial-cluster",
+                    cfg2.initial_cluster_flag(),
+                    "--initial-cluster-token",
+                    UID,
+                    "--initial-advertise-peer-urls",
+                    peer_url(&a2),
+                    "--data-dir",
+                    "/var/lib/etcd/restore/data"
+                ])
+            );
+            assert_eq!(init[1]["volumeMounts"], mount);
+            assert_eq!(init[2]["name"], "restore-finish");
+            assert_eq!(init[2]["image"], OPERATOR_IMAGE);
+            assert_eq!(
+                init[2]["args"],
+                json!([
+                    "finish-restore",
+                    "--data-dir",
+                    "/var/lib/etcd/data",
+                    "--staging",
+                    "/var/lib/etcd/restore/data"
+                ])
+            );
+            assert_eq!(init.as_array().unwrap().len(), 3);
+            assert_eq!(apply.body["metadata"]["annotations"][CONFIG], config_json(&cfg2));
+            let body = apply.body.clone();
+            apply.reply(StatusCode::OK, &body);
+            api.event(
+                "MemberPodCreated",
+                &format!("Created member Pod {a2} (etcd 3.5.21)"),
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| rt.start(&cluster_ref(), &disk_spec(3), &a, &cfg).await.unwrap(),
+    )
+    .await;
+}
+
+async fn refused_restore(operator_image: Option<&str>, plan: RestorePlan) -> RuntimeError {
+    let a = member("bbbbb");
+    let mut cfg = config(&[&a], InitialState::New);
+    cfg.restore = Some(plan);
     // No request is expected: the verifier fails on any call.
-    let err = scenario(
+    scenario_with(
+        operator_image,
         async move |_api: &mut ApiServerVerifier| {},
         async |rt: KubernetesRuntime| {
             rt.start(&cluster_ref(), &disk_spec(3), &a, &cfg)
@@ -626,11 +748,134 @@ async fn starting_a_member_from_a_snapshot_is_refused_before_any_call() {
                 .unwrap_err()
         },
     )
-    .await;
-    assert!(
-        err.to_string().starts_with("restore from snapshot for member"),
-        "{err}"
+    .await
+}
+
+#[tokio::test]
+async fn a_restore_without_the_operator_image_is_refused_before_any_call() {
+    let err = refused_restore(None, s3_plan()).await;
+    assert!(matches!(err, RuntimeError::Restore { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "restore from snapshot for member demo-bbbbb: the operator's image is unknown, so member Pods cannot fetch the snapshot: set ETCD_OPERATOR_IMAGE in the operator's environment (the Helm chart does)"
     );
+}
+
+#[tokio::test]
+async fn a_restore_from_a_volume_the_member_pods_cannot_mount_is_refused_before_any_call() {
+    for volume in [
+        VolumeDestination {
+            claim_name: Some("backups".into()),
+            path: None,
+        },
+        VolumeDestination {
+            claim_name: None,
+            path: Some("/var/backups".into()),
+        },
+    ] {
+        let plan = RestorePlan {
+            source: SnapshotSource::Store {
+                destination: BackupDestination {
+                    s3: None,
+                    volume: Some(volume),
+                },
+                key: "prod/main/x.db".into(),
+            },
+            expected_sha256: None,
+        };
+        let err = refused_restore(Some(OPERATOR_IMAGE), plan).await;
+        assert!(
+            err.to_string().starts_with(
+                "restore from snapshot for member demo-bbbbb: the snapshot cannot be fetched from the member Pods: snapshot \"prod/main/x.db\" is in "
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("which member Pods cannot mount"),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_restore_init_container_is_reported_with_its_message() {
+    let a = member("bbbbb");
+    let mut cfg = config(&[&a], InitialState::New);
+    cfg.restore = Some(s3_plan());
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    let message = "snapshot s3://etcd-backups/prod/main/manual/before-5.db was refused: its SHA-256 is 00 but ab was recorded when it was taken (corrupted or replaced)";
+    let err = scenario_with(
+        Some(OPERATOR_IMAGE),
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a2}-data"),
+                None,
+            )
+            .await
+            .reply(StatusCode::OK, &pvc(&a2, Some(&cfg2), false));
+            let mut failing = pod(&a2, "Pending", Some(&cfg2), false);
+            failing["status"]["initContainerStatuses"] = json!([{
+                "name": "restore-fetch", "image": OPERATOR_IMAGE, "imageID": "", "ready": false,
+                "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": format!("{message}\n")}}
+            }]);
+            api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await
+                .reply(StatusCode::OK, &failing);
+        },
+        async |rt: KubernetesRuntime| {
+            rt.start(&cluster_ref(), &disk_spec(3), &a, &cfg)
+                .await
+                .unwrap_err()
+        },
+    )
+    .await;
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "restore from snapshot for member demo-bbbbb: init container restore-fetch of the member Pod failed: {message}"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_restore_init_container_that_succeeded_after_a_failure_is_not_reported() {
+    let a = member("bbbbb");
+    let mut cfg = config(&[&a], InitialState::New);
+    cfg.restore = Some(s3_plan());
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    scenario_with(
+        Some(OPERATOR_IMAGE),
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a2}-data"),
+                None,
+            )
+            .await
+            .reply(StatusCode::OK, &pvc(&a2, Some(&cfg2), false));
+            let mut recovered = pod(&a2, "Pending", Some(&cfg2), false);
+            recovered["status"]["initContainerStatuses"] = json!([
+                {
+                    "name": "restore-fetch", "image": OPERATOR_IMAGE, "imageID": "", "ready": true,
+                    "restartCount": 1,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "timeout"}}
+                },
+                {
+                    "name": "restore", "image": "gcr.io/etcd-development/etcd:v3.5.21", "imageID": "",
+                    "ready": false, "restartCount": 0, "state": {"running": {}}, "lastState": {}
+                }
+            ]);
+            api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await
+                .reply(StatusCode::OK, &recovered);
+        },
+        async |rt: KubernetesRuntime| rt.start(&cluster_ref(), &disk_spec(3), &a, &cfg).await.unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -1296,8 +1541,30 @@ fn golden_config() -> MemberConfig {
 
 #[test]
 fn golden_pod() {
-    let pod = resources::build_pod(&cluster_ref(), &full_spec(), &member("x2b4c"), &golden_config()).unwrap();
+    let pod = resources::build_pod(
+        &cluster_ref(),
+        &full_spec(),
+        &member("x2b4c"),
+        &golden_config(),
+        None,
+    )
+    .unwrap();
     golden("pod", &pod);
+}
+
+#[test]
+fn golden_pod_restored_from_a_snapshot() {
+    let mut cfg = golden_config();
+    cfg.restore = Some(s3_plan());
+    let pod = resources::build_pod(
+        &cluster_ref(),
+        &full_spec(),
+        &member("x2b4c"),
+        &cfg,
+        Some(OPERATOR_IMAGE),
+    )
+    .unwrap();
+    golden("pod-restore", &pod);
 }
 
 #[test]
@@ -1305,7 +1572,7 @@ fn golden_pod_memory() {
     let mut cfg = golden_config();
     cfg.version = "3.4.23".to_owned();
     cfg.initial_state = InitialState::Existing;
-    let pod = resources::build_pod(&cluster_ref(), &memory_spec(), &member("x2b4c"), &cfg).unwrap();
+    let pod = resources::build_pod(&cluster_ref(), &memory_spec(), &member("x2b4c"), &cfg, None).unwrap();
     golden("pod-memory", &pod);
 }
 

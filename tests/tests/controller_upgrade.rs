@@ -395,8 +395,9 @@ async fn roll_under_writer(op: &mut LocalOperator, name: &str, from: &str, to: &
         recorded_versions(&cluster_dir(op, name)).iter().all(|v| v == to),
         "every member recorded on {to}"
     );
-    // The snapshot beside the cluster's data.
-    let snapshot = PathBuf::from(s["upgrade"]["snapshot"].as_str().unwrap());
+    // The snapshot beside the cluster's data (first; then where else it was sent, if anywhere).
+    let kept = s["upgrade"]["snapshot"].as_str().unwrap();
+    let snapshot = PathBuf::from(kept.split(" and ").next().unwrap());
     assert!(
         snapshot.starts_with(cluster_dir(op, name).join("snapshots")),
         "{}",
@@ -416,8 +417,42 @@ async fn roll_under_writer(op: &mut LocalOperator, name: &str, from: &str, to: &
 #[tokio::test]
 async fn patch_upgrade_3_5_0_to_3_5_1_under_a_writer_loses_no_write() {
     let mut op = LocalOperator::start().await.unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("up", "3.5.0")));
+    // With a backup destination (a schedule that does not fire during the test), the
+    // pre-upgrade snapshot is sent there too.
+    let backups = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "{}  backup:\n    schedule: \"0 0 1 1 *\"\n    destination:\n      volume:\n        path: {}\n",
+        cluster_yaml("up", "3.5.0"),
+        backups.path().display()
+    );
+    kubectl(&op, &["apply", "-f", "-"], Some(&yaml));
     roll_under_writer(&mut op, "up", "3.5.0", "3.5.1", false).await;
+    let manual = backups.path().join("default").join("up").join("manual");
+    let mut sent: Vec<String> = std::fs::read_dir(&manual)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    sent.sort();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[0].starts_with("pre-upgrade-3.5.0-to-3.5.1-") && sent[0].ends_with(".db"),
+        "{sent:?}"
+    );
+    assert_eq!(sent[1], format!("{}.sha256", sent[0]));
+    let beside = status(&op, "up")["upgrade"]["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        beside.ends_with(&manual.join(&sent[0]).display().to_string()),
+        "{beside}"
+    );
+    let local = PathBuf::from(beside.split(" and ").next().unwrap());
+    assert_eq!(
+        std::fs::read(&local).unwrap(),
+        std::fs::read(manual.join(&sent[0])).unwrap(),
+        "the same snapshot in both places"
+    );
 }
 
 #[tokio::test]

@@ -170,7 +170,8 @@ pub fn spawn_controllers(
                 controller_client.clone(),
                 runtime.clone(),
                 Default::default(),
-            );
+            )
+            .with_backup_credentials(credentials.clone());
             let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
                 controller_client.clone(),
                 credentials.clone(),

@@ -19,7 +19,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::model::{ClusterRef, MemberConfig};
 
 pub use pdb::{build_pdb, pdb_min_available};
-pub use pod::{Probes, build_pod, probes_for};
+pub use pod::{
+    Probes, RESTORE_FETCH_CONTAINER, RESTORE_FINISH_CONTAINER, RESTORE_TOOL_CONTAINER, build_pod, probes_for,
+};
 pub use pvc::build_pvc;
 pub use service::{build_client_service, build_peer_service};
 
@@ -39,6 +41,15 @@ pub const DATA_VOLUME: &str = "data";
 pub const DATA_MOUNT_PATH: &str = "/var/lib/etcd";
 /// etcd's `--data-dir`: a directory inside the volume (a fresh filesystem may hold `lost+found`).
 pub const DATA_DIR: &str = "/var/lib/etcd/data";
+/// Where the restore init containers of a member restored from a snapshot work, on its volume.
+pub const RESTORE_DIR: &str = "/var/lib/etcd/restore";
+/// The fetched, verified snapshot (kept: a restarted Pod runs the restore tool again).
+pub const RESTORE_SNAPSHOT: &str = "/var/lib/etcd/restore/snapshot.db";
+/// Where the restore tool writes the member before it is moved to [`DATA_DIR`].
+pub const RESTORE_STAGING: &str = "/var/lib/etcd/restore/data";
+/// Environment variable naming the operator's own image, which member Pods restored from a
+/// snapshot run as init containers (the Helm chart sets it from `image`).
+pub const OPERATOR_IMAGE_ENV: &str = "ETCD_OPERATOR_IMAGE";
 /// Client port.
 pub const CLIENT_PORT: i32 = 2379;
 /// Peer port.
@@ -64,6 +75,15 @@ pub enum ResourceError {
         /// The cause.
         #[source]
         source: serde_json::Error,
+    },
+    /// The member is to start from a snapshot that its Pod cannot restore.
+    #[error("restoring member {member}: {source}")]
+    Restore {
+        /// The member.
+        member: String,
+        /// The cause.
+        #[source]
+        source: Box<crate::restore::RestoreError>,
     },
 }
 

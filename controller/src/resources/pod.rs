@@ -10,8 +10,8 @@ use etcd_operator_api::v1alpha2::{DEFAULT_REPOSITORY, PodTemplateSpec, StorageMe
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, Probe, ResourceFieldSelector, SeccompProfile, SecurityContext, Volume,
-    VolumeMount, WeightedPodAffinityTerm,
+    PodSecurityContext, PodSpec, Probe, ResourceFieldSelector, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -19,11 +19,20 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     CLIENT_PORT, CONTAINER_NAME, DATA_DIR, DATA_MOUNT_PATH, DATA_VOLUME, MEMBER_CONFIG_ANNOTATION,
-    METRICS_PORT, PEER_PORT, RUN_AS_ID, ResourceError, TERMINATION_GRACE_SECONDS, client_url, encode_config,
-    member_labels, owner_reference, peer_url, selector_labels,
+    METRICS_PORT, OPERATOR_IMAGE_ENV, PEER_PORT, RESTORE_SNAPSHOT, RESTORE_STAGING, RUN_AS_ID, ResourceError,
+    TERMINATION_GRACE_SECONDS, client_url, encode_config, member_labels, owner_reference, peer_url,
+    selector_labels,
 };
 use crate::model::{ClusterRef, MemberConfig};
+use crate::restore::{self, RestoreError, RestoreMember, RestorePlan, SnapshotSource};
 use crate::runtime::ClusterSpecView;
+
+/// Init container fetching and verifying the snapshot (operator image).
+pub const RESTORE_FETCH_CONTAINER: &str = "restore-fetch";
+/// Init container running the etcd image's restore tool.
+pub const RESTORE_TOOL_CONTAINER: &str = "restore";
+/// Init container moving the restored member into the data directory (operator image).
+pub const RESTORE_FINISH_CONTAINER: &str = "restore-finish";
 
 /// Weight of the default preferred anti-affinity (the maximum).
 const ANTI_AFFINITY_WEIGHT: i32 = 100;
@@ -67,11 +76,18 @@ pub fn probes_for(version: &str) -> Probes {
 
 /// The Pod of member `member`, started with `config`. The configuration is also stored in the
 /// [`MEMBER_CONFIG_ANNOTATION`] annotation, so the runtime can read it back.
+///
+/// A member restored from a snapshot (`config.restore`) gets three init containers on its data
+/// volume: `restore-fetch` (`operator_image`: fetch and verify the snapshot), `restore` (the etcd
+/// image: its restore tool writes the member into [`RESTORE_STAGING`]) and `restore-finish`
+/// (`operator_image`: move it to [`DATA_DIR`] unless a member is there already). Without an
+/// operator image, or with a snapshot the Pod cannot reach, this is an error.
 pub fn build_pod(
     cluster: &ClusterRef,
     spec: &ClusterSpecView,
     member: &str,
     config: &MemberConfig,
+    operator_image: Option<&str>,
 ) -> Result<Pod, ResourceError> {
     let cluster_spec = &spec.cluster.spec;
     let template = cluster_spec.pod_template.as_ref();
@@ -98,6 +114,24 @@ pub fn build_pod(
         topology_spread_constraints,
         priority_class_name,
     } = template_spec;
+    let init_containers = match &config.restore {
+        Some(plan) => Some(
+            restore_containers(
+                cluster,
+                member,
+                config,
+                plan,
+                operator_image,
+                repository,
+                resources.as_ref(),
+            )
+            .map_err(|source| ResourceError::Restore {
+                member: member.to_owned(),
+                source: Box::new(source),
+            })?,
+        ),
+        None => None,
+    };
     let has_cpu_limit = resources
         .as_ref()
         .and_then(|r| r.limits.as_ref())
@@ -140,6 +174,7 @@ pub fn build_pod(
         spec: Some(PodSpec {
             hostname: Some(member.to_owned()),
             subdomain: Some(naming::peer_service_name(&cluster.name)),
+            init_containers,
             containers: vec![container],
             volumes: Some(vec![data_volume(spec, member)]),
             restart_policy: Some("Always".to_owned()),
@@ -173,6 +208,120 @@ fn command(cluster: &ClusterRef, member: &str, config: &MemberConfig) -> Vec<Str
         format!("--initial-cluster-token={}", config.cluster_token),
         format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
     ]
+}
+
+/// The init containers restoring a member from `plan` (see [`build_pod`]).
+fn restore_containers(
+    cluster: &ClusterRef,
+    member: &str,
+    config: &MemberConfig,
+    plan: &RestorePlan,
+    operator_image: Option<&str>,
+    repository: &str,
+    resources: Option<&ResourceRequirements>,
+) -> Result<Vec<Container>, RestoreError> {
+    let operator_image = operator_image
+        .filter(|i| !i.is_empty())
+        .ok_or(RestoreError::OperatorImageUnknown(OPERATOR_IMAGE_ENV))?;
+    restore::check_reachable_from_pod(plan)?;
+    let plan_json = serde_json::to_string(plan)
+        .map_err(|e| RestoreError::Source(format!("encode the restore plan: {e}")))?;
+    let mounts = Some(vec![VolumeMount {
+        name: DATA_VOLUME.to_owned(),
+        mount_path: DATA_MOUNT_PATH.to_owned(),
+        ..VolumeMount::default()
+    }]);
+    let base = Container {
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        resources: resources.cloned(),
+        volume_mounts: mounts,
+        security_context: Some(container_security_context()),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    };
+    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let fetch = Container {
+        name: RESTORE_FETCH_CONTAINER.to_owned(),
+        image: Some(operator_image.to_owned()),
+        args: Some(strings(&[
+            "fetch-snapshot",
+            "--plan",
+            &plan_json,
+            "--data-dir",
+            DATA_DIR,
+            "--snapshot",
+            RESTORE_SNAPSHOT,
+            "--staging",
+            RESTORE_STAGING,
+        ])),
+        env: s3_credentials_env(plan),
+        ..base.clone()
+    };
+    let (program, needs_api) = restore::tool_program(&config.version);
+    let restore_member = RestoreMember {
+        name: member.to_owned(),
+        peer_url: peer_url(cluster, member),
+        initial_cluster: config.initial_cluster_flag(),
+        cluster_token: config.cluster_token.clone(),
+    };
+    let mut command = vec![program.to_owned()];
+    command.extend(restore::restore_args(
+        RESTORE_SNAPSHOT,
+        &restore_member,
+        RESTORE_STAGING,
+    ));
+    let tool = Container {
+        name: RESTORE_TOOL_CONTAINER.to_owned(),
+        image: Some(format!("{repository}:v{}", config.version)),
+        command: Some(command),
+        env: needs_api.then(|| {
+            vec![EnvVar {
+                name: "ETCDCTL_API".to_owned(),
+                value: Some("3".to_owned()),
+                ..EnvVar::default()
+            }]
+        }),
+        ..base.clone()
+    };
+    let finish = Container {
+        name: RESTORE_FINISH_CONTAINER.to_owned(),
+        image: Some(operator_image.to_owned()),
+        args: Some(strings(&[
+            "finish-restore",
+            "--data-dir",
+            DATA_DIR,
+            "--staging",
+            RESTORE_STAGING,
+        ])),
+        ..base
+    };
+    Ok(vec![fetch, tool, finish])
+}
+
+/// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` from the destination's `credentialsSecret`,
+/// when the snapshot is in an S3 destination that names one.
+fn s3_credentials_env(plan: &RestorePlan) -> Option<Vec<EnvVar>> {
+    let SnapshotSource::Store { destination, .. } = &plan.source else {
+        return None;
+    };
+    let secret = destination.s3.as_ref()?.credentials_secret.as_deref()?;
+    Some(
+        ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+            .into_iter()
+            .map(|key| EnvVar {
+                name: key.to_owned(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.to_owned(),
+                        key: key.to_owned(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            })
+            .collect(),
+    )
 }
 
 /// `GOMAXPROCS` from the CPU limit, rounded up to whole cores (divisor 1).
@@ -309,6 +458,86 @@ fn data_volume(spec: &ClusterSpecView, member: &str) -> Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::InitialState;
+
+    fn restored(version: &str, source: SnapshotSource) -> (ClusterRef, ClusterSpecView, MemberConfig) {
+        let cluster = ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        };
+        let view = ClusterSpecView {
+            cluster: etcd_operator_api::v1alpha2::EtcdCluster::new("c", "ns", Default::default()),
+        };
+        let config = MemberConfig {
+            version: version.into(),
+            initial_cluster: vec![("c-a".into(), peer_url(&cluster, "c-a"))],
+            initial_state: crate::model::InitialState::New,
+            cluster_token: "u".into(),
+            previous_version: None,
+            restore: Some(RestorePlan {
+                source,
+                expected_sha256: None,
+            }),
+        };
+        (cluster, view, config)
+    }
+
+    #[test]
+    fn a_restored_34_member_uses_etcdctl_and_a_url_needs_no_keys() {
+        let (cluster, view, config) = restored("3.4.23", SnapshotSource::Url("https://x/s.db".into()));
+        assert_eq!(config.initial_state, InitialState::New);
+        let pod = build_pod(&cluster, &view, "c-a", &config, Some("op:1")).unwrap();
+        let init = pod.spec.unwrap().init_containers.unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["restore-fetch", "restore", "restore-finish"]);
+        assert_eq!(init[0].env, None);
+        assert_eq!(
+            init[1].image.as_deref(),
+            Some("gcr.io/etcd-development/etcd:v3.4.23")
+        );
+        let command = init[1].command.clone().unwrap();
+        assert_eq!(command[..3], ["etcdctl", "snapshot", "restore"]);
+        assert_eq!(
+            init[1].env.as_ref().unwrap()[0].value.as_deref(),
+            Some("3"),
+            "ETCDCTL_API=3"
+        );
+        assert_eq!(init[2].image.as_deref(), Some("op:1"));
+    }
+
+    #[test]
+    fn a_restore_without_operator_image_or_from_a_volume_is_an_error() {
+        let (cluster, view, config) = restored("3.5.21", SnapshotSource::Url("https://x/s.db".into()));
+        for image in [None, Some("")] {
+            let err = build_pod(&cluster, &view, "c-a", &config, image).unwrap_err();
+            assert!(
+                matches!(&err, ResourceError::Restore { source, .. } if matches!(**source, RestoreError::OperatorImageUnknown(OPERATOR_IMAGE_ENV))),
+                "{err}"
+            );
+        }
+        let volume = SnapshotSource::Store {
+            destination: etcd_operator_api::v1alpha2::BackupDestination {
+                s3: None,
+                volume: Some(etcd_operator_api::v1alpha2::VolumeDestination {
+                    path: None,
+                    claim_name: Some("b".into()),
+                }),
+            },
+            key: "k.db".into(),
+        };
+        let (cluster, view, config) = restored("3.5.21", volume);
+        let err = build_pod(&cluster, &view, "c-a", &config, Some("op:1")).unwrap_err();
+        assert!(
+            matches!(&err, ResourceError::Restore { source, .. } if matches!(**source, RestoreError::Unreachable(_))),
+            "{err}"
+        );
+        // Without a restore plan, no init containers and no image needed.
+        let (cluster, view, mut config) = restored("3.5.21", SnapshotSource::Url("u".into()));
+        config.restore = None;
+        let pod = build_pod(&cluster, &view, "c-a", &config, None).unwrap();
+        assert_eq!(pod.spec.unwrap().init_containers, None);
+    }
 
     #[test]
     fn probe_paths_follow_the_version() {

@@ -23,6 +23,12 @@
 //! - no Pod and no configuration: `Reserved`.
 //!
 //! A member whose every object is being deleted (after [`Runtime::remove`]) is not reported.
+//!
+//! A member started from a snapshot (`MemberConfig::restore`) gets restore init containers (see
+//! [`crate::resources::build_pod`]) that run the operator's own image, named by
+//! [`resources::OPERATOR_IMAGE_ENV`]. Without it, or with a snapshot in a volume destination
+//! (which member Pods cannot mount), `start` fails before any API call; a restore init container
+//! that exits with an error (a checksum mismatch) is reported by the next `start`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -64,6 +70,8 @@ pub struct KubernetesRuntime {
     client: Client,
     recorder: Recorder,
     memory: Arc<Mutex<MemoryMembers>>,
+    /// The operator's own image: the init containers of members restored from a snapshot.
+    operator_image: Option<String>,
 }
 
 impl fmt::Debug for KubernetesRuntime {
@@ -123,6 +131,34 @@ fn is_memory_pod(pod: &Pod) -> bool {
         })
 }
 
+/// A restore init container of the Pod that exited with an error and has not succeeded since
+/// (terminated now, or waiting to be restarted after it failed): what it reported, e.g. a
+/// checksum mismatch.
+fn failed_restore(pod: &Pod) -> Option<crate::restore::RestoreError> {
+    let statuses = pod.status.as_ref()?.init_container_statuses.as_ref()?;
+    statuses.iter().find_map(|status| {
+        let state = status.state.as_ref()?;
+        let terminated = match (&state.terminated, &state.waiting) {
+            (Some(now), _) => now,
+            (None, Some(_)) => status.last_state.as_ref()?.terminated.as_ref()?,
+            (None, None) => return None,
+        };
+        if terminated.exit_code == 0 {
+            return None;
+        }
+        let message = terminated
+            .message
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map_or_else(|| format!("exit code {}", terminated.exit_code), str::to_owned);
+        Some(crate::restore::RestoreError::InPod {
+            container: status.name.clone(),
+            message,
+        })
+    })
+}
+
 /// The configuration stored on an object, if any.
 fn stored_config<K: Resource>(obj: &K, member: &str) -> Result<Option<MemberConfig>, RuntimeError> {
     let Some(value) = obj
@@ -159,14 +195,40 @@ fn release_patch(cluster: &ClusterRef, member: &str) -> serde_json::Value {
 }
 
 impl KubernetesRuntime {
-    /// A runtime acting through `client`; Events are reported as `etcd-operator`.
+    /// A runtime acting through `client`; Events are reported as `etcd-operator`. The operator's
+    /// image (for restores) is taken from [`resources::OPERATOR_IMAGE_ENV`] when set.
     pub fn new(client: Client) -> Self {
         let recorder = Recorder::new(client.clone(), Reporter::from(FIELD_MANAGER));
         Self {
             client,
             recorder,
             memory: Arc::default(),
+            operator_image: std::env::var(resources::OPERATOR_IMAGE_ENV)
+                .ok()
+                .filter(|i| !i.is_empty()),
         }
+    }
+
+    /// Uses `image` (or none) as the operator's image in the restore init containers.
+    #[must_use]
+    pub fn with_operator_image(mut self, image: Option<String>) -> Self {
+        self.operator_image = image;
+        self
+    }
+
+    /// Whether a member restored from `plan` can be started here: the operator's image is known
+    /// and the member Pods can reach the snapshot (checked before any API call).
+    fn check_restore(&self, name: &str, plan: &crate::restore::RestorePlan) -> Result<(), RuntimeError> {
+        let failed = |source| RuntimeError::Restore {
+            member: name.to_owned(),
+            source: Box::new(source),
+        };
+        if self.operator_image.is_none() {
+            return Err(failed(crate::restore::RestoreError::OperatorImageUnknown(
+                resources::OPERATOR_IMAGE_ENV,
+            )));
+        }
+        crate::restore::check_reachable_from_pod(plan).map_err(failed)
     }
 
     fn api<K>(&self, cluster: &ClusterRef) -> Api<K>
@@ -428,10 +490,16 @@ impl KubernetesRuntime {
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
-        let pod = build_pod(cluster, spec, name, config).map_err(|e| RuntimeError::State {
-            member: name.to_owned(),
-            detail: e.to_string(),
-        })?;
+        let pod =
+            build_pod(cluster, spec, name, config, self.operator_image.as_deref()).map_err(|e| match e {
+                resources::ResourceError::Restore { member, source } => {
+                    RuntimeError::Restore { member, source }
+                }
+                other => RuntimeError::State {
+                    member: name.to_owned(),
+                    detail: other.to_string(),
+                },
+            })?;
         let created = self
             .api::<Pod>(cluster)
             .patch(
@@ -489,6 +557,12 @@ impl KubernetesRuntime {
         if being_deleted(pod) {
             info!(cluster = %cluster.key(), member = name, "member Pod is being deleted; it is recreated once gone");
             return Ok(());
+        }
+        if let Some(source) = failed_restore(pod) {
+            return Err(RuntimeError::Restore {
+                member: name.to_owned(),
+                source: Box::new(source),
+            });
         }
         let phase = pod_phase(pod);
         if matches!(phase, "Failed" | "Succeeded") {
@@ -548,15 +622,10 @@ impl Runtime for KubernetesRuntime {
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
-        if config.restore.is_some() {
-            // The member Pod would need the snapshot inside its volume before etcd starts (an
-            // init container that fetches, verifies and restores it): not built yet.
-            return Err(RuntimeError::Restore {
-                member: name.to_owned(),
-                source: Box::new(crate::restore::RestoreError::Unsupported(
-                    "the kubernetes runtime cannot start members from a snapshot yet; restore with the local runtime, or with etcdutl into the member volumes by hand".into(),
-                )),
-            });
+        if let Some(plan) = &config.restore {
+            // Refused before anything is created: a Pod whose init containers cannot fetch the
+            // snapshot would only hang.
+            self.check_restore(name, plan)?;
         }
         let memory = matches!(
             effective_storage(&spec.cluster.spec).medium,
@@ -811,5 +880,41 @@ impl Runtime for KubernetesRuntime {
         self.with_memory(cluster, BTreeMap::clear);
         info!(cluster = %cluster.key(), keep_data, "tore down the cluster's Pods, volume claims, Services and PodDisruptionBudget");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_with_init(statuses: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "m"},
+            "status": {"phase": "Pending", "initContainerStatuses": statuses}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn failed_restore_reads_the_current_or_last_failure_only() {
+        let status = |state: serde_json::Value, last: serde_json::Value| {
+            json!([{"name": "restore", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+                    "state": state, "lastState": last}])
+        };
+        // Terminated now without a message: the exit code.
+        let pod = pod_with_init(status(json!({"terminated": {"exitCode": 2}}), json!({})));
+        assert_eq!(
+            failed_restore(&pod).unwrap().to_string(),
+            "init container restore of the member Pod failed: exit code 2"
+        );
+        // Running again after a failure: not (yet) a failure.
+        let pod = pod_with_init(status(
+            json!({"running": {}}),
+            json!({"terminated": {"exitCode": 1, "message": "x"}}),
+        ));
+        assert!(failed_restore(&pod).is_none());
+        // No init containers at all.
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "m"}})).unwrap();
+        assert!(failed_restore(&pod).is_none());
     }
 }
