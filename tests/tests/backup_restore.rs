@@ -355,3 +355,155 @@ async fn a_new_cluster_bootstraps_from_an_etcdbackup() {
     let members = op.state_dir().join("members").join("default").join("ghost");
     assert!(!members.exists(), "nothing was reserved for ghost");
 }
+
+/// Runs one restore step of a member Pod as a real process; returns its stderr on success.
+fn pod_step(program: &std::path::Path, args: &[String]) -> Result<String, String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .env_remove("ETCD_OPERATOR_S3_CREDENTIALS_FILE")
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.success() {
+        Ok(stderr)
+    } else {
+        Err(stderr)
+    }
+}
+
+/// The init containers of a restored member Pod, run as the same processes here: the operator's
+/// `fetch-snapshot`, the etcd image's `etcdutl snapshot restore`, the operator's `finish-restore`.
+fn run_pod_restore_steps(
+    operator: &std::path::Path,
+    plan: &RestorePlan,
+    member: &RestoreMember,
+    volume: &std::path::Path,
+) -> Result<(), String> {
+    let path = |p: &str| volume.join(p).display().to_string();
+    pod_step(
+        operator,
+        &[
+            "fetch-snapshot".into(),
+            "--plan".into(),
+            serde_json::to_string(plan).unwrap(),
+            "--data-dir".into(),
+            path("data"),
+            "--snapshot".into(),
+            path("restore/snapshot.db"),
+            "--staging".into(),
+            path("restore/data"),
+        ],
+    )?;
+    let etcdutl = tools::tools_dir().join("etcd").join("3.5.1").join("etcdutl");
+    pod_step(
+        &etcdutl,
+        &restore::restore_args(&path("restore/snapshot.db"), member, &path("restore/data")),
+    )?;
+    pod_step(
+        operator,
+        &[
+            "finish-restore".into(),
+            "--data-dir".into(),
+            path("data"),
+            "--staging".into(),
+            path("restore/data"),
+        ],
+    )
+    .map(|_| ())
+}
+
+#[tokio::test]
+async fn a_member_pods_restore_steps_run_as_real_processes() {
+    let etcd = TestEtcd::start(EtcdVersion::V3_5_1)
+        .await
+        .expect("start etcd 3.5.1 (install it with `make tools`)");
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("backups");
+    let key = snapshot_into_directory(&etcd, &root).await;
+    drop(etcd);
+    let operator = etcd_operator_tests::operator::operator_binary().unwrap();
+    let ports = etcd_operator_tests::ports::free_ports(2).unwrap();
+    let peer_url = format!("http://127.0.0.1:{}", ports[1]);
+    let member = RestoreMember {
+        name: "m0".into(),
+        peer_url: peer_url.clone(),
+        initial_cluster: format!("m0={peer_url}"),
+        cluster_token: "restored".into(),
+    };
+    let stored = std::fs::read(root.join(&key)).unwrap();
+    let plan = RestorePlan {
+        source: SnapshotSource::Store {
+            destination: directory(&root),
+            key: key.clone(),
+        },
+        expected_sha256: Some(policy::sha256_hex(&stored)),
+    };
+    let volume = work.path().join("volume");
+    run_pod_restore_steps(&operator, &plan, &member, &volume).unwrap();
+    let data_dir = volume.join("data");
+    assert!(restore::has_member_data(&data_dir));
+    assert!(
+        !volume.join("restore/data").exists(),
+        "the staging copy is moved into place"
+    );
+
+    let start = |work: &std::path::Path| {
+        start_member(
+            &tools::etcd(EtcdVersion::V3_5_1).unwrap(),
+            &MemberStart {
+                name: "m0",
+                data_dir: &data_dir,
+                client_port: ports[0],
+                peer_port: ports[1],
+                initial_cluster: &member.initial_cluster,
+                token: "restored",
+            },
+            work,
+        )
+    };
+    let m = start(work.path());
+    let log = || m.process.log_tail(3000);
+    assert_eq!(
+        wait_readable(&m.client_url, "before/049", &log).await.as_deref(),
+        Some("value-49")
+    );
+    assert_eq!(read(&m.client_url, "after/1").await, None);
+    let mut client = etcd_client::Client::connect([m.client_url.as_str()], None)
+        .await
+        .unwrap();
+    client.put("written/after-restore", "kept", None).await.unwrap();
+    drop(client);
+    drop(m);
+
+    // The Pod restarts and its init containers run again: the member's data is kept, even with
+    // the snapshot's source gone.
+    std::fs::remove_dir_all(&root).unwrap();
+    run_pod_restore_steps(&operator, &plan, &member, &volume).unwrap();
+    let m = start(work.path());
+    let log = || m.process.log_tail(3000);
+    assert_eq!(
+        wait_readable(&m.client_url, "written/after-restore", &log)
+            .await
+            .as_deref(),
+        Some("kept")
+    );
+    drop(m);
+
+    // A snapshot whose checksum does not match is refused by the first step; nothing is written.
+    let key = {
+        let etcd = TestEtcd::start(EtcdVersion::V3_5_1).await.unwrap();
+        snapshot_into_directory(&etcd, &root).await
+    };
+    let wrong = RestorePlan {
+        source: SnapshotSource::Store {
+            destination: directory(&root),
+            key,
+        },
+        expected_sha256: Some("00".repeat(32)),
+    };
+    let fresh = work.path().join("fresh-volume");
+    let error = run_pod_restore_steps(&operator, &wrong, &member, &fresh).unwrap_err();
+    assert!(error.contains("was refused: its SHA-256"), "{error}");
+    assert!(!fresh.join("restore/snapshot.db").exists());
+    assert!(!restore::has_member_data(&fresh.join("data")));
+}
