@@ -132,16 +132,28 @@ fn is_memory_pod(pod: &Pod) -> bool {
 }
 
 /// A restore init container of the Pod that exited with an error and has not succeeded since
-/// (terminated now, or waiting to be restarted after it failed): what it reported, e.g. a
-/// checksum mismatch.
+/// (terminated now, or waiting to be restarted after it failed), or that cannot be created (its
+/// credentials Secret or a key of it is missing): what it reported, e.g. a checksum mismatch.
 fn failed_restore(pod: &Pod) -> Option<crate::restore::RestoreError> {
     let statuses = pod.status.as_ref()?.init_container_statuses.as_ref()?;
     statuses.iter().find_map(|status| {
         let state = status.state.as_ref()?;
-        let terminated = match (&state.terminated, &state.waiting) {
-            (Some(now), _) => now,
-            (None, Some(_)) => status.last_state.as_ref()?.terminated.as_ref()?,
-            (None, None) => return None,
+        let last = status.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+        let terminated = match (&state.terminated, &state.waiting, last) {
+            (Some(now), _, _) => now,
+            (None, Some(_), Some(last)) => last,
+            (None, Some(waiting), None)
+                if waiting.reason.as_deref() == Some("CreateContainerConfigError") =>
+            {
+                return Some(crate::restore::RestoreError::InPod {
+                    container: status.name.clone(),
+                    message: format!(
+                        "it cannot be created: {}",
+                        waiting.message.as_deref().unwrap_or("CreateContainerConfigError")
+                    ),
+                });
+            }
+            _ => return None,
         };
         if terminated.exit_code == 0 {
             return None;
@@ -911,6 +923,21 @@ mod tests {
         let pod = pod_with_init(status(
             json!({"running": {}}),
             json!({"terminated": {"exitCode": 1, "message": "x"}}),
+        ));
+        assert!(failed_restore(&pod).is_none());
+        // Not creatable (the credentials Secret is missing): reported with the kubelet's message.
+        let pod = pod_with_init(status(
+            json!({"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"s3-keys\" not found"}}),
+            json!({}),
+        ));
+        assert_eq!(
+            failed_restore(&pod).unwrap().to_string(),
+            "init container restore of the member Pod failed: it cannot be created: secret \"s3-keys\" not found"
+        );
+        // Waiting for its image: not a failure.
+        let pod = pod_with_init(status(
+            json!({"waiting": {"reason": "ContainerCreating"}}),
+            json!({}),
         ));
         assert!(failed_restore(&pod).is_none());
         // No init containers at all.
