@@ -230,12 +230,15 @@ async fn run_local(
     let storage = Storage::new(env.etcd_client.clone(), ETCDCLUSTERS_PREFIX, options.clone()).await?;
     let backups = Storage::new(env.etcd_client.clone(), ETCDBACKUPS_PREFIX, options).await?;
     let compactor = storage.spawn_compactor(compaction_interval);
+    // One set of member connections for the controller, the backups and `/snapshot`.
+    let members = etcd_operator_controller::member_ops::EtcdClient::default();
     let state = AppState {
         storage,
         backups,
         authenticator: Arc::new(auth::LocalAuthenticator),
         authorizer: Arc::new(auth::AllowAuthenticated),
         openapi: Arc::new(openapi::Documents::generate()?),
+        members: members.clone(),
     };
     let app = http::router(state);
     tracing::info!(
@@ -252,10 +255,11 @@ async fn run_local(
     };
     let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
         .with_restore_credentials(credentials.clone());
-    let ctx = etcd_operator_controller::reconcile::Context::new(
+    let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
         controller_client.clone(),
         runtime,
         Default::default(),
+        members.clone(),
     )
     .with_backup_credentials(credentials.clone());
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -264,7 +268,8 @@ async fn run_local(
     }));
     // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
     let backup_ctx =
-        etcd_operator_controller::backup::BackupContext::new(controller_client.clone(), credentials);
+        etcd_operator_controller::backup::BackupContext::new(controller_client.clone(), credentials)
+            .with_member_ops(members);
     let (stop_backups, backups_stopped) = tokio::sync::oneshot::channel::<()>();
     let backup_controllers = tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, async move {
         let _ = backups_stopped.await;

@@ -383,6 +383,7 @@ impl Harness {
             authenticator: Arc::new(authenticator),
             authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(stub.client.clone())),
             openapi: Arc::new(Documents::generate().unwrap()),
+            members: Default::default(),
         };
         let app = router_with(state, Router::new().route("/debug/whoami", get(whoami)));
 

@@ -198,6 +198,7 @@ impl Api {
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             openapi: Arc::new(Documents::generate().unwrap()),
+            members: Default::default(),
         });
         (app, storage)
     }

@@ -1,14 +1,17 @@
 //! The EtcdCluster controller: observe members, plan one safe step, act through a runtime.
 //!
 //! - [`plan`] decides the next step from data (pure);
-//! - [`etcd`] talks to etcd (member list, status, learner add/promote, remove, move leader);
+//! - [`member_ops`] talks to etcd (member list, status, learner add/promote, remove, move leader,
+//!   snapshots) behind the `MemberOps` seam;
+//! - [`outcome`] types what a step did or why it failed (stable reasons for status);
 //! - [`runtime`] places members: local etcd processes or Kubernetes Pods;
 //! - [`status`] computes what the status says (pure);
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
 pub mod backup;
-pub mod etcd;
+pub mod member_ops;
 pub mod model;
+pub mod outcome;
 pub mod plan;
 pub mod reconcile;
 pub mod resources;

@@ -243,10 +243,163 @@ pub enum Step {
     /// Nothing safe to do now; check again soon.
     Wait {
         /// Why, for status.
-        reason: String,
+        reason: WaitReason,
     },
     /// Nothing to do: the cluster matches the spec.
     Idle,
+}
+
+/// Why the planner waits. Each has a stable [`code`](WaitReason::code) for conditions, Events
+/// and metrics, and a message for people ([`Display`](std::fmt::Display)); status never reads the
+/// message to decide anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// `spec.paused` is true.
+    Paused,
+    /// An etcd member no runtime member backs, which cannot be removed without losing quorum.
+    UnbackedMemberKeepsQuorum {
+        /// Its etcd ID.
+        id: u64,
+    },
+    /// A dead member whose replacement would cost quorum.
+    ReplacementWouldCostQuorum {
+        /// Why the member counts as dead.
+        dead: String,
+    },
+    /// A learner that has not caught up with the leader yet.
+    LearnerCatchingUp {
+        /// The learner.
+        name: String,
+    },
+    /// Scaling up waits until every voter is healthy.
+    UnhealthyBeforeScaleUp,
+    /// Scaling down waits until every voter is healthy.
+    UnhealthyBeforeScaleDown,
+    /// The leader is to go and no healthy voter can take over.
+    NoLeaderSuccessor,
+    /// Everything matches but some members are not healthy yet.
+    MembersNotHealthy,
+    /// A roll starts only with a leader and a healthy quorum.
+    QuorumBeforeRoll {
+        /// The target version.
+        target: String,
+    },
+    /// The roll restarts the next member only when every voter is healthy.
+    UnhealthyBeforeRollStep {
+        /// The target version.
+        target: String,
+    },
+    /// The roll must restart the leader and no healthy voter can take over first.
+    NoLeaderSuccessorForRoll,
+    /// A member restarted on the target version is not yet healthy, caught up and on it.
+    VerifyingVersion {
+        /// The member.
+        name: String,
+        /// The target version.
+        target: String,
+        /// How long it has waited so far.
+        waited: Duration,
+        /// How long it may take.
+        timeout: Duration,
+    },
+    /// The cluster formed once, and no member exists any more: its data is lost.
+    DataLost,
+    /// The cluster formed once, and no member answers: quorum is lost.
+    QuorumLost,
+    /// A bootstrap is under way.
+    BootstrapForming,
+}
+
+impl WaitReason {
+    /// The stable reason code (CamelCase), for conditions, Events and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Paused => "Paused",
+            Self::UnbackedMemberKeepsQuorum { .. } | Self::ReplacementWouldCostQuorum { .. } => {
+                "QuorumAtRisk"
+            }
+            Self::QuorumBeforeRoll { .. } => "QuorumAtRisk",
+            Self::LearnerCatchingUp { .. } => "LearnerCatchingUp",
+            Self::UnhealthyBeforeScaleUp
+            | Self::UnhealthyBeforeScaleDown
+            | Self::UnhealthyBeforeRollStep { .. } => "WaitingForHealthyMembers",
+            Self::NoLeaderSuccessor | Self::NoLeaderSuccessorForRoll => "NoLeaderSuccessor",
+            Self::MembersNotHealthy => "MembersNotHealthy",
+            Self::VerifyingVersion { .. } => "VerifyingVersion",
+            Self::DataLost => "DataLost",
+            Self::QuorumLost => "NoQuorum",
+            Self::BootstrapForming => "Bootstrapping",
+        }
+    }
+
+    /// Whether waiting here means the cluster is one failure from losing quorum or has lost it
+    /// (the `Degraded` condition says so, with [`code`](Self::code) as its reason).
+    pub fn degrades(&self) -> bool {
+        matches!(
+            self,
+            Self::UnbackedMemberKeepsQuorum { .. }
+                | Self::ReplacementWouldCostQuorum { .. }
+                | Self::QuorumBeforeRoll { .. }
+                | Self::QuorumLost
+                | Self::DataLost
+        )
+    }
+}
+
+impl std::fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Paused => write!(f, "spec.paused is true: no changes are made"),
+            Self::UnbackedMemberKeepsQuorum { id } => write!(
+                f,
+                "etcd member {id:x} has no runtime member, and removing it would cost quorum"
+            ),
+            Self::ReplacementWouldCostQuorum { dead } => write!(
+                f,
+                "{dead}; replacing it would cost quorum: restore quorum first (see the Degraded condition)"
+            ),
+            Self::LearnerCatchingUp { name } => write!(f, "learner {name} is catching up"),
+            Self::UnhealthyBeforeScaleUp => {
+                write!(f, "waiting for every member to be healthy before adding one")
+            }
+            Self::UnhealthyBeforeScaleDown => {
+                write!(f, "waiting for every member to be healthy before removing one")
+            }
+            Self::NoLeaderSuccessor => write!(f, "no healthy member to move leadership to"),
+            Self::MembersNotHealthy => write!(f, "some members are not healthy yet"),
+            Self::QuorumBeforeRoll { target } => {
+                write!(f, "waiting for a healthy quorum before the roll to etcd {target}")
+            }
+            Self::UnhealthyBeforeRollStep { target } => write!(
+                f,
+                "waiting for every member to be healthy before restarting the next one on etcd {target}"
+            ),
+            Self::NoLeaderSuccessorForRoll => write!(
+                f,
+                "no healthy member to move leadership to before restarting the leader"
+            ),
+            Self::VerifyingVersion {
+                name,
+                target,
+                waited,
+                timeout,
+            } => write!(
+                f,
+                "waiting for member {name} to be healthy, caught up and report etcd {target} ({}s of {}s)",
+                waited.as_secs(),
+                timeout.as_secs()
+            ),
+            Self::DataLost => write!(
+                f,
+                "the cluster formed before but no member exists any more: its data is lost; restore from a backup"
+            ),
+            Self::QuorumLost => write!(
+                f,
+                "no member answers: the cluster has lost quorum; start the stopped members or restore from a backup"
+            ),
+            Self::BootstrapForming => write!(f, "waiting for the bootstrap to form a cluster"),
+        }
+    }
 }
 
 impl Step {
@@ -273,7 +426,7 @@ pub fn plan(
 ) -> Step {
     if desired.paused {
         return Step::Wait {
-            reason: "spec.paused is true: no changes are made".into(),
+            reason: WaitReason::Paused,
         };
     }
     // No answer, or members that answer but never elected a leader in a cluster that never
@@ -324,10 +477,7 @@ pub fn plan(
                 };
             }
             return Step::Wait {
-                reason: format!(
-                    "etcd member {:x} has no runtime member, and removing it would cost quorum",
-                    m.id
-                ),
+                reason: WaitReason::UnbackedMemberKeepsQuorum { id: m.id },
             };
         }
     }
@@ -428,9 +578,7 @@ pub fn plan(
                 };
             }
             return Step::Wait {
-                reason: format!(
-                    "{reason}; replacing it would cost quorum: restore quorum first (see the Degraded condition)"
-                ),
+                reason: WaitReason::ReplacementWouldCostQuorum { dead: reason },
             };
         }
     }
@@ -444,7 +592,9 @@ pub fn plan(
             };
         }
         return Step::Wait {
-            reason: format!("learner {} is catching up", learner.name),
+            reason: WaitReason::LearnerCatchingUp {
+                name: learner.name.clone(),
+            },
         };
     }
 
@@ -453,7 +603,7 @@ pub fn plan(
     if voters.len() < desired.replicas {
         if etcd.healthy_voters() < voters.len() {
             return Step::Wait {
-                reason: "waiting for every member to be healthy before adding one".into(),
+                reason: WaitReason::UnhealthyBeforeScaleUp,
             };
         }
         return Step::ReserveForJoin { name: new_names() };
@@ -461,7 +611,7 @@ pub fn plan(
     if voters.len() > desired.replicas {
         if etcd.healthy_voters() < voters.len() {
             return Step::Wait {
-                reason: "waiting for every member to be healthy before removing one".into(),
+                reason: WaitReason::UnhealthyBeforeScaleDown,
             };
         }
         // The newest non-leader goes first; if only the leader is left to remove, move
@@ -480,7 +630,7 @@ pub fn plan(
                 };
             }
             return Step::Wait {
-                reason: "no healthy member to move leadership to".into(),
+                reason: WaitReason::NoLeaderSuccessor,
             };
         }
         return Step::RemoveFromEtcd {
@@ -494,7 +644,7 @@ pub fn plan(
     }
     if etcd.healthy_voters() < voters.len() {
         return Step::Wait {
-            reason: "some members are not healthy yet".into(),
+            reason: WaitReason::MembersNotHealthy,
         };
     }
     Step::Idle
@@ -640,13 +790,12 @@ fn plan_version_change_in_flight(
             });
         }
         return Some(Step::Wait {
-            reason: format!(
-                "waiting for member {} to be healthy, caught up and report etcd {} ({}s of {}s)",
-                r.name,
-                roll.target,
-                waited.as_secs(),
-                thresholds.upgrade_timeout.as_secs()
-            ),
+            reason: WaitReason::VerifyingVersion {
+                name: r.name.clone(),
+                target: roll.target.clone(),
+                waited,
+                timeout: thresholds.upgrade_timeout,
+            },
         });
     }
     None
@@ -672,7 +821,9 @@ fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Opti
     let Some(roll) = roll else {
         if etcd.leader == 0 || etcd.healthy_voters() < quorum(etcd.voters().count()) {
             return Some(Step::Wait {
-                reason: format!("waiting for a healthy quorum before the roll to etcd {target}"),
+                reason: WaitReason::QuorumBeforeRoll {
+                    target: target.clone(),
+                },
             });
         }
         let from = observed
@@ -694,9 +845,9 @@ fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Opti
     let voters = etcd.voters().count();
     if etcd.healthy_voters() < voters {
         return Some(Step::Wait {
-            reason: format!(
-                "waiting for every member to be healthy before restarting the next one on etcd {target}"
-            ),
+            reason: WaitReason::UnhealthyBeforeRollStep {
+                target: target.clone(),
+            },
         });
     }
     let (m, r, c) = outdated
@@ -716,7 +867,7 @@ fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Opti
                 to: to.id,
             },
             None => Step::Wait {
-                reason: "no healthy member to move leadership to before restarting the leader".into(),
+                reason: WaitReason::NoLeaderSuccessorForRoll,
             },
         });
     }
@@ -795,7 +946,7 @@ fn plan_without_etcd(
     if observed.runtime.is_empty() {
         if desired.formed_before {
             return Step::Wait {
-                reason: "the cluster formed before but no member exists any more: its data is lost; restore from a backup".into(),
+                reason: WaitReason::DataLost,
             };
         }
         let names = (0..desired.replicas).map(|_| new_names()).collect();
@@ -847,11 +998,11 @@ fn plan_without_etcd(
     }
     if desired.formed_before {
         return Step::Wait {
-            reason: "no member answers: the cluster has lost quorum; start the stopped members or restore from a backup".into(),
+            reason: WaitReason::QuorumLost,
         };
     }
     Step::Wait {
-        reason: "waiting for the bootstrap to form a cluster".into(),
+        reason: WaitReason::BootstrapForming,
     }
 }
 
@@ -1275,7 +1426,13 @@ mod tests {
         let Step::Wait { reason } = run(&d, &o) else {
             panic!("expected wait")
         };
-        assert!(reason.contains("quorum"), "{reason}");
+        assert!(
+            matches!(reason, WaitReason::ReplacementWouldCostQuorum { .. }),
+            "{reason:?}"
+        );
+        assert_eq!(reason.code(), "QuorumAtRisk");
+        assert!(reason.degrades());
+        assert!(reason.to_string().contains("would cost quorum"), "{reason}");
     }
 
     #[test]
@@ -1500,7 +1657,11 @@ mod tests {
         let Step::Wait { reason } = run(&d, &o) else {
             panic!("expected wait")
         };
-        assert!(reason.contains("member a"), "{reason}");
+        assert!(
+            matches!(&reason, WaitReason::VerifyingVersion { name, .. } if name == "a"),
+            "{reason:?}"
+        );
+        assert!(!reason.degrades());
         // Reports 3.5.1 but lags the leader by more than the allowed lag: still waiting.
         if let Some(v) = o.etcd.as_mut() {
             v.members[0] = member_on(1, "a", "3.5.1", 10);

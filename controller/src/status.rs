@@ -13,20 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::model::{is_healthy, quorum};
 use crate::plan::{self, Observed, RollRecord, Step};
 
-/// What the reconcile did, for status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// The last step planned.
-    pub step: Step,
-    /// The error the step ran into, if any.
-    pub error: Option<String>,
-    /// The rolling version change as the reconcile left it (persisted in `status.upgrade`).
-    pub roll: Option<RollRecord>,
-}
-
-/// How every error of a restore from a snapshot begins (the `Degraded` reason is then
-/// `RestoreFailed`).
-pub const RESTORE_FAILED: &str = "restore from snapshot";
+pub use crate::outcome::Outcome;
 
 /// The condition types this module writes; every other type in the old status is kept.
 const OWNED_CONDITIONS: [&str; 3] = [CONDITION_AVAILABLE, CONDITION_PROGRESSING, CONDITION_DEGRADED];
@@ -168,7 +155,7 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             format!("{reason}; starting {name} again on etcd {to}"),
         ),
         Step::HaltUpgrade { reason, .. } => ("UpgradeHalted", reason.clone()),
-        Step::Wait { reason } => ("Waiting", reason.clone()),
+        Step::Wait { reason } => ("Waiting", reason.to_string()),
         Step::Idle => ("Reconciled", "the cluster matches the spec".into()),
     }
 }
@@ -308,12 +295,7 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
         .filter(|u| u.phase == Some(UpgradePhase::Halted))
         .and_then(|u| u.message.clone());
     if let Some(error) = &outcome.error {
-        let reason = if error.starts_with(RESTORE_FAILED) {
-            "RestoreFailed"
-        } else {
-            "StepFailed"
-        };
-        degraded = Some((reason, error.clone()));
+        degraded = Some((error.reason(), error.to_string()));
     } else if let Some(message) = halted {
         degraded = Some((
             "UpgradeHalted",
@@ -322,9 +304,9 @@ pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) ->
             ),
         ));
     } else if let Step::Wait { reason } = &outcome.step
-        && reason.contains("quorum")
+        && reason.degrades()
     {
-        degraded = Some(("QuorumAtRisk", reason.clone()));
+        degraded = Some((reason.code(), reason.to_string()));
     }
 
     let (progress_reason, progress_message) = step_reason(&outcome.step);
@@ -527,7 +509,9 @@ mod tests {
             &observed,
             &Outcome {
                 step: Step::Wait {
-                    reason: "replacing it would cost quorum".into(),
+                    reason: crate::plan::WaitReason::ReplacementWouldCostQuorum {
+                        dead: "member b has been unhealthy for 120s".into(),
+                    },
                 },
                 error: None,
                 roll: None,
@@ -541,7 +525,7 @@ mod tests {
             &observed,
             &Outcome {
                 step: Step::Idle,
-                error: Some("member remove: boom".into()),
+                error: Some(crate::outcome::StepError::LeaderUnreachable { id: 1 }),
                 roll: None,
             },
         );
@@ -557,12 +541,54 @@ mod tests {
             &observed,
             &Outcome {
                 step: Step::Idle,
-                error: Some(restore.to_string()),
+                error: Some(crate::outcome::StepError::Runtime(restore)),
                 roll: None,
             },
         );
         assert_eq!(get(&refused, "Degraded").reason, "RestoreFailed");
         assert!(get(&refused, "Degraded").message.contains("b1 was not found"));
+    }
+
+    #[test]
+    fn the_degraded_reason_comes_from_the_wait_reasons_type_not_its_text() {
+        let mut formed = cluster();
+        formed.status = Some(EtcdClusterStatus {
+            cluster_id: Some("abc".into()),
+            ..Default::default()
+        });
+        let silent = Observed {
+            runtime: vec![],
+            etcd: None,
+            timing: Timing::default(),
+        };
+        let wait = |reason| Outcome {
+            step: Step::Wait { reason },
+            ..Outcome::idle()
+        };
+        let lost = compute(&formed, &silent, &wait(crate::plan::WaitReason::QuorumLost));
+        assert_eq!(get(&lost, "Degraded").reason, "NoQuorum");
+        assert!(get(&lost, "Degraded").message.contains("lost quorum"));
+        let gone = compute(&formed, &silent, &wait(crate::plan::WaitReason::DataLost));
+        assert_eq!(get(&gone, "Degraded").reason, "DataLost");
+        // A wait whose message mentions quorum but that puts nothing at risk degrades nothing.
+        let healthy = Observed {
+            runtime: vec![],
+            etcd: Some(EtcdView {
+                cluster_id: 1,
+                members: vec![member(1, "a", true), member(2, "b", true), member(3, "c", true)],
+                leader: 1,
+            }),
+            timing: Timing::default(),
+        };
+        let catching_up = compute(
+            &cluster(),
+            &healthy,
+            &wait(crate::plan::WaitReason::LearnerCatchingUp {
+                name: "quorum-1".into(),
+            }),
+        );
+        assert_eq!(get(&catching_up, "Degraded").status, "False");
+        assert_eq!(get(&catching_up, "Progressing").reason, "Waiting");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Snapshot and restore throughput for a 100 MB keyspace (real etcd 3.5.1), the operator's code
 //! paths beside the same work done by hand with the etcd tools, in the same run:
 //!
-//! - snapshot: the backup controller's path — `backup::snapshot::take_from` (etcd's Snapshot
+//! - snapshot: the backup controller's path — `MemberOps::snapshot` of `EtcdClient` (etcd's Snapshot
 //!   RPC streamed into memory, hashed, integrity-checked) and `Destination::put_snapshot` into a
 //!   directory (snapshot + `.sha256` sidecar) — beside `etcdctl snapshot save <file>`;
 //! - restore: `restore::prepare_data_dir` (fetch from the directory, verify the recorded SHA-256
@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use etcd_operator_api::v1alpha2::{BackupDestination, VolumeDestination};
-use etcd_operator_controller::backup::{Credentials, policy, snapshot, store};
+use etcd_operator_controller::backup::{Credentials, policy, store};
+use etcd_operator_controller::member_ops::{EtcdClient, MemberOps};
 use etcd_operator_controller::restore::{self, RestoreMember, RestorePlan, RestoreTool, SnapshotSource};
 use etcd_operator_tests::{EtcdVersion, TestEtcd, tools};
 
@@ -119,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     for r in 0..runs {
         // Snapshot: the operator's path.
         let t = Instant::now();
-        let snap = snapshot::take_from(etcd.endpoint()).await?;
+        let snap = EtcdClient::default().snapshot(etcd.endpoint()).await?;
         let key = policy::scheduled_key("bench/c/", snap.taken, snap.revision + r as i64);
         dest.put_snapshot(&key, snap.data.clone(), &snap.sha256).await?;
         let took = t.elapsed();

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use backup_support::*;
 use etcd_operator_api::v1alpha2::{BackupDestination, VolumeDestination};
-use etcd_operator_controller::backup::{Credentials, policy, snapshot, store};
+use etcd_operator_controller::backup::{Credentials, policy, store};
+use etcd_operator_controller::member_ops::{EtcdClient, MemberOps};
 use etcd_operator_controller::restore::{self, RestoreMember, RestorePlan, RestoreTool, SnapshotSource};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, TestEtcd, tools};
 
@@ -70,7 +71,7 @@ async fn snapshot_into_directory(etcd: &TestEtcd, root: &std::path::Path) -> Str
             .await
             .unwrap();
     }
-    let snap = snapshot::take_from(etcd.endpoint()).await.unwrap();
+    let snap = EtcdClient::default().snapshot(etcd.endpoint()).await.unwrap();
     client
         .put("after/1", "written after the snapshot", None)
         .await

@@ -235,6 +235,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         authenticator: Arc::new(authenticator),
         authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
         openapi: Arc::new(openapi::Documents::generate()?),
+        members: Default::default(),
     };
     let app = http::router(state);
 

@@ -40,6 +40,8 @@ pub struct AppState {
     pub authorizer: Arc<dyn auth::Authorizer>,
     /// The OpenAPI documents, prepared once.
     pub openapi: Arc<openapi::Documents>,
+    /// How `/snapshot` reaches the members of an EtcdCluster (the controller's connections).
+    pub members: etcd_operator_controller::member_ops::EtcdClient,
 }
 
 impl AppState {

@@ -68,7 +68,14 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
     if info.subresource.as_deref() == Some("snapshot") {
         return match (&parts.method, info.name.as_deref()) {
             (&Method::GET, Some(name)) if path_names_object(&info) => {
-                super::snapshot::serve(&state.storage, info.namespace.as_deref(), name, accept).await
+                super::snapshot::serve(
+                    &state.storage,
+                    &state.members,
+                    info.namespace.as_deref(),
+                    name,
+                    accept,
+                )
+                .await
             }
             _ => Err(ApiError::method_not_allowed(&format!("{} {path}", parts.method))),
         };

@@ -28,6 +28,7 @@ pub fn accepts(accept: Option<&str>) -> bool {
 /// Handles the request.
 pub async fn serve(
     storage: &Storage,
+    members: &etcd_operator_controller::member_ops::EtcdClient,
     namespace: Option<&str>,
     name: &str,
     accept: Option<&str>,
@@ -62,7 +63,7 @@ pub async fn serve(
             "EtcdCluster {namespace}/{name} reports no client endpoints: no healthy member to take a snapshot from"
         )));
     }
-    let snap = snapshot::take(&endpoints).await.map_err(|e| match e {
+    let snap = snapshot::take(members, &endpoints).await.map_err(|e| match e {
         SnapshotError::NoHealthyMember { .. } => ApiError::unavailable(format!(
             "EtcdCluster {namespace}/{name}: no healthy member to take a snapshot from"
         )),

@@ -4,7 +4,7 @@
 //! - [`policy`] holds the pure rules (names sortable by time, retention, schedule, backoff,
 //!   snapshot integrity);
 //! - [`store`] opens destinations through `object_store` (S3-compatible bucket or directory);
-//! - [`snapshot`] takes a snapshot from a healthy member (a follower when there is one);
+//! - [`snapshot`] picks the member a snapshot comes from (a healthy follower when there is one);
 //! - [`scheduled`] is the controller over EtcdClusters with `spec.backup`;
 //! - [`oneshot`] is the controller over EtcdBackups.
 
@@ -84,6 +84,8 @@ impl BackupError {
 pub struct BackupContext {
     client: kube::Client,
     credentials: Credentials,
+    /// How members are reached for snapshots.
+    members: crate::member_ops::EtcdClient,
     /// Consecutive failures per cluster or backup (`namespace/name`), for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// The last scheduled snapshot per cluster, in case the status we see lags behind our write.
@@ -108,10 +110,17 @@ impl BackupContext {
         Self {
             client,
             credentials,
+            members: crate::member_ops::EtcdClient::default(),
             failures: Mutex::new(HashMap::new()),
             last_taken: Mutex::new(HashMap::new()),
             not_before: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reaches members through `members` (shared connections; TLS when it has it).
+    pub fn with_member_ops(mut self, members: crate::member_ops::EtcdClient) -> Self {
+        self.members = members;
+        self
     }
 
     /// Records a failure; returns the delay before the next attempt (exponential backoff).
@@ -192,7 +201,7 @@ pub async fn take_and_store(
     }
     // Open the destination first: an unreachable bucket costs no snapshot.
     let dest = store::open(destination, namespace, &ctx.credentials).await?;
-    let snap = snapshot::take(endpoints).await?;
+    let snap = snapshot::take(&ctx.members, endpoints).await?;
     let dir = policy::cluster_dir(dest.prefix.as_deref(), namespace, cluster);
     let key = key_for(&dir, snap.taken, snap.revision);
     let size = i64::try_from(snap.data.len()).unwrap_or(i64::MAX);

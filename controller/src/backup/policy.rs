@@ -140,22 +140,73 @@ pub enum SnapshotCheckError {
     HashMismatch,
 }
 
+/// The length of the SHA-256 etcd appends to every snapshot it streams.
+const SNAPSHOT_HASH_LEN: usize = 32;
+
 /// Checks a snapshot as etcd streams it: a bbolt database followed by the SHA-256 of the
 /// database (etcd's `snapshot` RPC appends it; `etcdutl snapshot restore` verifies it the same
 /// way). Hand-written: no library exposes this check.
 pub fn check_snapshot(data: &[u8]) -> Result<(), SnapshotCheckError> {
-    const HASH_LEN: usize = 32;
-    if data.len() < 512 + HASH_LEN {
-        return Err(SnapshotCheckError::TooSmall { size: data.len() });
+    let mut digest = SnapshotDigest::default();
+    digest.update(data);
+    digest.finish().map(|_| ())
+}
+
+/// The integrity check of [`check_snapshot`] and the SHA-256 of the whole file, computed chunk by
+/// chunk while a snapshot streams, so nothing needs the whole file in memory: only etcd's trailing
+/// hash (the last 32 bytes seen) is held back from the database digest.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotDigest {
+    /// The database part (everything but the last 32 bytes seen so far).
+    database: Sha256,
+    /// The whole file, for the checksum sidecar.
+    whole: Sha256,
+    /// The last bytes seen: at most [`SNAPSHOT_HASH_LEN`] after every update.
+    tail: Vec<u8>,
+    /// Bytes seen.
+    size: u64,
+}
+
+impl SnapshotDigest {
+    /// Feeds the next chunk of the stream.
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.whole.update(chunk);
+        self.size = self.size.saturating_add(chunk.len() as u64);
+        if chunk.len() >= SNAPSHOT_HASH_LEN {
+            // Everything held back so far, and the chunk but its last 32 bytes, is database.
+            self.database.update(&self.tail);
+            let (db, tail) = chunk.split_at(chunk.len() - SNAPSHOT_HASH_LEN);
+            self.database.update(db);
+            self.tail.clear();
+            self.tail.extend_from_slice(tail);
+        } else {
+            self.tail.extend_from_slice(chunk);
+            let over = self.tail.len().saturating_sub(SNAPSHOT_HASH_LEN);
+            if over > 0 {
+                self.database.update(&self.tail[..over]);
+                self.tail.drain(..over);
+            }
+        }
     }
-    if data.len() % 512 != HASH_LEN {
-        return Err(SnapshotCheckError::NoHash { size: data.len() });
+
+    /// Bytes seen so far.
+    pub fn size(&self) -> u64 {
+        self.size
     }
-    let (db, hash) = data.split_at(data.len() - HASH_LEN);
-    if Sha256::digest(db).as_slice() == hash {
-        Ok(())
-    } else {
-        Err(SnapshotCheckError::HashMismatch)
+
+    /// Checks the stream as a whole; on success, the SHA-256 of every byte seen (lowercase hex).
+    pub fn finish(self) -> Result<String, SnapshotCheckError> {
+        let size = usize::try_from(self.size).unwrap_or(usize::MAX);
+        if size < 512 + SNAPSHOT_HASH_LEN {
+            return Err(SnapshotCheckError::TooSmall { size });
+        }
+        if size % 512 != SNAPSHOT_HASH_LEN {
+            return Err(SnapshotCheckError::NoHash { size });
+        }
+        if self.database.finalize().as_slice() != self.tail.as_slice() {
+            return Err(SnapshotCheckError::HashMismatch);
+        }
+        Ok(hex::encode(self.whole.finalize()))
     }
 }
 
@@ -255,6 +306,36 @@ mod tests {
             check_snapshot(&[0; 10]),
             Err(SnapshotCheckError::TooSmall { size: 10 })
         );
+    }
+
+    #[test]
+    fn the_streaming_digest_agrees_with_the_whole_file_check_whatever_the_chunking() {
+        let db: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let mut good = db.clone();
+        good.extend_from_slice(&Sha256::digest(&db));
+        let mut bad = good.clone();
+        bad[4100] ^= 1; // inside etcd's trailing hash
+        for chunk in [1, 7, 31, 32, 33, 512, 1000, good.len()] {
+            let digest = |data: &[u8]| {
+                let mut d = SnapshotDigest::default();
+                for piece in data.chunks(chunk) {
+                    d.update(piece);
+                }
+                assert_eq!(d.size(), data.len() as u64);
+                d.finish()
+            };
+            assert_eq!(digest(&good), Ok(sha256_hex(&good)), "chunks of {chunk}");
+            assert_eq!(
+                digest(&bad),
+                Err(SnapshotCheckError::HashMismatch),
+                "chunks of {chunk}"
+            );
+            assert_eq!(
+                digest(&db),
+                Err(SnapshotCheckError::NoHash { size: 4096 }),
+                "chunks of {chunk}"
+            );
+        }
     }
 
     #[test]

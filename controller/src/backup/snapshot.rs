@@ -1,75 +1,15 @@
-//! Taking a snapshot: pick a healthy member (a follower when there is one, so the leader keeps
-//! its bandwidth), stream etcd's `Snapshot` RPC into memory while hashing it, and check it.
+//! Choosing where a snapshot comes from: a healthy member, a follower when there is one (so the
+//! leader keeps its bandwidth), trying the next when one fails. The streaming and the integrity
+//! check are [`MemberOps::snapshot`]'s.
 
-use std::time::Duration;
-
-use etcd_client::{Client, ConnectOptions, GetOptions};
-use sha2::{Digest, Sha256};
-
-use super::policy::{self, SnapshotCheckError};
+use crate::member_ops::MemberOps;
+pub use crate::member_ops::{Snapshot, SnapshotError};
 use crate::model::is_healthy;
-
-/// How long connecting to a member may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a whole snapshot may take.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// A snapshot in memory.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// The database file as `etcdutl snapshot restore` reads it (with etcd's trailing hash).
-    pub data: bytes::Bytes,
-    /// SHA-256 of `data`, lowercase hex.
-    pub sha256: String,
-    /// The revision of the member when the snapshot began (the snapshot holds at least this).
-    pub revision: i64,
-    /// The member it was taken from.
-    pub endpoint: String,
-    /// When it was taken.
-    pub taken: chrono::DateTime<chrono::Utc>,
-}
-
-/// Taking a snapshot failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    /// No member answered as healthy.
-    #[error("no healthy member to take a snapshot from (asked {asked:?})")]
-    NoHealthyMember {
-        /// The endpoints asked.
-        asked: Vec<String>,
-    },
-    /// etcd failed while streaming.
-    #[error("snapshot from {endpoint}: {source}")]
-    Etcd {
-        /// The member.
-        endpoint: String,
-        /// Cause.
-        #[source]
-        source: etcd_client::Error,
-    },
-    /// The stream did not finish in time.
-    #[error("snapshot from {endpoint} did not finish within {after:?}")]
-    Timeout {
-        /// The member.
-        endpoint: String,
-        /// The limit.
-        after: Duration,
-    },
-    /// The snapshot failed its integrity check.
-    #[error("snapshot from {endpoint} is corrupt: {source}")]
-    Corrupt {
-        /// The member.
-        endpoint: String,
-        /// What is wrong.
-        #[source]
-        source: SnapshotCheckError,
-    },
-}
 
 /// The members to try, best first: healthy followers, then the healthy leader. Uses the member
 /// list etcd reports (asked at `endpoints`), so a stale status cannot send us to a dead member.
-pub async fn candidates(endpoints: &[String]) -> Vec<String> {
-    let Some(view) = crate::etcd::observe(endpoints).await else {
+pub async fn candidates(ops: &impl MemberOps, endpoints: &[String]) -> Vec<String> {
+    let Some(view) = ops.observe(endpoints).await else {
         return Vec::new();
     };
     let mut healthy: Vec<(bool, String)> = view
@@ -82,68 +22,15 @@ pub async fn candidates(endpoints: &[String]) -> Vec<String> {
     healthy.into_iter().map(|(_, url)| url).collect()
 }
 
-async fn connect(endpoint: &str) -> Result<Client, SnapshotError> {
-    let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
-    Client::connect([endpoint], Some(options))
-        .await
-        .map_err(|source| SnapshotError::Etcd {
-            endpoint: endpoint.to_owned(),
-            source,
-        })
-}
-
-/// Streams a snapshot from one member and checks it.
-pub async fn take_from(endpoint: &str) -> Result<Snapshot, SnapshotError> {
-    let etcd = |source| SnapshotError::Etcd {
-        endpoint: endpoint.to_owned(),
-        source,
-    };
-    let work = async {
-        let mut client = connect(endpoint).await?;
-        let taken = chrono::Utc::now();
-        // The revision first: the snapshot that follows contains at least this revision.
-        let head = client
-            .get("\0", Some(GetOptions::new().with_count_only()))
-            .await
-            .map_err(etcd)?;
-        let revision = head.header().map(|h| h.revision()).unwrap_or_default();
-        let mut stream = client.maintenance_client().snapshot().await.map_err(etcd)?;
-        let mut data = Vec::new();
-        let mut hasher = Sha256::new();
-        while let Some(chunk) = stream.message().await.map_err(etcd)? {
-            hasher.update(chunk.blob());
-            data.extend_from_slice(chunk.blob());
-        }
-        policy::check_snapshot(&data).map_err(|source| SnapshotError::Corrupt {
-            endpoint: endpoint.to_owned(),
-            source,
-        })?;
-        Ok(Snapshot {
-            data: bytes::Bytes::from(data),
-            sha256: hex::encode(hasher.finalize()),
-            revision,
-            endpoint: endpoint.to_owned(),
-            taken,
-        })
-    };
-    match tokio::time::timeout(SNAPSHOT_TIMEOUT, work).await {
-        Ok(result) => result,
-        Err(_) => Err(SnapshotError::Timeout {
-            endpoint: endpoint.to_owned(),
-            after: SNAPSHOT_TIMEOUT,
-        }),
-    }
-}
-
 /// Takes a snapshot from the best healthy member among those `endpoints` lead to, trying the
 /// next one when a member fails.
-pub async fn take(endpoints: &[String]) -> Result<Snapshot, SnapshotError> {
-    let candidates = candidates(endpoints).await;
+pub async fn take(ops: &impl MemberOps, endpoints: &[String]) -> Result<Snapshot, SnapshotError> {
+    let candidates = candidates(ops, endpoints).await;
     let mut last = SnapshotError::NoHealthyMember {
         asked: endpoints.to_vec(),
     };
     for endpoint in candidates {
-        match take_from(&endpoint).await {
+        match ops.snapshot(&endpoint).await {
             Ok(snapshot) => return Ok(snapshot),
             Err(e) => {
                 tracing::warn!(%endpoint, error = %e, "snapshot failed; trying another member");
@@ -152,4 +39,75 @@ pub async fn take(endpoints: &[String]) -> Result<Snapshot, SnapshotError> {
         }
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member_ops::MemberOpError;
+    use crate::member_ops::fake::{Call, FakeMemberOps, healthy_member};
+    use crate::model::EtcdView;
+
+    fn three() -> EtcdView {
+        EtcdView {
+            cluster_id: 1,
+            members: vec![
+                healthy_member(1, "a", "3.5.1", 1),
+                healthy_member(2, "b", "3.5.1", 1),
+                healthy_member(3, "c", "3.5.1", 1),
+            ],
+            leader: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn followers_first_then_the_next_member_when_one_fails() {
+        let ops = FakeMemberOps::new(Some(three()));
+        ops.fail_next_snapshot(SnapshotError::Timeout {
+            endpoint: "http://b:2379".into(),
+            after: std::time::Duration::from_secs(600),
+        });
+        let snap = take(&ops, &["http://a:2379".into()]).await.unwrap();
+        assert_eq!(snap.endpoint, "http://c:2379");
+        let asked: Vec<Call> = ops.actions();
+        assert_eq!(
+            asked,
+            [
+                Call::Snapshot {
+                    endpoint: "http://b:2379".into()
+                },
+                Call::Snapshot {
+                    endpoint: "http://c:2379".into()
+                }
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn no_healthy_member_and_every_member_failing_are_errors() {
+        let ops = FakeMemberOps::new(None);
+        let err = take(&ops, &["http://a:2379".into()]).await.unwrap_err();
+        assert!(matches!(err, SnapshotError::NoHealthyMember { .. }), "{err}");
+
+        let mut sick = three();
+        for m in &mut sick.members {
+            m.status = None;
+        }
+        let ops = FakeMemberOps::new(Some(sick));
+        let err = take(&ops, &["http://a:2379".into()]).await.unwrap_err();
+        assert!(matches!(err, SnapshotError::NoHealthyMember { .. }), "{err}");
+
+        let ops = FakeMemberOps::new(Some(three()));
+        for endpoint in ["b", "c", "a"] {
+            ops.fail_next_snapshot(SnapshotError::Etcd {
+                endpoint: format!("http://{endpoint}:2379"),
+                source: MemberOpError::NoEndpoint { op: "snapshot" },
+            });
+        }
+        let err = take(&ops, &["http://a:2379".into()]).await.unwrap_err();
+        assert!(
+            matches!(&err, SnapshotError::Etcd { endpoint, .. } if endpoint == "http://a:2379"),
+            "the leader is tried last: {err}"
+        );
+    }
 }

@@ -530,7 +530,11 @@ mod tests {
         let view = {
             let mut v = None;
             for _ in 0..100 {
-                v = crate::etcd::observe(std::slice::from_ref(&m.client_url)).await;
+                v = crate::member_ops::MemberOps::observe(
+                    &crate::member_ops::EtcdClient::default(),
+                    std::slice::from_ref(&m.client_url),
+                )
+                .await;
                 if v.as_ref().is_some_and(|v| v.leader != 0) {
                     break;
                 }
@@ -547,7 +551,11 @@ mod tests {
 
     async fn wait_for_version(url: &str, version: &str) -> crate::model::EtcdView {
         for _ in 0..150 {
-            if let Some(v) = crate::etcd::observe(&[url.to_string()]).await
+            if let Some(v) = crate::member_ops::MemberOps::observe(
+                &crate::member_ops::EtcdClient::default(),
+                &[url.to_string()],
+            )
+            .await
                 && v.leader != 0
                 && v.members[0].status.as_ref().is_some_and(|s| s.version == version)
             {

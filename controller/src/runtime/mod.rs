@@ -1,6 +1,7 @@
 //! Where members run. The reconcile logic is shared; a `Runtime` only places, starts, observes
 //! and removes members: `local` (etcd processes on loopback) and `kubernetes` (Pods and PVCs).
 
+pub mod fake;
 pub mod kubernetes;
 pub mod local;
 
@@ -53,7 +54,7 @@ pub enum RuntimeError {
         source: kube::Error,
     },
     /// A member's data could not be restored from its snapshot (fetch, checksum, restore tool).
-    #[error("{prefix} for member {member}: {source}", prefix = crate::status::RESTORE_FAILED)]
+    #[error("{prefix} for member {member}: {source}", prefix = crate::outcome::RESTORE_FAILED_PREFIX)]
     Restore {
         /// The member.
         member: String,

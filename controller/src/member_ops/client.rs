@@ -1,0 +1,503 @@
+//! [`MemberOps`] through etcd-client: one cached gRPC client per endpoint set (a member's own
+//! URL, or the voters a membership call may go to), dropped when a call to it times out or its
+//! transport fails, so a member that moved or died is reconnected afresh next time.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
+
+use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError};
+use crate::backup::policy::SnapshotDigest;
+use crate::model::{EtcdMember, EtcdView, MemberHealth};
+
+/// How long one etcd call may take before the member counts as not answering.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long establishing a connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a whole snapshot stream may take (every snapshot, whoever asks for it).
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Cached clients kept at most; past this the cache starts again empty (endpoint sets of
+/// deleted clusters are never asked for again).
+const MAX_CACHED_CLIENTS: usize = 256;
+
+/// etcd's own descriptions of the errors that mean "not yet" (`rpctypes` in etcd's
+/// `api/v3rpc/rpctypes/error.go`). etcd gives these no distinct gRPC code (they share
+/// `FailedPrecondition`/`Unavailable` with permanent errors), and its Go client tells them apart by
+/// this exact text too, so this is the one place text is matched: at the wire, into a type.
+const NOT_READY_YET: [&str; 4] = [
+    "etcdserver: can only promote a learner member which is in sync with leader",
+    "etcdserver: unhealthy cluster",
+    "etcdserver: too many learner members in cluster",
+    "etcdserver: re-configuration failed due to not enough started members",
+];
+
+/// The real [`MemberOps`]: etcd-client with cached connections. Cheap to clone (the cache is
+/// shared).
+#[derive(Clone, Default)]
+pub struct EtcdClient {
+    clients: Arc<Mutex<HashMap<Vec<String>, Client>>>,
+    tls: Option<etcd_client::TlsOptions>,
+}
+
+impl std::fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cached = self.clients.lock().map(|c| c.len()).unwrap_or_default();
+        f.debug_struct("EtcdClient")
+            .field("cached", &cached)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// An etcd error as a [`MemberOpError`]: "not yet" answers become [`MemberOpError::NotReadyYet`].
+fn classify(op: &'static str, source: etcd_client::Error) -> MemberOpError {
+    if let etcd_client::Error::GRpcStatus(status) = &source
+        && NOT_READY_YET.contains(&status.message())
+    {
+        return MemberOpError::NotReadyYet {
+            op,
+            detail: status.message().to_string(),
+        };
+    }
+    MemberOpError::Etcd { op, source }
+}
+
+/// Whether the cached client should go after this error. Any failure but etcd's own "not yet"
+/// answer drops it: a dead member surfaces as a timeout, a transport error or an `Unavailable`
+/// status depending on when the channel noticed, and a new client costs one connection.
+fn connection_failed(error: &MemberOpError) -> bool {
+    !matches!(
+        error,
+        MemberOpError::NotReadyYet { .. } | MemberOpError::NoEndpoint { .. }
+    )
+}
+
+/// Runs `fut` with the call timeout.
+async fn timed<T>(
+    op: &'static str,
+    fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, MemberOpError> {
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(classify(op, source)),
+        Err(_) => Err(MemberOpError::Timeout {
+            op,
+            after: CALL_TIMEOUT,
+        }),
+    }
+}
+
+impl EtcdClient {
+    /// A client that speaks plain HTTP to the members, or TLS with `tls`.
+    pub fn new(tls: Option<etcd_client::TlsOptions>) -> Self {
+        Self {
+            clients: Arc::default(),
+            tls,
+        }
+    }
+
+    /// How many clients are cached (for tests of the cache).
+    pub fn cached(&self) -> usize {
+        self.clients.lock().map(|c| c.len()).unwrap_or_default()
+    }
+
+    /// The cached client for `endpoints`, connecting when there is none.
+    async fn client(&self, endpoints: &[String], op: &'static str) -> Result<Client, MemberOpError> {
+        if endpoints.is_empty() {
+            return Err(MemberOpError::NoEndpoint { op });
+        }
+        let key = endpoints.to_vec();
+        if let Some(client) = self.clients.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(client);
+        }
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(CALL_TIMEOUT);
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
+        let client = match tokio::time::timeout(CALL_TIMEOUT, Client::connect(endpoints, Some(options))).await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(source)) => return Err(classify(op, source)),
+            Err(_) => {
+                return Err(MemberOpError::Timeout {
+                    op,
+                    after: CALL_TIMEOUT,
+                });
+            }
+        };
+        if let Ok(mut cache) = self.clients.lock() {
+            if cache.len() >= MAX_CACHED_CLIENTS {
+                cache.clear();
+            }
+            cache.insert(key, client.clone());
+        }
+        Ok(client)
+    }
+
+    /// Forgets the cached client of `endpoints` when `result` says its connection is bad.
+    fn keep_or_forget<T>(
+        &self,
+        endpoints: &[String],
+        result: Result<T, MemberOpError>,
+    ) -> Result<T, MemberOpError> {
+        if let Err(error) = &result
+            && connection_failed(error)
+            && let Ok(mut cache) = self.clients.lock()
+        {
+            cache.remove(endpoints);
+        }
+        result
+    }
+
+    /// The status of one member, asked at its own client URL.
+    async fn member_status(&self, url: &str) -> Option<MemberHealth> {
+        let endpoints = [url.to_string()];
+        let result = async {
+            let mut client = self.client(&endpoints, "status").await?;
+            timed("status", client.status()).await
+        }
+        .await;
+        let status = self.keep_or_forget(&endpoints, result).ok()?;
+        Some(MemberHealth {
+            version: status.version().to_string(),
+            raft_applied_index: status.raft_applied_index(),
+            leader: status.leader(),
+            errors: status.errors().to_vec(),
+        })
+    }
+
+    /// Opens a snapshot stream at `endpoint`, after reading the revision it holds at least.
+    async fn open_snapshot(
+        &self,
+        endpoint: &str,
+    ) -> Result<(i64, etcd_client::SnapshotStreaming), SnapshotError> {
+        let endpoints = [endpoint.to_string()];
+        let etcd = |source| SnapshotError::Etcd {
+            endpoint: endpoint.to_owned(),
+            source,
+        };
+        let result = async {
+            let mut client = self.client(&endpoints, "snapshot").await?;
+            // The revision first: the snapshot that follows contains at least this revision.
+            let head = timed(
+                "snapshot",
+                client.get("\0", Some(GetOptions::new().with_count_only())),
+            )
+            .await?;
+            let revision = head.header().map(|h| h.revision()).unwrap_or_default();
+            let stream = timed("snapshot", client.snapshot()).await?;
+            Ok((revision, stream))
+        }
+        .await;
+        self.keep_or_forget(&endpoints, result).map_err(etcd)
+    }
+
+    /// Streams the snapshot at `endpoint` into `sink`, checking it on the way; returns its
+    /// revision, size and SHA-256. The one snapshot loop: memory and file differ only in the sink.
+    async fn stream_snapshot(
+        &self,
+        endpoint: &str,
+        sink: &mut impl SnapshotSink,
+    ) -> Result<(i64, u64, String), SnapshotError> {
+        let work = async {
+            let (revision, mut stream) = self.open_snapshot(endpoint).await?;
+            let mut digest = SnapshotDigest::default();
+            while let Some(chunk) = stream.message().await.map_err(|source| SnapshotError::Etcd {
+                endpoint: endpoint.to_owned(),
+                source: classify("snapshot", source),
+            })? {
+                digest.update(chunk.blob());
+                sink.write(chunk.blob()).await?;
+            }
+            let size = digest.size();
+            let sha256 = digest.finish().map_err(|source| SnapshotError::Corrupt {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?;
+            Ok((revision, size, sha256))
+        };
+        match tokio::time::timeout(SNAPSHOT_TIMEOUT, work).await {
+            Ok(result) => result,
+            Err(_) => Err(SnapshotError::Timeout {
+                endpoint: endpoint.to_owned(),
+                after: SNAPSHOT_TIMEOUT,
+            }),
+        }
+    }
+}
+
+/// Where snapshot chunks go.
+trait SnapshotSink: Send {
+    fn write(&mut self, chunk: &[u8]) -> impl std::future::Future<Output = Result<(), SnapshotError>> + Send;
+}
+
+impl SnapshotSink for Vec<u8> {
+    async fn write(&mut self, chunk: &[u8]) -> Result<(), SnapshotError> {
+        self.extend_from_slice(chunk);
+        Ok(())
+    }
+}
+
+/// A file being written.
+struct FileSink {
+    path: std::path::PathBuf,
+    file: tokio::fs::File,
+}
+
+impl SnapshotSink for FileSink {
+    async fn write(&mut self, chunk: &[u8]) -> Result<(), SnapshotError> {
+        use tokio::io::AsyncWriteExt;
+        self.file
+            .write_all(chunk)
+            .await
+            .map_err(|source| SnapshotError::Write {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+impl MemberOps for EtcdClient {
+    async fn observe(&self, endpoints: &[String]) -> Option<EtcdView> {
+        // One endpoint at a time: a member that has just started and does not listen yet must not
+        // make the whole cluster look silent.
+        let mut list = None;
+        for endpoint in endpoints {
+            let one = std::slice::from_ref(endpoint);
+            let result = async {
+                let mut client = self.client(one, "member list").await?;
+                timed("member list", client.member_list()).await
+            }
+            .await;
+            if let Ok(answer) = self.keep_or_forget(one, result) {
+                list = Some(answer);
+                break;
+            }
+        }
+        let list = list?;
+        let mut view = EtcdView {
+            cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
+            ..Default::default()
+        };
+        let statuses = futures::future::join_all(list.members().iter().map(|m| {
+            let url = m.client_urls().first().cloned();
+            async move {
+                match url {
+                    Some(url) => self.member_status(&url).await,
+                    None => None,
+                }
+            }
+        }))
+        .await;
+        for (m, health) in list.members().iter().zip(statuses) {
+            if let Some(h) = &health
+                && h.leader != 0
+            {
+                view.leader = h.leader;
+            }
+            view.members.push(EtcdMember {
+                id: m.id(),
+                name: m.name().to_string(),
+                peer_urls: m.peer_urls().to_vec(),
+                client_urls: m.client_urls().to_vec(),
+                learner: m.is_learner(),
+                status: health,
+            });
+        }
+        Some(view)
+    }
+
+    async fn add_learner(&self, endpoints: &[String], peer_url: &str) -> Result<u64, MemberOpError> {
+        let result = async {
+            let mut client = self.client(endpoints, "member add").await?;
+            timed(
+                "member add",
+                client.member_add([peer_url], Some(MemberAddOptions::new().with_is_learner())),
+            )
+            .await
+        }
+        .await;
+        let resp = self.keep_or_forget(endpoints, result)?;
+        Ok(resp.member().map(|m| m.id()).unwrap_or_default())
+    }
+
+    async fn promote(&self, endpoints: &[String], id: u64) -> Result<(), MemberOpError> {
+        let result = async {
+            let mut client = self.client(endpoints, "member promote").await?;
+            timed("member promote", client.member_promote(id)).await
+        }
+        .await;
+        self.keep_or_forget(endpoints, result).map(|_| ())
+    }
+
+    async fn remove(&self, endpoints: &[String], id: u64) -> Result<(), MemberOpError> {
+        let result = async {
+            let mut client = self.client(endpoints, "member remove").await?;
+            timed("member remove", client.member_remove(id)).await
+        }
+        .await;
+        self.keep_or_forget(endpoints, result).map(|_| ())
+    }
+
+    async fn move_leader(&self, leader_url: &str, to: u64) -> Result<(), MemberOpError> {
+        let endpoints = [leader_url.to_string()];
+        let result = async {
+            let mut client = self.client(&endpoints, "move leader").await?;
+            timed("move leader", client.move_leader(to)).await
+        }
+        .await;
+        self.keep_or_forget(&endpoints, result).map(|_| ())
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, SnapshotError> {
+        let taken = chrono::Utc::now();
+        let mut data = Vec::new();
+        let (revision, _, sha256) = self.stream_snapshot(endpoint, &mut data).await?;
+        Ok(Snapshot {
+            data: bytes::Bytes::from(data),
+            sha256,
+            revision,
+            endpoint: endpoint.to_owned(),
+            taken,
+        })
+    }
+
+    async fn save_snapshot(
+        &self,
+        endpoint: &str,
+        dir: &Path,
+        prefix: &str,
+    ) -> Result<SavedSnapshot, SnapshotError> {
+        let write_error = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SnapshotError::Write { path, source }
+        };
+        tokio::fs::create_dir_all(dir).await.map_err(write_error(dir))?;
+        // The revision is only known once the stream opens: write under a unique partial name.
+        let partial = dir.join(format!(".{prefix}-{}.db.partial", uuid_like()));
+        let file = tokio::fs::File::create(&partial)
+            .await
+            .map_err(write_error(&partial))?;
+        let mut sink = FileSink {
+            path: partial.clone(),
+            file,
+        };
+        let streamed = self.stream_snapshot(endpoint, &mut sink).await;
+        let synced = sink.file.sync_all().await.map_err(write_error(&partial));
+        let (revision, size, sha256) = match (streamed, synced) {
+            (Ok(done), Ok(())) => done,
+            (Err(e), _) | (Ok(_), Err(e)) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(e);
+            }
+        };
+        let path = dir.join(format!("{prefix}-{revision}.db"));
+        tokio::fs::rename(&partial, &path)
+            .await
+            .map_err(write_error(&path))?;
+        Ok(SavedSnapshot {
+            path,
+            revision,
+            size,
+            sha256,
+        })
+    }
+}
+
+/// A random name part for partial files.
+fn uuid_like() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_operator_tests::{EtcdVersion, TestEtcd};
+
+    fn status(code: tonic::Code, message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn etcds_not_yet_answers_become_a_type_and_everything_else_stays_an_error() {
+        for message in NOT_READY_YET {
+            let error = classify("member promote", status(tonic::Code::FailedPrecondition, message));
+            assert!(error.is_not_ready_yet(), "{message}");
+            assert!(!connection_failed(&error));
+        }
+        for message in [
+            "etcdserver: member not found",
+            "etcdserver: rpc not supported for learner",
+            "etcdserver: Peer URLs already exists",
+            "etcdserver: can only promote a learner member", // a prefix is not the answer
+        ] {
+            let error = classify("member remove", status(tonic::Code::NotFound, message));
+            assert!(
+                matches!(
+                    error,
+                    MemberOpError::Etcd {
+                        op: "member remove",
+                        ..
+                    }
+                ),
+                "{error}"
+            );
+            assert!(connection_failed(&error), "{error}");
+        }
+        assert!(connection_failed(&MemberOpError::Timeout {
+            op: "status",
+            after: CALL_TIMEOUT
+        }));
+        assert!(!connection_failed(&MemberOpError::NoEndpoint { op: "status" }));
+    }
+
+    #[tokio::test]
+    async fn one_connection_serves_every_call_to_a_member_and_a_dead_one_is_dropped() {
+        let etcd = TestEtcd::start(EtcdVersion::V3_5_1).await.unwrap();
+        let ops = EtcdClient::default();
+        let endpoints = vec![etcd.endpoint().to_string()];
+        for _ in 0..3 {
+            let view = ops.observe(&endpoints).await.expect("the member answers");
+            assert_eq!(view.members.len(), 1);
+            assert!(view.members[0].status.is_some());
+        }
+        assert_eq!(
+            ops.cached(),
+            1,
+            "the member list and status calls share one client"
+        );
+
+        let snapshot = ops.snapshot(etcd.endpoint()).await.unwrap();
+        assert_eq!(snapshot.sha256, crate::backup::policy::sha256_hex(&snapshot.data));
+        let dir = tempfile::tempdir().unwrap();
+        let saved = ops
+            .save_snapshot(etcd.endpoint(), dir.path(), "pre")
+            .await
+            .unwrap();
+        assert_eq!(saved.path, dir.path().join(format!("pre-{}.db", saved.revision)));
+        let on_disk = std::fs::read(&saved.path).unwrap();
+        assert_eq!(on_disk.len() as u64, saved.size);
+        assert_eq!(crate::backup::policy::sha256_hex(&on_disk), saved.sha256);
+        assert_eq!(ops.cached(), 1);
+
+        drop(etcd);
+        assert!(ops.observe(&endpoints).await.is_none());
+        assert_eq!(ops.cached(), 0, "a connection that failed is not kept");
+        // Nothing half-written is left behind by a failed snapshot.
+        let err = ops
+            .save_snapshot(&endpoints[0], dir.path(), "late")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SnapshotError::Etcd { .. }), "{err}");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+}

@@ -1,0 +1,145 @@
+//! Typed outcomes of a reconcile: the step taken and, when it failed, a [`StepError`] whose
+//! stable [`reason`](StepError::reason) feeds the `Degraded` condition and whose
+//! [`code`](StepError::code) names the cause for logs and Events. Nothing downstream reads an
+//! error's text to decide anything.
+
+use crate::member_ops::{MemberOpError, SnapshotError};
+use crate::plan::{RollRecord, Step};
+use crate::restore::RestoreError;
+use crate::runtime::RuntimeError;
+
+/// What the reconcile did, for status.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The last step planned.
+    pub step: Step,
+    /// The error the step ran into, if any.
+    pub error: Option<StepError>,
+    /// The rolling version change as the reconcile left it (persisted in `status.upgrade`).
+    pub roll: Option<RollRecord>,
+}
+
+impl Outcome {
+    /// The outcome of a reconcile that did nothing (yet).
+    pub fn idle() -> Self {
+        Self {
+            step: Step::Idle,
+            error: None,
+            roll: None,
+        }
+    }
+}
+
+/// Carrying out a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The runtime (processes, Pods, volumes) failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// An etcd membership call failed.
+    #[error(transparent)]
+    Member(#[from] MemberOpError),
+    /// Leadership is to move but the leader advertises no client URL to ask.
+    #[error("move leader: member {id:x} (the leader) has no client URL")]
+    LeaderUnreachable {
+        /// The leader's ID.
+        id: u64,
+    },
+    /// The pre-upgrade snapshot could not be taken.
+    #[error("pre-upgrade snapshot: {0}")]
+    Snapshot(#[source] SnapshotError),
+    /// The pre-upgrade snapshot could not be taken: no member answers or none is healthy.
+    #[error("pre-upgrade snapshot: no healthy member to take it from")]
+    NoSnapshotSource,
+    /// The pre-upgrade snapshot could not be read back from where it was saved.
+    #[error("read the pre-upgrade snapshot {}: {source}", path.display())]
+    ReadSnapshot {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pre-upgrade snapshot could not be sent to the backup destination.
+    #[error("send the pre-upgrade snapshot: {0}")]
+    SendSnapshot(#[source] crate::backup::store::DestinationError),
+    /// The snapshot the cluster is to bootstrap from cannot be resolved or fetched.
+    #[error("{prefix}: {0}", prefix = RESTORE_FAILED_PREFIX)]
+    Restore(#[source] RestoreError),
+}
+
+/// How the message of a failed restore begins (for people; never parsed).
+pub const RESTORE_FAILED_PREFIX: &str = "restore from snapshot";
+
+/// The `Degraded` reason of a failed restore.
+pub const REASON_RESTORE_FAILED: &str = "RestoreFailed";
+/// The `Degraded` reason of any other failed step.
+pub const REASON_STEP_FAILED: &str = "StepFailed";
+
+impl StepError {
+    /// The `Degraded` condition's reason: `RestoreFailed` for a cluster that cannot start from
+    /// its snapshot, `StepFailed` for everything else (the documented, stable pair).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Restore(_) | Self::Runtime(RuntimeError::Restore { .. }) => REASON_RESTORE_FAILED,
+            _ => REASON_STEP_FAILED,
+        }
+    }
+
+    /// The cause, finer than [`reason`](Self::reason), for logs, Events and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Restore(_) | Self::Runtime(RuntimeError::Restore { .. }) => "RestoreFailed",
+            Self::Runtime(RuntimeError::VersionUnavailable { .. }) => "VersionUnavailable",
+            Self::Runtime(_) => "RuntimeFailed",
+            Self::Member(MemberOpError::NotReadyYet { .. }) => "EtcdNotReady",
+            Self::Member(MemberOpError::Timeout { .. }) => "EtcdTimeout",
+            Self::Member(_) | Self::LeaderUnreachable { .. } => "EtcdCallFailed",
+            Self::Snapshot(_) | Self::NoSnapshotSource | Self::ReadSnapshot { .. } => "SnapshotFailed",
+            Self::SendSnapshot(_) => "BackupDestinationFailed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restores_fail_as_restore_failed_and_everything_else_as_step_failed() {
+        let in_runtime = StepError::Runtime(RuntimeError::Restore {
+            member: "m".into(),
+            source: Box::new(RestoreError::Source("EtcdBackup b1 was not found".into())),
+        });
+        let resolving = StepError::Restore(RestoreError::Source("no snapshot".into()));
+        for e in [&in_runtime, &resolving] {
+            assert_eq!((e.reason(), e.code()), ("RestoreFailed", "RestoreFailed"), "{e}");
+        }
+        assert!(resolving.to_string().starts_with("restore from snapshot: "));
+        let cases = [
+            (
+                StepError::Member(MemberOpError::Timeout {
+                    op: "member remove",
+                    after: std::time::Duration::from_secs(3),
+                }),
+                "EtcdTimeout",
+            ),
+            (StepError::LeaderUnreachable { id: 7 }, "EtcdCallFailed"),
+            (StepError::NoSnapshotSource, "SnapshotFailed"),
+            (
+                StepError::Runtime(RuntimeError::VersionUnavailable {
+                    version: "3.9.9".into(),
+                    detail: "no binary".into(),
+                }),
+                "VersionUnavailable",
+            ),
+            (
+                StepError::Runtime(RuntimeError::UnknownMember { name: "x".into() }),
+                "RuntimeFailed",
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!((e.reason(), e.code()), ("StepFailed", code), "{e}");
+        }
+    }
+}

@@ -1,0 +1,875 @@
+//! Carrying out one planned step through the runtime and the member operations; a failure is a
+//! typed [`StepError`]. The pre-upgrade snapshot lives here too.
+
+use crate::member_ops::MemberOps;
+use crate::model::{ClusterRef, Liveness, is_healthy};
+use crate::outcome::StepError;
+use crate::plan::{Observed, RollRecord, Step};
+use crate::runtime::{ClusterSpecView, Runtime, RuntimeError};
+
+use super::Context;
+
+/// Carries out one step.
+pub(super) async fn act<R: Runtime, M: MemberOps>(
+    step: &Step,
+    cluster: &ClusterRef,
+    spec: &ClusterSpecView,
+    observed: &Observed,
+    ctx: &Context<R, M>,
+    roll: &mut Option<RollRecord>,
+) -> Result<(), StepError> {
+    let running: Vec<String> = observed
+        .runtime
+        .iter()
+        .filter(|r| r.liveness == Liveness::Running)
+        .map(|r| r.client_url.clone())
+        .collect();
+    // Membership calls go to voters: a learner refuses them ("rpc not supported for learner").
+    let voters: Vec<String> = match &observed.etcd {
+        Some(view) => view
+            .voters()
+            .filter_map(|m| m.client_urls.first().cloned())
+            .filter(|u| running.contains(u))
+            .collect(),
+        None => running.clone(),
+    };
+    let endpoints = if voters.is_empty() { running } else { voters };
+    match step {
+        Step::ReserveForBootstrap { names } => {
+            for name in names {
+                ctx.runtime.reserve(cluster, spec, name).await?;
+            }
+        }
+        Step::ReserveForJoin { name } => {
+            ctx.runtime.reserve(cluster, spec, name).await?;
+        }
+        Step::Start { members } => {
+            for (name, config) in members {
+                ctx.runtime.start(cluster, spec, name, config).await?;
+            }
+        }
+        Step::AddLearner { peer_url, name } => match ctx.members.add_learner(&endpoints, peer_url).await {
+            Ok(id) => {
+                tracing::info!(cluster = %cluster.key(), member = %name, id = format!("{id:x}"), "added learner")
+            }
+            // etcd's strict reconfiguration check: the previous new member joined < 5 s ago.
+            Err(e) if e.is_not_ready_yet() => {
+                tracing::debug!(member = %name, error = %e, "member add not accepted yet")
+            }
+            Err(e) => return Err(e.into()),
+        },
+        Step::Promote { id, name } => match ctx.members.promote(&endpoints, *id).await {
+            Ok(()) => tracing::info!(cluster = %cluster.key(), member = %name, "promoted learner"),
+            Err(e) if e.is_not_ready_yet() => {
+                tracing::debug!(member = %name, error = %e, "learner not ready yet")
+            }
+            Err(e) => return Err(e.into()),
+        },
+        Step::MoveLeader { from, to } => {
+            let leader_url = observed
+                .etcd
+                .as_ref()
+                .and_then(|v| v.members.iter().find(|m| m.id == *from))
+                .and_then(|m| m.client_urls.first().cloned())
+                .ok_or(StepError::LeaderUnreachable { id: *from })?;
+            ctx.members.move_leader(&leader_url, *to).await?;
+            tracing::info!(cluster = %cluster.key(), from = format!("{from:x}"), to = format!("{to:x}"), "moved leadership");
+        }
+        Step::RemoveFromEtcd { id, name, reason } => {
+            let removed_url = observed
+                .etcd
+                .as_ref()
+                .and_then(|v| v.members.iter().find(|m| m.id == *id))
+                .and_then(|m| m.client_urls.first().cloned());
+            let others: Vec<String> = endpoints
+                .iter()
+                .filter(|e| Some(*e) != removed_url.as_ref())
+                .cloned()
+                .collect();
+            ctx.members.remove(&others, *id).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, %reason, "removed member from etcd");
+        }
+        Step::DeleteRuntimeMember { name, reason } => {
+            ctx.runtime.remove(cluster, name, false).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, %reason, "deleted member");
+        }
+        Step::WipeBootstrap { reason } => {
+            tracing::warn!(cluster = %cluster.key(), %reason, "wiping the failed bootstrap to retry it");
+            ctx.runtime.teardown(cluster, false).await?;
+            ctx.forget(cluster);
+        }
+        Step::SnapshotBeforeUpgrade { from, to } => {
+            let snapshot = pre_upgrade_snapshot(cluster, spec, observed, ctx, from, to).await?;
+            *roll = Some(RollRecord {
+                from: from.clone(),
+                target: to.clone(),
+                snapshot: Some(snapshot),
+                ..Default::default()
+            });
+        }
+        Step::ChangeVersion { name, from, to } => {
+            match ctx.runtime.change_version(cluster, spec, name, to).await {
+                Ok(()) => {
+                    tracing::info!(cluster = %cluster.key(), member = %name, %from, %to, "restarted member on a new version")
+                }
+                // Nothing was touched: halt the roll with the reason rather than retry forever.
+                Err(e @ RuntimeError::VersionUnavailable { .. }) => {
+                    tracing::warn!(cluster = %cluster.key(), member = %name, error = %e, "the roll cannot proceed");
+                    if let Some(r) = roll.as_mut() {
+                        r.halted = Some(e.to_string());
+                        r.failed_member = None;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Step::RollBack {
+            name,
+            from,
+            to,
+            reason,
+        } => {
+            tracing::warn!(cluster = %cluster.key(), member = %name, %from, %to, %reason, "rolling the member back and halting the roll");
+            ctx.runtime.change_version(cluster, spec, name, to).await?;
+            if let Some(r) = roll.as_mut() {
+                r.halted = Some(format!("{reason}; it was started again on etcd {to}"));
+                r.failed_member = Some(name.clone());
+            }
+        }
+        Step::HaltUpgrade { name, reason } => {
+            tracing::warn!(cluster = %cluster.key(), member = %name, %reason, "stopping the member and halting the roll");
+            ctx.runtime.stop(cluster, name).await?;
+            if let Some(r) = roll.as_mut() {
+                r.halted = Some(reason.clone());
+                r.failed_member = Some(name.clone());
+            }
+        }
+        Step::Wait { .. } | Step::Idle => {}
+    }
+    Ok(())
+}
+
+/// Why a roll has no pre-upgrade snapshot in a runtime without a place beside the data.
+pub(super) const SNAPSHOT_NOT_TAKEN: &str = "not taken: this runtime has no place beside the members' data reachable by the operator; configure backups to keep one";
+
+/// Takes the snapshot before a roll from a healthy member (the leader when it answers) into the
+/// runtime's place beside the cluster's data and to the backup destination when there is one;
+/// returns where it went, or why it went nowhere.
+async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
+    cluster: &ClusterRef,
+    spec: &ClusterSpecView,
+    observed: &Observed,
+    ctx: &Context<R, M>,
+    from: &str,
+    to: &str,
+) -> Result<String, StepError> {
+    let destination = spec.cluster.spec.backup.as_ref().map(|b| &b.destination);
+    let beside = ctx.runtime.snapshot_dir(cluster);
+    if beside.is_none() && destination.is_none() {
+        tracing::info!(cluster = %cluster.key(), "no place for a pre-upgrade snapshot: no backup destination, and none beside the data in this runtime");
+        return Ok(SNAPSHOT_NOT_TAKEN.into());
+    }
+    let view = observed.etcd.as_ref().ok_or(StepError::NoSnapshotSource)?;
+    let mut sources: Vec<&crate::model::EtcdMember> = view.voters().filter(|m| is_healthy(m)).collect();
+    sources.sort_by_key(|m| m.id != view.leader);
+    let endpoint = sources
+        .iter()
+        .find_map(|m| m.client_urls.first())
+        .ok_or(StepError::NoSnapshotSource)?;
+    let name = format!("pre-upgrade-{from}-to-{to}");
+    let mut kept = Vec::new();
+    let mut taken: Option<(bytes::Bytes, i64, String)> = None;
+    if let Some(dir) = beside {
+        let saved = ctx
+            .members
+            .save_snapshot(endpoint, &dir, &name)
+            .await
+            .map_err(StepError::Snapshot)?;
+        tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
+        if destination.is_some() {
+            let data = tokio::fs::read(&saved.path)
+                .await
+                .map_err(|source| StepError::ReadSnapshot {
+                    path: saved.path.clone(),
+                    source,
+                })?;
+            taken = Some((bytes::Bytes::from(data), saved.revision, saved.sha256.clone()));
+        }
+        kept.push(saved.path.display().to_string());
+    }
+    if let Some(destination) = destination {
+        // The same snapshot goes to the backup destination, among the one-shot backups (which
+        // retention never deletes). Both ways of taking it check it against etcd's hash.
+        let (data, revision, sha256) = match taken {
+            Some(t) => t,
+            None => {
+                let s = ctx
+                    .members
+                    .snapshot(endpoint)
+                    .await
+                    .map_err(StepError::Snapshot)?;
+                (s.data, s.revision, s.sha256)
+            }
+        };
+        let store = crate::backup::store::open(destination, &cluster.namespace, &ctx.backup_credentials)
+            .await
+            .map_err(StepError::SendSnapshot)?;
+        let dir =
+            crate::backup::policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
+        let key = crate::backup::policy::manual_key(&dir, &name, chrono::Utc::now(), revision);
+        store
+            .put_snapshot(&key, data, &sha256)
+            .await
+            .map_err(StepError::SendSnapshot)?;
+        tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
+        kept.push(store.location(&key));
+    }
+    Ok(kept.join(" and "))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every step kind carried out over the fake runtime and fake member operations: the exact
+    //! calls made, and each failure surfacing as its typed error.
+
+    use super::*;
+    use crate::member_ops::fake::{Call, FakeMemberOps, Op, healthy_member};
+    use crate::member_ops::{MemberOpError, SnapshotError};
+    use crate::model::{EtcdView, InitialState, MemberConfig, RuntimeMember};
+    use crate::plan::{Thresholds, Timing};
+    use crate::runtime::fake::{FakeRuntime, RuntimeCall, RuntimeOp};
+    use etcd_operator_api::v1alpha2::{BackupDestination, BackupSpec, EtcdCluster, VolumeDestination};
+    use std::time::Duration;
+
+    type Ctx = Context<FakeRuntime, FakeMemberOps>;
+
+    fn cluster() -> ClusterRef {
+        ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn spec() -> ClusterSpecView {
+        ClusterSpecView {
+            cluster: EtcdCluster::default(),
+        }
+    }
+
+    fn config(version: &str) -> MemberConfig {
+        MemberConfig {
+            version: version.into(),
+            initial_cluster: vec![("a".into(), "http://a:2380".into())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+            previous_version: None,
+            restore: None,
+        }
+    }
+
+    fn running(name: &str) -> RuntimeMember {
+        RuntimeMember {
+            name: name.into(),
+            peer_url: format!("http://{name}:2380"),
+            client_url: format!("http://{name}:2379"),
+            config: Some(config("3.5.0")),
+            liveness: Liveness::Running,
+        }
+    }
+
+    /// a (leader), b, c as voters; d a learner.
+    fn view() -> EtcdView {
+        let mut d = healthy_member(4, "d", "3.5.0", 1);
+        d.learner = true;
+        EtcdView {
+            cluster_id: 9,
+            members: vec![
+                healthy_member(1, "a", "3.5.0", 1),
+                healthy_member(2, "b", "3.5.0", 1),
+                healthy_member(3, "c", "3.5.0", 1),
+                d,
+            ],
+            leader: 1,
+        }
+    }
+
+    fn observed(view: Option<EtcdView>) -> Observed {
+        Observed {
+            runtime: ["a", "b", "c", "d"].into_iter().map(running).collect(),
+            etcd: view,
+            timing: Timing::default(),
+        }
+    }
+
+    fn ctx(runtime: FakeRuntime, members: FakeMemberOps) -> Ctx {
+        // The API client is never called by `act`; a mock service that answers nothing will do.
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            runtime,
+            Thresholds::default(),
+            members,
+        )
+    }
+
+    fn setup() -> Ctx {
+        ctx(
+            FakeRuntime::new(["a", "b", "c", "d"].into_iter().map(running).collect(), None),
+            FakeMemberOps::new(Some(view())),
+        )
+    }
+
+    async fn run(ctx: &Ctx, step: Step) -> (Result<(), StepError>, Option<RollRecord>) {
+        run_with(ctx, step, &spec(), None).await
+    }
+
+    async fn run_with(
+        ctx: &Ctx,
+        step: Step,
+        spec: &ClusterSpecView,
+        mut roll: Option<RollRecord>,
+    ) -> (Result<(), StepError>, Option<RollRecord>) {
+        let result = act(&step, &cluster(), spec, &observed(Some(view())), ctx, &mut roll).await;
+        (result, roll)
+    }
+
+    fn voters() -> Vec<String> {
+        ["a", "b", "c"]
+            .iter()
+            .map(|n| format!("http://{n}:2379"))
+            .collect()
+    }
+
+    fn unknown(name: &str) -> RuntimeError {
+        RuntimeError::UnknownMember { name: name.into() }
+    }
+
+    fn timeout(op: &'static str) -> MemberOpError {
+        MemberOpError::Timeout {
+            op,
+            after: Duration::from_secs(3),
+        }
+    }
+
+    fn not_yet(op: &'static str) -> MemberOpError {
+        MemberOpError::NotReadyYet {
+            op,
+            detail: "etcdserver: unhealthy cluster".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn reservations_and_starts_go_to_the_runtime() {
+        let ctx = setup();
+        let names = vec!["x".to_string(), "y".to_string()];
+        let (result, _) = run(&ctx, Step::ReserveForBootstrap { names }).await;
+        assert!(result.is_ok(), "{result:?}");
+        let (result, _) = run(&ctx, Step::ReserveForJoin { name: "z".into() }).await;
+        assert!(result.is_ok(), "{result:?}");
+        let members = vec![
+            ("x".to_string(), config("3.5.1")),
+            ("y".to_string(), config("3.5.1")),
+        ];
+        let (result, _) = run(&ctx, Step::Start { members }).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            ctx.runtime.calls(),
+            [
+                RuntimeCall::Reserve("x".into()),
+                RuntimeCall::Reserve("y".into()),
+                RuntimeCall::Reserve("z".into()),
+                RuntimeCall::Start("x".into(), "3.5.1".into()),
+                RuntimeCall::Start("y".into(), "3.5.1".into()),
+            ]
+        );
+        assert!(ctx.members.actions().is_empty());
+
+        // A failure stops the step at once and is the runtime's error.
+        ctx.runtime.fail_next(RuntimeOp::Reserve, unknown("p"));
+        let (result, _) = run(
+            &ctx,
+            Step::ReserveForBootstrap {
+                names: vec!["p".into(), "q".into()],
+            },
+        )
+        .await;
+        let err = result.unwrap_err();
+        assert_eq!(
+            (err.reason(), err.code()),
+            ("StepFailed", "RuntimeFailed"),
+            "{err}"
+        );
+        assert_eq!(
+            ctx.runtime.calls().last(),
+            Some(&RuntimeCall::Reserve("p".into()))
+        );
+        ctx.runtime.fail_next(RuntimeOp::Start, unknown("x"));
+        let (result, _) = run(
+            &ctx,
+            Step::Start {
+                members: vec![("x".to_string(), config("3.5.1"))],
+            },
+        )
+        .await;
+        assert!(matches!(
+            result,
+            Err(StepError::Runtime(RuntimeError::UnknownMember { .. }))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_learner_is_added_and_promoted_through_the_running_voters_only() {
+        let ctx = setup();
+        let (result, _) = run(
+            &ctx,
+            Step::AddLearner {
+                name: "e".into(),
+                peer_url: "http://e:2380".into(),
+            },
+        )
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        let (result, _) = run(
+            &ctx,
+            Step::Promote {
+                id: 4,
+                name: "d".into(),
+            },
+        )
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            ctx.members.actions(),
+            [
+                Call::AddLearner {
+                    endpoints: voters(),
+                    peer_url: "http://e:2380".into()
+                },
+                Call::Promote {
+                    endpoints: voters(),
+                    id: 4
+                },
+            ]
+        );
+        let now = ctx.members.view().unwrap();
+        assert!(
+            now.members
+                .iter()
+                .any(|m| m.peer_urls == ["http://e:2380"] && m.learner)
+        );
+        assert!(now.members.iter().any(|m| m.id == 4 && !m.learner));
+    }
+
+    #[tokio::test]
+    async fn etcd_saying_not_yet_is_no_failure_but_other_errors_are() {
+        let ctx = setup();
+        ctx.members.fail_next(Op::AddLearner, not_yet("member add"));
+        ctx.members.fail_next(Op::Promote, not_yet("member promote"));
+        let add = Step::AddLearner {
+            name: "e".into(),
+            peer_url: "http://e:2380".into(),
+        };
+        let promote = Step::Promote {
+            id: 4,
+            name: "d".into(),
+        };
+        assert!(run(&ctx, add.clone()).await.0.is_ok());
+        assert!(run(&ctx, promote.clone()).await.0.is_ok());
+        // Nothing changed: the fake applied neither.
+        assert_eq!(ctx.members.view(), Some(view()));
+
+        ctx.members.fail_next(Op::AddLearner, timeout("member add"));
+        let err = run(&ctx, add).await.0.unwrap_err();
+        assert_eq!((err.reason(), err.code()), ("StepFailed", "EtcdTimeout"), "{err}");
+        ctx.members
+            .fail_next(Op::Promote, MemberOpError::NoEndpoint { op: "member promote" });
+        let err = run(&ctx, promote).await.0.unwrap_err();
+        assert_eq!(err.code(), "EtcdCallFailed", "{err}");
+    }
+
+    #[tokio::test]
+    async fn leadership_moves_through_the_leaders_own_url() {
+        let ctx = setup();
+        let (result, _) = run(&ctx, Step::MoveLeader { from: 1, to: 2 }).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            ctx.members.actions(),
+            [Call::MoveLeader {
+                leader_url: "http://a:2379".into(),
+                to: 2
+            }]
+        );
+        ctx.members.fail_next(Op::MoveLeader, timeout("move leader"));
+        let err = run(&ctx, Step::MoveLeader { from: 1, to: 2 })
+            .await
+            .0
+            .unwrap_err();
+        assert!(
+            matches!(err, StepError::Member(MemberOpError::Timeout { .. })),
+            "{err}"
+        );
+        // A leader etcd does not list (or that has no client URL) cannot be asked.
+        let err = run(&ctx, Step::MoveLeader { from: 77, to: 2 })
+            .await
+            .0
+            .unwrap_err();
+        assert!(matches!(err, StepError::LeaderUnreachable { id: 77 }), "{err}");
+        assert_eq!(
+            ctx.members.actions().len(),
+            2,
+            "nothing was sent for the unknown leader"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_member_is_removed_through_the_others_and_then_deleted() {
+        let ctx = setup();
+        let remove = Step::RemoveFromEtcd {
+            id: 3,
+            name: "c".into(),
+            reason: "scale down".into(),
+        };
+        let (result, _) = run(&ctx, remove.clone()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            ctx.members.actions(),
+            [Call::Remove {
+                endpoints: vec!["http://a:2379".into(), "http://b:2379".into()],
+                id: 3
+            }]
+        );
+        let (result, _) = run(
+            &ctx,
+            Step::DeleteRuntimeMember {
+                name: "c".into(),
+                reason: "removed".into(),
+            },
+        )
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(ctx.runtime.calls(), [RuntimeCall::Remove("c".into(), false)]);
+        assert!(ctx.runtime.held().iter().all(|m| m.name != "c"));
+
+        ctx.members.fail_next(Op::Remove, timeout("member remove"));
+        assert!(matches!(run(&ctx, remove).await.0, Err(StepError::Member(_))));
+        ctx.runtime.fail_next(RuntimeOp::Remove, unknown("b"));
+        let err = run(
+            &ctx,
+            Step::DeleteRuntimeMember {
+                name: "b".into(),
+                reason: "removed".into(),
+            },
+        )
+        .await
+        .0
+        .unwrap_err();
+        assert_eq!(err.code(), "RuntimeFailed");
+    }
+
+    #[tokio::test]
+    async fn a_failed_bootstrap_is_wiped_with_its_memory() {
+        let ctx = setup();
+        if let Ok(mut memory) = ctx.memory.lock() {
+            memory.entry(cluster().key()).or_default().bootstrap_since = Some(std::time::Instant::now());
+        }
+        let wipe = Step::WipeBootstrap {
+            reason: "did not form".into(),
+        };
+        let (result, _) = run(&ctx, wipe.clone()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(ctx.runtime.calls(), [RuntimeCall::Teardown(false)]);
+        assert!(ctx.runtime.held().is_empty());
+        assert!(ctx.memory.lock().unwrap().get(&cluster().key()).is_none());
+        ctx.runtime.fail_next(RuntimeOp::Teardown, unknown("a"));
+        assert!(run(&ctx, wipe).await.0.is_err());
+    }
+
+    fn upgrade() -> Step {
+        Step::SnapshotBeforeUpgrade {
+            from: "3.5.0".into(),
+            to: "3.5.1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pre_upgrade_snapshot_is_taken_from_the_leader_beside_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(
+            FakeRuntime::new(Vec::new(), Some(dir.path().to_path_buf())),
+            FakeMemberOps::new(Some(view())),
+        );
+        let (result, roll) = run(&ctx, upgrade()).await;
+        assert!(result.is_ok(), "{result:?}");
+        let file = dir.path().join("pre-upgrade-3.5.0-to-3.5.1-42.db");
+        assert!(file.exists());
+        assert_eq!(
+            roll,
+            Some(RollRecord {
+                from: "3.5.0".into(),
+                target: "3.5.1".into(),
+                snapshot: Some(file.display().to_string()),
+                ..Default::default()
+            })
+        );
+        assert_eq!(
+            ctx.members.actions(),
+            [Call::SaveSnapshot {
+                endpoint: "http://a:2379".into(),
+                dir: dir.path().to_path_buf(),
+                prefix: "pre-upgrade-3.5.0-to-3.5.1".into(),
+            }]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_pre_upgrade_snapshot_also_goes_to_the_backup_destination() {
+        let beside = tempfile::tempdir().unwrap();
+        let backups = tempfile::tempdir().unwrap();
+        let mut spec = spec();
+        spec.cluster.spec.backup = Some(BackupSpec {
+            schedule: "0 * * * *".into(),
+            retention: None,
+            destination: BackupDestination {
+                s3: None,
+                volume: Some(VolumeDestination {
+                    claim_name: None,
+                    path: Some(backups.path().display().to_string()),
+                }),
+            },
+        });
+        // With a place beside the data: saved there, and the same file sent.
+        let ctx1 = ctx(
+            FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
+            FakeMemberOps::new(Some(view())),
+        );
+        let (result, roll) = run_with(&ctx1, upgrade(), &spec, None).await;
+        assert!(result.is_ok(), "{result:?}");
+        let kept = roll.and_then(|r| r.snapshot).unwrap_or_default();
+        assert!(kept.contains(" and "), "{kept}");
+        let sent: Vec<_> = walk(backups.path());
+        assert!(
+            sent.iter()
+                .any(|p| p.ends_with(".db") && p.contains("pre-upgrade-3.5.0-to-3.5.1")),
+            "{sent:?}"
+        );
+        assert!(sent.iter().any(|p| p.ends_with(".sha256")), "{sent:?}");
+        // Without one (Kubernetes): streamed from the leader and sent.
+        let ctx2 = ctx(
+            FakeRuntime::new(Vec::new(), None),
+            FakeMemberOps::new(Some(view())),
+        );
+        let (result, _) = run_with(&ctx2, upgrade(), &spec, None).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            ctx2.members.actions(),
+            [Call::Snapshot {
+                endpoint: "http://a:2379".into()
+            }]
+        );
+        // A destination that cannot be written is its own failure.
+        let mut broken = spec.clone();
+        if let Some(b) = broken.cluster.spec.backup.as_mut() {
+            // A claim cannot be reached by an operator running outside Kubernetes.
+            b.destination.volume = Some(VolumeDestination {
+                claim_name: Some("backups".into()),
+                path: None,
+            });
+        }
+        let (result, roll) = run_with(&ctx2, upgrade(), &broken, None).await;
+        let err = result.unwrap_err();
+        assert_eq!(err.code(), "BackupDestinationFailed", "{err}");
+        assert_eq!(roll, None, "no roll starts without its snapshot");
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path.display().to_string());
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn without_a_place_or_a_healthy_member_the_snapshot_is_skipped_or_refused() {
+        // No place at all: the roll goes on, and says why it has no snapshot.
+        let ctx1 = setup();
+        let (result, roll) = run(&ctx1, upgrade()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(roll.and_then(|r| r.snapshot).as_deref(), Some(SNAPSHOT_NOT_TAKEN));
+        assert!(ctx1.members.actions().is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        let ctx2 = ctx(
+            FakeRuntime::new(Vec::new(), Some(dir.path().to_path_buf())),
+            FakeMemberOps::new(None),
+        );
+        let mut roll = None;
+        let silent = observed(None);
+        let err = act(&upgrade(), &cluster(), &spec(), &silent, &ctx2, &mut roll)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StepError::NoSnapshotSource), "{err}");
+        let mut sick = view();
+        for m in &mut sick.members {
+            m.status = None;
+        }
+        let err = act(
+            &upgrade(),
+            &cluster(),
+            &spec(),
+            &observed(Some(sick)),
+            &ctx2,
+            &mut roll,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, StepError::NoSnapshotSource), "{err}");
+
+        ctx2.members.fail_next_snapshot(SnapshotError::Timeout {
+            endpoint: "http://a:2379".into(),
+            after: Duration::from_secs(600),
+        });
+        let (result, roll) = run(&ctx2, upgrade()).await;
+        let err = result.unwrap_err();
+        assert_eq!(
+            (err.reason(), err.code()),
+            ("StepFailed", "SnapshotFailed"),
+            "{err}"
+        );
+        assert_eq!(roll, None);
+    }
+
+    fn rolling() -> Option<RollRecord> {
+        Some(RollRecord {
+            from: "3.5.0".into(),
+            target: "3.5.1".into(),
+            ..Default::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn a_version_change_restarts_the_member_and_a_missing_version_halts_the_roll() {
+        let ctx = setup();
+        let change = Step::ChangeVersion {
+            name: "b".into(),
+            from: "3.5.0".into(),
+            to: "3.5.1".into(),
+        };
+        let (result, roll) = run_with(&ctx, change.clone(), &spec(), rolling()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(roll, rolling(), "a successful change leaves the roll as it was");
+        let b = ctx.runtime.held().into_iter().find(|m| m.name == "b").unwrap();
+        let config = b.config.unwrap();
+        assert_eq!(
+            (config.version.as_str(), config.previous_version.as_deref()),
+            ("3.5.1", Some("3.5.0"))
+        );
+
+        ctx.runtime.fail_next(
+            RuntimeOp::ChangeVersion,
+            RuntimeError::VersionUnavailable {
+                version: "3.5.1".into(),
+                detail: "no binary".into(),
+            },
+        );
+        let (result, roll) = run_with(&ctx, change.clone(), &spec(), rolling()).await;
+        assert!(
+            result.is_ok(),
+            "a version that cannot run halts the roll instead: {result:?}"
+        );
+        let roll = roll.unwrap();
+        assert!(
+            roll.halted
+                .as_deref()
+                .is_some_and(|h| h.contains("not available")),
+            "{roll:?}"
+        );
+        assert_eq!(roll.failed_member, None);
+
+        ctx.runtime.fail_next(RuntimeOp::ChangeVersion, unknown("b"));
+        let (result, roll) = run_with(&ctx, change, &spec(), rolling()).await;
+        assert!(matches!(
+            result,
+            Err(StepError::Runtime(RuntimeError::UnknownMember { .. }))
+        ));
+        assert_eq!(roll, rolling());
+    }
+
+    #[tokio::test]
+    async fn a_rollback_or_a_halt_records_the_member_and_why() {
+        let ctx = setup();
+        let back = Step::RollBack {
+            name: "b".into(),
+            from: "3.5.1".into(),
+            to: "3.5.0".into(),
+            reason: "member b did not become healthy".into(),
+        };
+        let (result, roll) = run_with(&ctx, back.clone(), &spec(), rolling()).await;
+        assert!(result.is_ok(), "{result:?}");
+        let roll = roll.unwrap();
+        assert_eq!(roll.failed_member.as_deref(), Some("b"));
+        assert_eq!(
+            roll.halted.as_deref(),
+            Some("member b did not become healthy; it was started again on etcd 3.5.0")
+        );
+        let halt = Step::HaltUpgrade {
+            name: "c".into(),
+            reason: "it stays stopped".into(),
+        };
+        let (result, roll) = run_with(&ctx, halt.clone(), &spec(), rolling()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(roll.unwrap().halted.as_deref(), Some("it stays stopped"));
+        assert_eq!(
+            ctx.runtime.calls(),
+            [
+                RuntimeCall::ChangeVersion("b".into(), "3.5.0".into()),
+                RuntimeCall::Stop("c".into())
+            ]
+        );
+        assert!(matches!(
+            ctx.runtime
+                .held()
+                .iter()
+                .find(|m| m.name == "c")
+                .map(|m| &m.liveness),
+            Some(Liveness::Gone {
+                restartable: true,
+                ..
+            })
+        ));
+
+        // Failures leave the roll untouched: the step is retried.
+        ctx.runtime.fail_next(RuntimeOp::ChangeVersion, unknown("b"));
+        let (result, roll) = run_with(&ctx, back, &spec(), rolling()).await;
+        assert!(result.is_err());
+        assert_eq!(roll, rolling());
+        ctx.runtime.fail_next(RuntimeOp::Stop, unknown("c"));
+        let (result, roll) = run_with(&ctx, halt, &spec(), rolling()).await;
+        assert!(result.is_err());
+        assert_eq!(roll, rolling());
+    }
+
+    #[tokio::test]
+    async fn waiting_and_idling_touch_nothing() {
+        let ctx = setup();
+        for step in [
+            Step::Idle,
+            Step::Wait {
+                reason: crate::plan::WaitReason::MembersNotHealthy,
+            },
+        ] {
+            let (result, roll) = run(&ctx, step).await;
+            assert!(result.is_ok());
+            assert_eq!(roll, None);
+        }
+        assert!(ctx.runtime.calls().is_empty());
+        assert!(ctx.members.actions().is_empty());
+    }
+}

@@ -1,0 +1,392 @@
+//! The controller loop: a kube-runtime `Controller` over EtcdClusters with a finalizer. Each
+//! reconcile observes (runtime + etcd), plans one safe step, acts, and repeats a few times while
+//! steps are quick; then it writes status (observedGeneration last) and requeues.
+//!
+//! - [`observe`](self::observe) reads the runtime and etcd and keeps the timing memory;
+//! - [`act`](self::act) carries out one step through the runtime and the member operations;
+//! - [`status_write`] writes the status, safe against the backup controller's writes.
+
+mod act;
+mod observe;
+mod status_write;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_operator_api::v1alpha2::EtcdCluster;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::watcher;
+
+use crate::member_ops::{EtcdClient, MemberOps};
+use crate::model::ClusterRef;
+use crate::outcome::{Outcome, StepError};
+use crate::plan::{self, Desired, Observed, RollRecord, Step, Thresholds, Timing};
+use crate::runtime::{ClusterSpecView, Runtime, RuntimeError};
+use crate::status;
+use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
+
+/// The finalizer that makes deletion stop members and remove their data first.
+pub const FINALIZER: &str = "etcd.operator.dev/cleanup";
+/// Annotation: `"true"` keeps member data (volumes, data directories) when the cluster is deleted.
+pub const KEEP_DATA_ANNOTATION: &str = "etcd.operator.dev/keep-data-on-delete";
+/// Steps one reconcile takes before writing status and requeueing.
+const MAX_STEPS_PER_RECONCILE: usize = 12;
+
+/// A reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The object lacks a namespace, name or uid.
+    #[error("EtcdCluster without {0}")]
+    MissingMetadata(&'static str),
+    /// Adding or removing the finalizer, or the wrapped reconcile, failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
+    /// The runtime failed during cleanup.
+    #[error("clean up members: {0}")]
+    Cleanup(#[source] RuntimeError),
+    /// Writing status failed.
+    #[error("patch status: {0}")]
+    PatchStatus(#[source] kube::Error),
+    /// Reading the status again after a conflicting write failed.
+    #[error("read status after a conflict: {0}")]
+    ReadStatus(#[source] kube::Error),
+    /// The status kept changing under every write attempt.
+    #[error("patch status: it changed under each of {attempts} attempts: {0}", attempts = STATUS_WRITE_ATTEMPTS)]
+    StatusConflict(#[source] Box<kube::Error>),
+}
+
+/// What the controller remembers between reconciles (lost on restart, which only delays).
+#[derive(Debug, Default)]
+struct Memory {
+    bootstrap_since: Option<Instant>,
+    unhealthy_since: HashMap<String, Instant>,
+    /// Since when each member restarted on a new version has waited to be verified on it.
+    version_wait_since: HashMap<String, Instant>,
+    /// The roll as this process last left it: newer than the watched object's status until the
+    /// status patch comes back through the watch.
+    roll: Option<RollRecord>,
+}
+
+/// Shared by every reconcile.
+pub struct Context<R: Runtime, M: MemberOps = EtcdClient> {
+    client: kube::Client,
+    runtime: R,
+    /// How the controller talks to the members.
+    members: M,
+    thresholds: Thresholds,
+    memory: Mutex<HashMap<String, Memory>>,
+    /// S3 keys for sending the pre-upgrade snapshot to the backup destination.
+    backup_credentials: crate::backup::Credentials,
+}
+
+impl<R: Runtime, M: MemberOps> std::fmt::Debug for Context<R, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("thresholds", &self.thresholds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Runtime> Context<R> {
+    /// A context for [`run`] that reaches members over plain HTTP.
+    pub fn new(client: kube::Client, runtime: R, thresholds: Thresholds) -> Self {
+        Context::with_member_ops(client, runtime, thresholds, EtcdClient::default())
+    }
+}
+
+impl<R: Runtime, M: MemberOps> Context<R, M> {
+    /// A context for [`run`] that reaches members through `members`.
+    pub fn with_member_ops(client: kube::Client, runtime: R, thresholds: Thresholds, members: M) -> Self {
+        Self {
+            client,
+            runtime,
+            members,
+            thresholds,
+            memory: Mutex::new(HashMap::new()),
+            backup_credentials: crate::backup::Credentials::Environment { file: None },
+        }
+    }
+
+    /// Forgets what this process remembered about the cluster (after it was wiped or deleted).
+    fn forget(&self, cluster: &ClusterRef) {
+        if let Ok(mut memory) = self.memory.lock() {
+            memory.remove(&cluster.key());
+        }
+    }
+
+    /// Reaches backup destinations with these credentials (default: the environment).
+    pub fn with_backup_credentials(mut self, credentials: crate::backup::Credentials) -> Self {
+        self.backup_credentials = credentials;
+        self
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run<R: Runtime, M: MemberOps>(
+    ctx: Context<R, M>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, Arc::new(ctx))
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
+                Err(error) => tracing::warn!(%error, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn error_policy<R: Runtime, M: MemberOps>(
+    _obj: Arc<EtcdCluster>,
+    error: &ReconcileError,
+    _ctx: Arc<Context<R, M>>,
+) -> Action {
+    tracing::warn!(%error, "reconcile error; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn cluster_ref(obj: &EtcdCluster) -> Result<ClusterRef, ReconcileError> {
+    Ok(ClusterRef {
+        namespace: obj
+            .metadata
+            .namespace
+            .clone()
+            .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+        name: obj
+            .metadata
+            .name
+            .clone()
+            .ok_or(ReconcileError::MissingMetadata("name"))?,
+        uid: obj
+            .metadata
+            .uid
+            .clone()
+            .ok_or(ReconcileError::MissingMetadata("uid"))?,
+    })
+}
+
+async fn reconcile<R: Runtime, M: MemberOps>(
+    obj: Arc<EtcdCluster>,
+    ctx: Arc<Context<R, M>>,
+) -> Result<Action, ReconcileError> {
+    let cluster = cluster_ref(&obj)?;
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Event::Apply(obj) => apply(&obj, &cluster, &api, &ctx).await,
+            Event::Cleanup(obj) => cleanup(&obj, &cluster, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+async fn cleanup<R: Runtime, M: MemberOps>(
+    obj: &EtcdCluster,
+    cluster: &ClusterRef,
+    ctx: &Context<R, M>,
+) -> Result<Action, ReconcileError> {
+    let keep = obj
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(KEEP_DATA_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    tracing::info!(cluster = %cluster.key(), keep_data = keep, "deleting cluster members");
+    ctx.runtime
+        .teardown(cluster, keep)
+        .await
+        .map_err(ReconcileError::Cleanup)?;
+    ctx.forget(cluster);
+    Ok(Action::await_change())
+}
+
+fn desired(obj: &EtcdCluster, cluster: &ClusterRef) -> Desired {
+    Desired {
+        replicas: usize::try_from(
+            obj.spec
+                .replicas
+                .unwrap_or(etcd_operator_api::v1alpha2::DEFAULT_REPLICAS),
+        )
+        .unwrap_or(1)
+        .max(1),
+        version: obj
+            .spec
+            .version
+            .clone()
+            .unwrap_or_else(|| etcd_operator_api::versions::DEFAULT_ETCD_VERSION.to_string()),
+        // Differs per incarnation of a cluster with the same name.
+        cluster_token: format!("{}-{}-{}", cluster.namespace, cluster.name, cluster.uid),
+        formed_before: obj.status.as_ref().is_some_and(|s| s.cluster_id.is_some()),
+        paused: obj.spec.paused.unwrap_or(false),
+        roll: status::roll_record(obj.status.as_ref()),
+        restore: None,
+    }
+}
+
+/// Resolves `spec.bootstrap.restore` of a cluster that never formed: the snapshot its members
+/// start from. Reads the named EtcdBackup and, when that has no destination of its own, the
+/// destination of the cluster it backed up.
+async fn resolve_restore(
+    client: &kube::Client,
+    namespace: &str,
+    spec: &etcd_operator_api::v1alpha2::RestoreSpec,
+) -> Result<crate::restore::RestorePlan, crate::restore::RestoreError> {
+    let backup = match (&spec.backup_name, &spec.source) {
+        (Some(name), None) => crate::restore::read_backup(client, namespace, name).await?,
+        _ => None,
+    };
+    let fallback = match backup.as_ref().filter(|b| b.spec.destination.is_none()) {
+        Some(b) => Api::<EtcdCluster>::namespaced(client.clone(), namespace)
+            .get_opt(&b.spec.cluster_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.spec.backup.map(|policy| policy.destination)),
+        None => None,
+    };
+    crate::restore::plan(spec, backup.as_ref(), fallback.as_ref())
+}
+
+fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>) -> String {
+    loop {
+        let name = etcd_operator_api::naming::member_name(
+            &cluster.name,
+            &etcd_operator_api::naming::member_suffix(rand::random()),
+        );
+        let used = observed.runtime.iter().any(|r| r.name == name)
+            || observed
+                .etcd
+                .as_ref()
+                .is_some_and(|v| v.members.iter().any(|m| m.name == name))
+            || taken.contains(&name);
+        if !used {
+            taken.push(name.clone());
+            return name;
+        }
+    }
+}
+
+async fn apply<R: Runtime, M: MemberOps>(
+    obj: &EtcdCluster,
+    cluster: &ClusterRef,
+    api: &Api<EtcdCluster>,
+    ctx: &Context<R, M>,
+) -> Result<Action, ReconcileError> {
+    let mut desired = desired(obj, cluster);
+    // This process's own record is newer than the watched status when it is about this spec.
+    if let Ok(all) = ctx.memory.lock()
+        && let Some(remembered) = all
+            .get(&cluster.key())
+            .and_then(|m| m.roll.clone())
+            .filter(|r| r.target == desired.version)
+    {
+        desired.roll = Some(remembered);
+    }
+    if !desired.formed_before
+        && let Some(restore) = obj.spec.bootstrap.as_ref().and_then(|b| b.restore.as_ref())
+    {
+        match resolve_restore(&ctx.client, &cluster.namespace, restore).await {
+            Ok(plan) => desired.restore = Some(plan),
+            Err(error) => {
+                // Never bootstrap an empty cluster in place of the restored one asked for.
+                tracing::warn!(cluster = %cluster.key(), %error, "cannot resolve the snapshot to restore");
+                let outcome = Outcome {
+                    error: Some(StepError::Restore(error)),
+                    ..Outcome::idle()
+                };
+                let observed = Observed {
+                    runtime: Vec::new(),
+                    etcd: None,
+                    timing: Timing::default(),
+                };
+                write_status(api, obj, &status::compute(obj, &observed, &outcome)).await?;
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        }
+    }
+    let spec = ClusterSpecView { cluster: obj.clone() };
+    let mut outcome = Outcome::idle();
+    let mut observed = Observed {
+        runtime: Vec::new(),
+        etcd: None,
+        timing: Timing::default(),
+    };
+    for _ in 0..MAX_STEPS_PER_RECONCILE {
+        observed = match observe::observe(cluster, ctx, &desired.version).await {
+            Ok(o) => o,
+            Err(e) => {
+                outcome.error = Some(e.into());
+                break;
+            }
+        };
+        if let Some(roll) = desired.roll.as_mut()
+            && roll.is_active_for(&desired.version)
+            && plan::roll_finished(&desired.version, &observed)
+        {
+            tracing::info!(cluster = %cluster.key(), version = %desired.version, "the roll is complete");
+            roll.complete = true;
+        }
+        let mut taken = Vec::new();
+        let step = plan::plan(&desired, &observed, &ctx.thresholds, &mut || {
+            fresh_name(cluster, &observed, &mut taken)
+        });
+        tracing::debug!(cluster = %cluster.key(), ?step, "planned");
+        let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
+        let acted = step.is_action();
+        outcome = Outcome {
+            step,
+            error: result.err(),
+            roll: None,
+        };
+        if outcome.error.is_some() || !acted {
+            break;
+        }
+        // A roll's milestones go to status before anything else happens.
+        if matches!(
+            outcome.step,
+            Step::SnapshotBeforeUpgrade { .. } | Step::RollBack { .. } | Step::HaltUpgrade { .. }
+        ) || desired
+            .roll
+            .as_ref()
+            .is_some_and(|r| r.halted.is_some() && matches!(outcome.step, Step::ChangeVersion { .. }))
+        {
+            break;
+        }
+        // Give what was started a moment before looking again.
+        if matches!(
+            outcome.step,
+            Step::Start { .. }
+                | Step::AddLearner { .. }
+                | Step::MoveLeader { .. }
+                | Step::ChangeVersion { .. }
+        ) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    if let Some(error) = &outcome.error {
+        tracing::warn!(cluster = %cluster.key(), %error, code = error.code(), "step failed");
+    }
+    outcome.roll = desired.roll.clone();
+    let new_status = status::compute(obj, &observed, &outcome);
+    if let Ok(mut all) = ctx.memory.lock() {
+        all.entry(cluster.key()).or_default().roll = status::roll_record(Some(&new_status));
+    }
+    write_status(api, obj, &new_status).await?;
+    Ok(match (&outcome.step, &outcome.error) {
+        (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
+        // A settled cluster is looked at every 3 s: that bounds how long a dead member goes
+        // unnoticed (the local runtime has no process events to wake the controller).
+        (Step::Idle, None) => Action::requeue(Duration::from_secs(3)),
+        (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
+        _ => Action::requeue(Duration::from_millis(300)),
+    })
+}

@@ -1,0 +1,89 @@
+//! Observing a cluster: the runtime's members, etcd's view of them, and the timing memory the
+//! planner's thresholds compare against (how long a bootstrap, an unhealthy member or a version
+//! change has been waiting).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::member_ops::MemberOps;
+use crate::model::{ClusterRef, InitialState, Liveness, is_healthy};
+use crate::plan::{self, Observed, Timing};
+use crate::runtime::{Runtime, RuntimeError};
+
+use super::Context;
+
+/// Observes the runtime and etcd, and updates the timing memory.
+pub(super) async fn observe<R: Runtime, M: MemberOps>(
+    cluster: &ClusterRef,
+    ctx: &Context<R, M>,
+    version: &str,
+) -> Result<Observed, RuntimeError> {
+    let runtime = ctx.runtime.members(cluster).await?;
+    let endpoints: Vec<String> = runtime
+        .iter()
+        .filter(|r| r.liveness == Liveness::Running)
+        .map(|r| r.client_url.clone())
+        .collect();
+    let etcd = if endpoints.is_empty() {
+        None
+    } else {
+        ctx.members.observe(&endpoints).await
+    };
+    let now = Instant::now();
+    let mut timing = Timing::default();
+    if let Ok(mut all) = ctx.memory.lock() {
+        let memory = all.entry(cluster.key()).or_default();
+        let formed = etcd.as_ref().is_some_and(|v| v.leader != 0);
+        let bootstrapping = runtime.iter().any(|r| {
+            r.config
+                .as_ref()
+                .is_some_and(|c| c.initial_state == InitialState::New)
+                && r.liveness == Liveness::Running
+        });
+        if formed || !bootstrapping {
+            memory.bootstrap_since = None;
+        } else {
+            let since = *memory.bootstrap_since.get_or_insert(now);
+            timing.bootstrap_waiting = Some(now - since);
+        }
+        let mut still_unhealthy = HashMap::new();
+        if let Some(view) = &etcd {
+            for m in &view.members {
+                let Some(r) = runtime.iter().find(|r| m.peer_urls.contains(&r.peer_url)) else {
+                    continue;
+                };
+                let down = matches!(r.liveness, Liveness::Gone { .. })
+                    || (r.liveness == Liveness::Running && !is_healthy(m));
+                if down {
+                    let since = memory.unhealthy_since.get(&r.name).copied().unwrap_or(now);
+                    still_unhealthy.insert(r.name.clone(), since);
+                    timing.unhealthy_for.push((r.name.clone(), now - since));
+                }
+            }
+        }
+        memory.unhealthy_since = still_unhealthy;
+        // Members recorded on `version` after a version change that etcd does not yet show
+        // healthy, caught up and on it: the roll's health gate clock.
+        let mut still_waiting = HashMap::new();
+        for r in &runtime {
+            let changed = r.config.as_ref().is_some_and(|c| {
+                c.version == version && c.previous_version.as_deref().is_some_and(|p| p != version)
+            });
+            let verified = etcd.as_ref().is_some_and(|view| {
+                view.by_peer_url(&r.peer_url)
+                    .is_some_and(|m| plan::runs_version(view, m, version))
+            });
+            if changed && !verified {
+                let since = memory.version_wait_since.get(&r.name).copied().unwrap_or(now);
+                still_waiting.insert(r.name.clone(), since);
+                timing.version_change_waiting.push((r.name.clone(), now - since));
+            }
+        }
+        memory.version_wait_since = still_waiting;
+    }
+    Ok(Observed {
+        runtime,
+        etcd,
+        timing,
+    })
+}

@@ -1,0 +1,205 @@
+//! A [`Runtime`] held in memory: members reserved, started, stopped and removed as the calls say,
+//! every call recorded, failures scripted per operation. For unit tests of the reconciler's
+//! steps without processes or an API server.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use super::{ClusterSpecView, Runtime, RuntimeError};
+use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+
+/// A call the fake runtime received (`members` is not recorded: it only reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeCall {
+    /// `reserve(name)`.
+    Reserve(String),
+    /// `start(name)` on the configured version.
+    Start(String, String),
+    /// `change_version(name, version)`.
+    ChangeVersion(String, String),
+    /// `stop(name)`.
+    Stop(String),
+    /// `remove(name, keep_data)`.
+    Remove(String, bool),
+    /// `teardown(keep_data)`.
+    Teardown(bool),
+}
+
+/// The operations a failure can be scripted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeOp {
+    /// [`Runtime::reserve`].
+    Reserve,
+    /// [`Runtime::start`].
+    Start,
+    /// [`Runtime::change_version`].
+    ChangeVersion,
+    /// [`Runtime::stop`].
+    Stop,
+    /// [`Runtime::remove`].
+    Remove,
+    /// [`Runtime::teardown`].
+    Teardown,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    members: Vec<RuntimeMember>,
+    calls: Vec<RuntimeCall>,
+    failures: VecDeque<(RuntimeOp, RuntimeError)>,
+}
+
+/// The fake. See the module documentation.
+#[derive(Debug, Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+    snapshot_dir: Option<PathBuf>,
+}
+
+impl FakeRuntime {
+    /// A runtime holding `members`; `snapshot_dir` is what [`Runtime::snapshot_dir`] answers.
+    pub fn new(members: Vec<RuntimeMember>, snapshot_dir: Option<PathBuf>) -> Self {
+        Self {
+            state: Mutex::new(State {
+                members,
+                ..Default::default()
+            }),
+            snapshot_dir,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The next call of `op` fails with `error` (and changes nothing).
+    pub fn fail_next(&self, op: RuntimeOp, error: RuntimeError) {
+        self.state().failures.push_back((op, error));
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<RuntimeCall> {
+        self.state().calls.clone()
+    }
+
+    /// The members now.
+    pub fn held(&self) -> Vec<RuntimeMember> {
+        self.state().members.clone()
+    }
+
+    fn call(&self, call: RuntimeCall, op: RuntimeOp) -> Result<MutexGuard<'_, State>, RuntimeError> {
+        let mut state = self.state();
+        state.calls.push(call);
+        if let Some(i) = state.failures.iter().position(|(o, _)| *o == op)
+            && let Some((_, error)) = state.failures.remove(i)
+        {
+            return Err(error);
+        }
+        Ok(state)
+    }
+}
+
+fn member<'a>(state: &'a mut State, name: &str) -> Result<&'a mut RuntimeMember, RuntimeError> {
+    state
+        .members
+        .iter_mut()
+        .find(|m| m.name == name)
+        .ok_or_else(|| RuntimeError::UnknownMember {
+            name: name.to_owned(),
+        })
+}
+
+impl Runtime for FakeRuntime {
+    async fn members(&self, _cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
+        Ok(self.held())
+    }
+
+    async fn reserve(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<RuntimeMember, RuntimeError> {
+        let mut state = self.call(RuntimeCall::Reserve(name.to_owned()), RuntimeOp::Reserve)?;
+        if let Some(m) = state.members.iter().find(|m| m.name == name) {
+            return Ok(m.clone());
+        }
+        let m = RuntimeMember {
+            name: name.to_owned(),
+            peer_url: format!("http://{name}:2380"),
+            client_url: format!("http://{name}:2379"),
+            config: None,
+            liveness: Liveness::Reserved,
+        };
+        state.members.push(m.clone());
+        Ok(m)
+    }
+
+    async fn start(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.call(
+            RuntimeCall::Start(name.to_owned(), config.version.clone()),
+            RuntimeOp::Start,
+        )?;
+        let m = member(&mut state, name)?;
+        m.config.get_or_insert_with(|| config.clone());
+        m.liveness = Liveness::Running;
+        Ok(())
+    }
+
+    async fn change_version(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        name: &str,
+        version: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.call(
+            RuntimeCall::ChangeVersion(name.to_owned(), version.to_owned()),
+            RuntimeOp::ChangeVersion,
+        )?;
+        let m = member(&mut state, name)?;
+        let config = m.config.as_mut().ok_or_else(|| RuntimeError::State {
+            member: name.to_owned(),
+            detail: "never started".into(),
+        })?;
+        if config.version != version {
+            config.previous_version = Some(std::mem::replace(&mut config.version, version.to_owned()));
+        }
+        m.liveness = Liveness::Running;
+        Ok(())
+    }
+
+    async fn stop(&self, _cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
+        let mut state = self.call(RuntimeCall::Stop(name.to_owned()), RuntimeOp::Stop)?;
+        member(&mut state, name)?.liveness = Liveness::Gone {
+            reason: "stopped".into(),
+            restartable: true,
+        };
+        Ok(())
+    }
+
+    fn snapshot_dir(&self, _cluster: &ClusterRef) -> Option<PathBuf> {
+        self.snapshot_dir.clone()
+    }
+
+    async fn remove(&self, _cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
+        let mut state = self.call(RuntimeCall::Remove(name.to_owned(), keep_data), RuntimeOp::Remove)?;
+        state.members.retain(|m| m.name != name);
+        Ok(())
+    }
+
+    async fn teardown(&self, _cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
+        let mut state = self.call(RuntimeCall::Teardown(keep_data), RuntimeOp::Teardown)?;
+        state.members.clear();
+        Ok(())
+    }
+}
