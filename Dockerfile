@@ -11,7 +11,7 @@ RUN apt-get update \
 ENV PROTOC=/usr/bin/protoc
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p etcd-operator-apiserver --bin etcd-operator
+RUN cargo build --release --locked -p etcd-operator --bin etcd-operator
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/etcd-operator /usr/local/bin/etcd-operator

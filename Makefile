@@ -30,7 +30,7 @@ build: tools-protoc
 
 ## The main job on its embedded default: API server, controller and a backing etcd, all local.
 run: tools-etcd tools-protoc
-	$(CARGO) run -p etcd-operator-apiserver --bin etcd-operator -- local --state-dir .local
+	$(CARGO) run -p etcd-operator --bin etcd-operator -- local --state-dir .local
 
 ## Everything CI checks, in order.
 test: tools fmt lint unit leftovers doc-test

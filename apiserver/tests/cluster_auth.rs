@@ -28,7 +28,7 @@ use etcd_operator_apiserver::cluster::loopback::Loopback;
 use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas};
 use etcd_operator_apiserver::http::openapi::Documents;
 use etcd_operator_apiserver::http::{AppState, router_with};
-use etcd_operator_apiserver::local::pki::{CertificateAuthority, LeafSpec, PemPair};
+use etcd_operator_apiserver::pki::{CertificateAuthority, LeafSpec, PemPair};
 use etcd_operator_apiserver::serve::{self, UserInfo, tls as serve_tls};
 use etcd_operator_apiserver::storage::{Storage, StorageOptions};
 use etcd_operator_tests::{EtcdVersion, TestEtcd};

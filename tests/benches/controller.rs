@@ -152,7 +152,7 @@ fn build_release_binary() -> anyhow::Result<PathBuf> {
             "--release",
             "--quiet",
             "-p",
-            "etcd-operator-apiserver",
+            "etcd-operator",
             "--bin",
             "etcd-operator",
             "--message-format=json",

@@ -58,7 +58,7 @@ pub fn operator_binary() -> Result<PathBuf, OperatorError> {
                     "build",
                     "--quiet",
                     "-p",
-                    "etcd-operator-apiserver",
+                    "etcd-operator",
                     "--bin",
                     "etcd-operator",
                     "--message-format=json",

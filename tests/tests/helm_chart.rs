@@ -10,7 +10,7 @@
 //! rewrites it.
 //!
 //! The RBAC rules against the calls the code makes, and the container arguments against the
-//! real `ServeArgs`, are checked in `apiserver/tests/deploy_manifests.rs`.
+//! real `ServeArgs`, are checked in `operator/tests/deploy_manifests.rs`.
 
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

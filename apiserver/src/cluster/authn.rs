@@ -391,7 +391,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::local::pki::{CertificateAuthority, LeafSpec};
+    use crate::pki::{CertificateAuthority, LeafSpec};
     use rustls_pki_types::pem::PemObject;
 
     fn rh_config(ca: &CaBundle) -> RequestHeaderConfig {

@@ -290,7 +290,7 @@ pub async fn keep_loaded(client: kube::Client, namespace: String, interval: Dura
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::local::pki::CertificateAuthority;
+    use crate::pki::CertificateAuthority;
 
     fn ca_pem() -> String {
         CertificateAuthority::generate("test-ca", Duration::from_secs(3600))

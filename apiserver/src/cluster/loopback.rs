@@ -13,8 +13,8 @@ use rustls_pki_types::pem::PemObject;
 
 use super::authn::LoopbackTrust;
 use super::config::CaBundle;
-use crate::local::kubeconfig::{ClientIdentity, Kubeconfig};
-use crate::local::pki::{CertificateAuthority, LeafSpec, PemPair};
+use crate::kubeconfig::{ClientIdentity, Kubeconfig};
+use crate::pki::{CertificateAuthority, LeafSpec, PemPair};
 use crate::serve::auth::user_from_client_certificate;
 use crate::serve::tls::{self, ALPN_PROTOCOLS};
 

@@ -6,15 +6,14 @@
 //! * [`authz`]: `system:masters`, else SubjectAccessReview; 403 in kube-apiserver's wording.
 //! * [`tls`]: the serving configuration, rebuilt on certificate or CA changes.
 //! * [`loopback`]: the controller's private path to the API.
-//! * [`run`]: `etcd-operator serve`.
+//!
+//! The serve-mode wiring itself (`etcd-operator serve`, leader election) is in the binary crate.
 
 pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod config;
-pub mod leader;
 pub mod loopback;
-pub mod run;
 pub mod tls;
 
 pub use authn::{DelegatedAuthenticator, LoopbackTrust, TokenReviewer};

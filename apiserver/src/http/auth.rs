@@ -67,7 +67,7 @@ impl Authenticator for LocalAuthenticator {
         let user = parts
             .extensions
             .get::<PeerCertificates>()
-            .and_then(crate::local::authenticate_local);
+            .and_then(crate::serve::auth::authenticate_local);
         Box::pin(async move { Ok(user) })
     }
 }

@@ -84,3 +84,18 @@ pub fn user_from_client_certificate(cert: &CertificateDer<'_>) -> Result<UserInf
     user.add_group(AUTHENTICATED_GROUP);
     Ok(user)
 }
+
+/// Local-mode authentication: the identity in the client certificate, if the client presented
+/// one (rustls has then verified it against the local CA, the server's only client CA): user =
+/// subject CN, groups = subject O values + `system:authenticated`. `None` for anonymous clients
+/// and for a certificate without a usable subject.
+pub fn authenticate_local(peer: &super::PeerCertificates) -> Option<UserInfo> {
+    let leaf = peer.leaf()?;
+    match user_from_client_certificate(leaf) {
+        Ok(user) => Some(user),
+        Err(error) => {
+            tracing::debug!(%error, "client certificate carries no usable identity");
+            None
+        }
+    }
+}

@@ -20,7 +20,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::local::pki::{CertificateAuthority, LeafSpec, PemPair};
+use crate::pki::{CertificateAuthority, LeafSpec, PemPair};
 
 struct Pki {
     ca: CertificateAuthority,

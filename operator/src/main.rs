@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use etcd_operator::local;
 use etcd_operator_apiserver::http::{self, AppState, auth, openapi};
+use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions};
-use etcd_operator_apiserver::{local, serve};
 
 /// Where EtcdClusters live in the backing etcd.
 const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
@@ -53,7 +54,7 @@ enum Mode {
         backup_credentials_file: Option<std::path::PathBuf>,
     },
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
-    Serve(etcd_operator_apiserver::cluster::run::ServeArgs),
+    Serve(etcd_operator::serve_mode::ServeArgs),
     /// Restore step 1, run by an init container of a member Pod restored from a snapshot: fetch
     /// the snapshot of a restore plan (S3 keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY),
     /// verify its checksums and write it for the etcd image's restore tool.
@@ -348,7 +349,7 @@ fn main() -> ExitCode {
         Mode::FinishRestore { data_dir, staging } => {
             restore_step(&runtime, finish_restore(&data_dir, &staging))
         }
-        Mode::Serve(args) => match runtime.block_on(etcd_operator_apiserver::cluster::run::run(args)) {
+        Mode::Serve(args) => match runtime.block_on(etcd_operator::serve_mode::run(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!(%error, "etcd-operator serve failed");

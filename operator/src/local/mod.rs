@@ -11,19 +11,16 @@
 //! [`prepare`] sets all of it up and returns a [`LocalEnv`] with everything `main` needs to serve.
 
 pub mod backing_etcd;
-mod files;
-pub mod kubeconfig;
-pub mod pki;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use backing_etcd::{BackingEtcd, BackingEtcdError, BackingEtcdOptions, EtcdSearch};
-pub use kubeconfig::{ClientIdentity, Kubeconfig, KubeconfigError};
-pub use pki::{LocalPki, PemPair, PkiError};
+pub use etcd_operator_apiserver::kubeconfig::{self, ClientIdentity, Kubeconfig, KubeconfigError};
+pub use etcd_operator_apiserver::pki::{self, LocalPki, PemPair, PkiError};
 
-use crate::serve::auth::{UserInfo, user_from_client_certificate};
-use crate::serve::{PeerCertificates, TlsError};
+use etcd_operator_apiserver::files;
+use etcd_operator_apiserver::serve::TlsError;
 
 /// What `etcd-operator local` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +75,7 @@ pub enum LocalError {
 pub struct LocalEnv {
     /// The state directory, absolute.
     pub state_dir: PathBuf,
-    /// The bound HTTPS listener: hand it to [`crate::serve::serve`].
+    /// The bound HTTPS listener: hand it to [`etcd_operator_apiserver::serve::serve`].
     pub listener: tokio::net::TcpListener,
     /// The address actually bound.
     pub listen: SocketAddr,
@@ -116,7 +113,7 @@ impl std::fmt::Debug for LocalEnv {
 
 /// Sets up local mode in `options.state_dir`: binds the listener (first, so a busy port fails
 /// fast), creates or reuses the PKI, starts the backing etcd, connects to it, writes the
-/// kubeconfig. Calls [`crate::serve::install_crypto_provider`].
+/// kubeconfig. Calls [`etcd_operator_apiserver::serve::install_crypto_provider`].
 pub async fn prepare(options: LocalOptions) -> Result<LocalEnv, LocalError> {
     prepare_with_etcd_env(options, Vec::new()).await
 }
@@ -125,7 +122,7 @@ pub(crate) async fn prepare_with_etcd_env(
     options: LocalOptions,
     etcd_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 ) -> Result<LocalEnv, LocalError> {
-    crate::serve::install_crypto_provider();
+    etcd_operator_apiserver::serve::install_crypto_provider();
     let state_dir_err = |source| LocalError::CreateStateDir {
         path: options.state_dir.clone(),
         source,
@@ -146,7 +143,7 @@ pub(crate) async fn prepare_with_etcd_env(
     let server_url = kubeconfig::server_url(listen);
 
     let pki = pki::ensure(&state_dir.join("pki"), listen.ip())?;
-    let tls = crate::serve::server_config(
+    let tls = etcd_operator_apiserver::serve::server_config(
         pki.server.cert_pem.as_bytes(),
         pki.server.key_pem.as_bytes(),
         Some(pki.ca.cert_pem.as_bytes()),
@@ -192,21 +189,6 @@ pub(crate) async fn prepare_with_etcd_env(
         kubeconfig_path,
         controller_identity,
     })
-}
-
-/// Local-mode authentication: the identity in the client certificate, if the client presented
-/// one (rustls has then verified it against the local CA, the server's only client CA): user =
-/// subject CN, groups = subject O values + `system:authenticated`. `None` for anonymous clients
-/// and for a certificate without a usable subject.
-pub fn authenticate_local(peer: &PeerCertificates) -> Option<UserInfo> {
-    let leaf = peer.leaf()?;
-    match user_from_client_certificate(leaf) {
-        Ok(user) => Some(user),
-        Err(error) => {
-            tracing::debug!(%error, "client certificate carries no usable identity");
-            None
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use rustls_pki_types::ServerName;
 
-use super::pki::{CertificateAuthority, LeafSpec};
 use super::*;
+use etcd_operator_apiserver::pki::{CertificateAuthority, LeafSpec};
+use etcd_operator_apiserver::serve::auth::authenticate_local;
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -56,7 +57,7 @@ fn process_running(pid: u32) -> bool {
 
 #[test]
 fn pki_is_created_once_then_reloaded_identical() {
-    crate::serve::install_crypto_provider();
+    etcd_operator_apiserver::serve::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki_dir = dir.path().join("pki");
     let first = pki::ensure(&pki_dir, ip("127.0.0.1")).unwrap();
@@ -78,7 +79,7 @@ fn pki_is_created_once_then_reloaded_identical() {
 
 #[test]
 fn leaves_verify_against_the_ca_with_the_expected_identities() {
-    crate::serve::install_crypto_provider();
+    etcd_operator_apiserver::serve::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
     let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
@@ -109,13 +110,13 @@ fn leaves_verify_against_the_ca_with_the_expected_identities() {
     ] {
         ca.verify_client(&pair.cert_pem, SystemTime::now()).unwrap();
         let der = rustls_pki_types::pem::PemObject::from_pem_slice(pair.cert_pem.as_bytes()).unwrap();
-        let peer = crate::serve::PeerCertificates(std::sync::Arc::new(vec![der]));
+        let peer = etcd_operator_apiserver::serve::PeerCertificates(std::sync::Arc::new(vec![der]));
         let user_info = authenticate_local(&peer).unwrap();
         assert_eq!(user_info.name, user);
         assert_eq!(user_info.groups, vec!["system:masters", "system:authenticated"]);
     }
     assert_eq!(
-        authenticate_local(&crate::serve::PeerCertificates::default()),
+        authenticate_local(&etcd_operator_apiserver::serve::PeerCertificates::default()),
         None
     );
     // Certificates of another CA do not verify.
@@ -129,7 +130,7 @@ fn leaves_verify_against_the_ca_with_the_expected_identities() {
 
 #[test]
 fn serving_certificate_is_reissued_from_the_same_ca_for_a_new_listen_ip() {
-    crate::serve::install_crypto_provider();
+    etcd_operator_apiserver::serve::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let first = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
     let second = pki::ensure(dir.path(), ip("10.1.2.3")).unwrap();
@@ -153,7 +154,7 @@ fn serving_certificate_is_reissued_from_the_same_ca_for_a_new_listen_ip() {
 
 #[test]
 fn leaves_close_to_expiry_or_with_a_foreign_key_are_reissued() {
-    crate::serve::install_crypto_provider();
+    etcd_operator_apiserver::serve::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let first = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
     let ca = CertificateAuthority::load(&first.ca.cert_pem, &first.ca.key_pem).unwrap();
@@ -178,7 +179,7 @@ fn leaves_close_to_expiry_or_with_a_foreign_key_are_reissued() {
 
 #[test]
 fn an_incomplete_ca_is_an_error_not_a_silent_new_ca() {
-    crate::serve::install_crypto_provider();
+    etcd_operator_apiserver::serve::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
     std::fs::remove_file(dir.path().join("ca.key")).unwrap();
@@ -396,7 +397,7 @@ async fn prepare_sets_up_a_server_kube_clients_reach_with_the_kubeconfig() {
         axum::routing::get(|request: axum::extract::Request| async move {
             let peer = request
                 .extensions()
-                .get::<crate::serve::PeerCertificates>()
+                .get::<etcd_operator_apiserver::serve::PeerCertificates>()
                 .cloned()
                 .unwrap_or_default();
             match authenticate_local(&peer) {
@@ -406,9 +407,14 @@ async fn prepare_sets_up_a_server_kube_clients_reach_with_the_kubeconfig() {
         }),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(crate::serve::serve(env.listener, env.tls, app, async move {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(etcd_operator_apiserver::serve::serve(
+        env.listener,
+        env.tls,
+        app,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
 
     // The admin kubeconfig, as kubectl would use it.
     let kubeconfig = kube::config::Kubeconfig::read_from(&env.kubeconfig_path).unwrap();

@@ -1,4 +1,5 @@
-//! Local mode's certificates: a CA created once under `DIR/pki/`, and the serving, admin and
+//! Certificates for local mode (and the loopback identity of serve mode): a CA created once under
+//! `DIR/pki/`, and the serving, admin and
 //! controller certificates it signs, reused across restarts and re-issued from the same CA when
 //! they no longer fit (a new listen address, close to expiry, a lost key).
 //!
@@ -21,7 +22,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
-use super::files;
+use crate::files;
 use crate::serve::auth::user_from_client_certificate;
 use crate::serve::tls;
 

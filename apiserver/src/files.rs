@@ -1,17 +1,18 @@
-//! Writing state files safely: private modes from the first byte, atomic replacement.
+//! Writing state files safely (certificates, kubeconfigs, the backing etcd's records): private
+//! modes from the first byte, atomic replacement.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Mode of private keys and kubeconfigs.
-pub(crate) const PRIVATE: u32 = 0o600;
+pub const PRIVATE: u32 = 0o600;
 /// Mode of certificates and other non-secret state.
-pub(crate) const PUBLIC: u32 = 0o644;
+pub const PUBLIC: u32 = 0o644;
 
 /// Writes `contents` to `path` atomically (a temporary sibling, fsynced, renamed over it), created
 /// with `mode` so a secret is never readable by others, not even for a moment.
-pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
     let file_name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name"))?;
@@ -46,13 +47,13 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> std::io::
 }
 
 /// Creates `dir` (and its parents) and restricts it to its owner.
-pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Reads a file, or `None` when it does not exist.
-pub(crate) fn read_optional(path: &Path) -> std::io::Result<Option<String>> {
+pub fn read_optional(path: &Path) -> std::io::Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -1,5 +1,8 @@
 //! `etcd-operator serve`: the API server and the controller inside a Kubernetes cluster, behind
-//! the kube-apiserver aggregator.
+//! the kube-apiserver aggregator, the controllers running only while this replica holds the
+//! leader Lease ([`leader`]).
+
+pub mod leader;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,14 +12,14 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::authn::{DelegatedAuthenticator, TokenReviewer};
-use super::authz::SubjectAccessReviewAuthorizer;
-use super::config;
-use super::loopback::{Loopback, LoopbackError};
-use super::tls::{ServingTls, follow_client_cas, watch_serving_files};
-use crate::http::{self, AppState, openapi};
-use crate::serve;
-use crate::storage::{Storage, StorageError, StorageOptions};
+use etcd_operator_apiserver::cluster::authn::{DelegatedAuthenticator, TokenReviewer};
+use etcd_operator_apiserver::cluster::authz::SubjectAccessReviewAuthorizer;
+use etcd_operator_apiserver::cluster::config;
+use etcd_operator_apiserver::cluster::loopback::{Loopback, LoopbackError};
+use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas, watch_serving_files};
+use etcd_operator_apiserver::http::{self, AppState, openapi};
+use etcd_operator_apiserver::serve;
+use etcd_operator_apiserver::storage::{Storage, StorageError, StorageOptions};
 
 /// Where EtcdClusters live in the backing etcd.
 pub const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
@@ -61,7 +64,7 @@ pub struct ServeArgs {
     pub authentication_configmap_namespace: String,
     /// Leader election for the controllers (needed with more than one replica).
     #[command(flatten)]
-    pub leader_election: super::leader::LeaderElectionArgs,
+    pub leader_election: leader::LeaderElectionArgs,
 }
 
 /// Running serve mode failed.
@@ -94,7 +97,7 @@ pub enum ServeModeError {
     OpenApi(#[from] openapi::OpenApiGenerateError),
     /// Leader election is misconfigured.
     #[error(transparent)]
-    LeaderElection(#[from] super::leader::LeaderElectionError),
+    LeaderElection(#[from] leader::LeaderElectionError),
     /// Binding a listener failed.
     #[error("listen on {addr}: {source}")]
     Listen {
@@ -156,12 +159,12 @@ async fn etcd_client(args: &ServeArgs) -> Result<etcd_client::Client, ServeModeE
 pub fn spawn_controllers(
     kube: kube::Client,
     controller_client: kube::Client,
-    leader_election: super::leader::LeaderElectionArgs,
+    leader_election: leader::LeaderElectionArgs,
     tasks: CancellationToken,
-) -> tokio::task::JoinHandle<Result<(), super::leader::LeaderElectionError>> {
+) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
-    tokio::spawn(super::leader::run_while_leader(
+    tokio::spawn(leader::run_while_leader(
         kube,
         leader_election,
         tasks,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, ConnectOptions};
 use serde::{Deserialize, Serialize};
 
-use super::files;
+use etcd_operator_apiserver::files;
 
 /// Environment variable naming the etcd binary to use.
 pub const ETCD_BINARY_ENV: &str = "ETCD_OPERATOR_ETCD";

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
-use super::files;
+use crate::files;
 
 /// The cluster and context name in the kubeconfig.
 pub const CONTEXT_NAME: &str = "etcd-operator-local";
