@@ -1,7 +1,7 @@
 //! Certificates for local mode (and the loopback identity of serve mode): a CA created once under
-//! `DIR/pki/`, and the serving, admin and
-//! controller certificates it signs, reused across restarts and re-issued from the same CA when
-//! they no longer fit (a new listen address, close to expiry, a lost key).
+//! `DIR/pki/`, and the serving, admin and controller certificates it signs, reused across restarts
+//! and re-issued from the same CA when they no longer fit (a new listen address, close to expiry,
+//! a lost key).
 //!
 //! Certificates are made with rcgen and checked with rustls' own WebPKI verifiers, so that "this
 //! certificate is still good" means exactly what a TLS peer will decide.
