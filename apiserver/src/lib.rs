@@ -4,6 +4,7 @@
 //! serve mode.
 
 pub mod cluster;
+pub mod error;
 pub mod files;
 pub mod http;
 pub mod kubeconfig;

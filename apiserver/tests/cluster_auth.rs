@@ -27,7 +27,7 @@ use etcd_operator_apiserver::cluster::config;
 use etcd_operator_apiserver::cluster::loopback::Loopback;
 use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas};
 use etcd_operator_apiserver::http::openapi::Documents;
-use etcd_operator_apiserver::http::{AppState, router_with};
+use etcd_operator_apiserver::http::{AppState, Stores, router_with};
 use etcd_operator_apiserver::pki::{CertificateAuthority, LeafSpec, PemPair};
 use etcd_operator_apiserver::serve::{self, UserInfo, tls as serve_tls};
 use etcd_operator_apiserver::storage::{Storage, StorageOptions};
@@ -342,17 +342,13 @@ impl Harness {
             .await
             .expect("start etcd 3.5.1 (install it with `make tools`)");
         let etcd_client = etcd.client().await.unwrap();
-        let storage = Storage::new(etcd_client.clone(), PREFIX, StorageOptions::default())
-            .await
-            .unwrap();
-        storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
-        let backups = Storage::new(
-            etcd_client.clone(),
-            "/registry/etcd.operator.dev/etcdbackups/",
-            StorageOptions::default(),
-        )
-        .await
-        .unwrap();
+        let stores =
+            Stores::open(|prefix| Storage::new(etcd_client.clone(), prefix, StorageOptions::default()))
+                .await
+                .unwrap();
+        for storage in stores.all() {
+            storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
+        }
 
         let mut tasks = Vec::new();
         let (config_tx, config_rx) = config::channel();
@@ -378,8 +374,7 @@ impl Harness {
             Some(TokenReviewer::new(stub.client.clone())),
         );
         let state = AppState {
-            storage,
-            backups,
+            stores,
             authenticator: Arc::new(authenticator),
             authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(stub.client.clone())),
             openapi: Arc::new(Documents::generate().unwrap()),

@@ -18,7 +18,8 @@ use etcd_operator_apiserver::http::auth::{
     AllowAuthenticated, AuthenticateFuture, Authenticator, LocalAuthenticator, UserInfo,
 };
 use etcd_operator_apiserver::http::openapi::Documents;
-use etcd_operator_apiserver::http::{AppState, router};
+use etcd_operator_apiserver::http::{AppState, Stores, router};
+use etcd_operator_apiserver::registry::kind::Kind;
 use etcd_operator_apiserver::storage::{Storage, StorageOptions};
 use etcd_operator_tests::{EtcdVersion, TestEtcd};
 use http::{HeaderMap, Method, Request, StatusCode, header};
@@ -184,17 +185,16 @@ impl Api {
         client: &etcd_client::Client,
         authenticator: Arc<dyn Authenticator>,
     ) -> (axum::Router, Storage) {
-        let storage = Storage::new(client.clone(), PREFIX, StorageOptions::default())
+        let stores = Stores::open(|prefix| Storage::new(client.clone(), prefix, StorageOptions::default()))
             .await
             .unwrap();
-        storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
-        let backups = Storage::new(client.clone(), BACKUPS_PREFIX, StorageOptions::default())
-            .await
-            .unwrap();
-        backups.wait_initialized(Duration::from_secs(10)).await.unwrap();
+        for storage in stores.all() {
+            storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
+        }
+        let storage = stores.get(Kind::CLUSTER).unwrap().clone();
+        assert_eq!(storage.prefix(), PREFIX);
         let app = router(AppState {
-            storage: storage.clone(),
-            backups,
+            stores,
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             openapi: Arc::new(Documents::generate().unwrap()),

@@ -6,14 +6,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use etcd_operator::local;
-use etcd_operator_apiserver::http::{self, AppState, auth, openapi};
+use etcd_operator_apiserver::http::{self, AppState, Stores, auth, openapi};
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions};
-
-/// Where EtcdClusters live in the backing etcd.
-const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
-/// Where EtcdBackups live in the backing etcd.
-const ETCDBACKUPS_PREFIX: &str = "/registry/etcd.operator.dev/etcdbackups/";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -228,14 +223,17 @@ async fn run_local(
         consistency: ConsistencyMode::SingleWriter,
         ..StorageOptions::default()
     };
-    let storage = Storage::new(env.etcd_client.clone(), ETCDCLUSTERS_PREFIX, options.clone()).await?;
-    let backups = Storage::new(env.etcd_client.clone(), ETCDBACKUPS_PREFIX, options).await?;
-    let compactor = storage.spawn_compactor(compaction_interval);
+    let stores =
+        Stores::open(|prefix| Storage::new(env.etcd_client.clone(), prefix, options.clone())).await?;
+    // Compaction is of the whole backing etcd: one compactor, on any resource's storage.
+    let compactor = stores
+        .all()
+        .next()
+        .map(|storage| storage.spawn_compactor(compaction_interval));
     // One set of member connections for the controller, the backups and `/snapshot`.
     let members = etcd_operator_controller::member_ops::EtcdClient::default();
     let state = AppState {
-        storage,
-        backups,
+        stores,
         authenticator: Arc::new(auth::LocalAuthenticator),
         authorizer: Arc::new(auth::AllowAuthenticated),
         openapi: Arc::new(openapi::Documents::generate()?),
@@ -291,7 +289,9 @@ async fn run_local(
     {
         tracing::warn!("the controller did not stop within 5 s");
     }
-    compactor.abort();
+    if let Some(compactor) = compactor {
+        compactor.abort();
+    }
     tracing::info!("stopping the backing etcd");
     if let Err(error) = env.backing_etcd.shutdown().await {
         tracing::warn!(%error, "stop the backing etcd");

@@ -24,16 +24,55 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
+use crate::registry::kind::{self, Kind};
 use crate::storage::Storage;
 use error::ApiError;
+
+/// The storage of every served resource (each its own prefix of the backing etcd, with its own
+/// watch cache), opened from the resource table. Cheap to clone.
+#[derive(Clone)]
+pub struct Stores(Arc<Vec<(Kind, Storage)>>);
+
+impl Stores {
+    /// Opens the storage of every resource in [`kind::ALL`] with `open(storage_prefix)`.
+    pub async fn open<F, Fut, E>(mut open: F) -> Result<Self, E>
+    where
+        F: FnMut(&'static str) -> Fut,
+        Fut: std::future::Future<Output = Result<Storage, E>>,
+    {
+        let mut stores = Vec::with_capacity(kind::ALL.len());
+        for kind in kind::ALL {
+            stores.push((kind, open(kind.info().storage_prefix).await?));
+        }
+        Ok(Self(Arc::new(stores)))
+    }
+
+    /// The storage of `kind`.
+    pub fn get(&self, kind: Kind) -> Result<&Storage, ApiError> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, s)| s)
+            .ok_or_else(|| ApiError::internal(format!("no storage for {}", kind.info().resource)))
+    }
+
+    /// Every resource's storage.
+    pub fn all(&self) -> impl Iterator<Item = &Storage> {
+        self.0.iter().map(|(_, s)| s)
+    }
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(k, _)| k)).finish()
+    }
+}
 
 /// Everything the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    /// EtcdCluster storage (backing etcd + watch cache).
-    pub storage: Storage,
-    /// EtcdBackup storage (its own prefix of the same backing etcd).
-    pub backups: Storage,
+    /// The storage of every served resource.
+    pub stores: Stores,
     /// Who is calling.
     pub authenticator: Arc<dyn auth::Authenticator>,
     /// Whether they may.
@@ -42,16 +81,6 @@ pub struct AppState {
     pub openapi: Arc<openapi::Documents>,
     /// How `/snapshot` reaches the members of an EtcdCluster (the controller's connections).
     pub members: etcd_operator_controller::member_ops::EtcdClient,
-}
-
-impl AppState {
-    /// The storage of a resource.
-    pub fn storage_for(&self, kind: crate::registry::kind::Kind) -> &Storage {
-        match kind {
-            crate::registry::kind::Kind::Cluster => &self.storage,
-            crate::registry::kind::Kind::Backup => &self.backups,
-        }
-    }
 }
 
 impl std::fmt::Debug for AppState {
@@ -129,7 +158,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
         )
             .into_response();
     }
-    if state.storage.ready().await && state.backups.ready().await {
+    let mut ready = true;
+    for storage in state.stores.all() {
+        ready &= storage.ready().await;
+    }
+    if ready {
         (StatusCode::OK, "ok").into_response()
     } else {
         (

@@ -17,7 +17,8 @@ use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::table::{self, IncludeObject};
-use crate::registry::kind::{Kind, RequestObject, Write};
+use crate::registry::kind::Kind;
+use crate::registry::strategy::{RequestObject, Write};
 use crate::registry::{self, UpdateDecision};
 use crate::storage::{
     GuaranteedUpdateError, ListOptions, ReadConsistency, RvMatch, Storage, StorageError, UpdateAction,
@@ -69,7 +70,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         return match (&parts.method, info.name.as_deref()) {
             (&Method::GET, Some(name)) if path_names_object(&info) => {
                 super::snapshot::serve(
-                    &state.storage,
+                    state.stores.get(Kind::CLUSTER)?,
                     &state.members,
                     info.namespace.as_deref(),
                     name,
@@ -89,7 +90,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         query,
         output: negotiate(accept)?,
     };
-    let storage = state.storage_for(kind);
+    let storage = state.stores.get(kind)?;
     match (
         &parts.method,
         target.name.is_some(),
@@ -137,7 +138,7 @@ fn ns_and_name(t: &Target) -> Result<(&str, &str), ApiError> {
 
 /// Maps a storage failure of an EtcdCluster to the response kube-apiserver gives.
 pub fn storage_error(e: StorageError, name: &str) -> ApiError {
-    storage_error_in(Kind::Cluster.info().resource, e, name)
+    storage_error_in(Kind::CLUSTER.info().resource, e, name)
 }
 
 /// Maps a storage failure of `resource` to the response kube-apiserver gives.
@@ -697,13 +698,13 @@ where
 }
 
 fn decision_to_action(
-    decision: UpdateDecision,
+    decision: UpdateDecision<etcd_operator_api::v1alpha2::EtcdCluster>,
     warnings: &mut Vec<String>,
 ) -> Result<UpdateAction, ApiError> {
     match decision {
         UpdateDecision::Store(admitted) => {
             warnings.extend(admitted.warnings);
-            Ok(UpdateAction::Write(registry::to_storage(admitted.hub)?))
+            Ok(UpdateAction::Write(registry::to_storage(admitted.object)?))
         }
         UpdateDecision::Delete => Ok(UpdateAction::Delete),
     }

@@ -33,7 +33,7 @@ pub async fn serve(
     name: &str,
     accept: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let resource = Kind::Cluster.info().resource;
+    let resource = Kind::CLUSTER.info().resource;
     let Some(namespace) = namespace else {
         return Err(ApiError::bad_request(
             "a namespace and a name are required for this request",
@@ -52,7 +52,7 @@ pub async fn serve(
         .await
         .map_err(|e| super::resource::storage_error_in(resource, e, name))?
         .ok_or_else(|| ApiError::not_found(resource, name))?;
-    let cluster = Kind::cluster(stored)?;
+    let cluster = crate::registry::cluster::from_storage(stored)?;
     let endpoints = cluster
         .status
         .as_ref()

@@ -1,8 +1,11 @@
-//! `kubectl get` output: EtcdClusters and EtcdBackups as a `meta.k8s.io` Table with printer
-//! columns, and the PartialObjectMetadata transforms the garbage collector and namespace
-//! controller request.
+//! `kubectl get` output: objects as a `meta.k8s.io` Table with their resource's printer columns
+//! ([`crate::registry::printers`]), and the PartialObjectMetadata transforms the garbage
+//! collector and namespace controller request.
 
 use serde_json::{Value, json};
+
+use crate::registry::kind::Kind;
+pub use crate::registry::printers::human_duration;
 
 /// Which row object a Table carries (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,164 +32,24 @@ impl IncludeObject {
     }
 }
 
-/// The column definitions (`priority: 1` columns show with `-o wide`).
-pub fn column_definitions() -> Value {
-    let col = |name: &str, ty: &str, format: &str, description: &str, priority: i32| json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority});
-    json!([
-        col(
-            "Name",
-            "string",
-            "name",
-            "Name must be unique within a namespace.",
-            0
-        ),
-        col("Replicas", "integer", "", "Desired number of etcd members.", 0),
-        col("Ready", "string", "", "Ready members out of members present.", 0),
-        col("Version", "string", "", "Desired etcd version.", 0),
-        col("Phase", "string", "", "Lifecycle phase of the cluster.", 0),
-        col("Age", "date", "", "Time since creation.", 0),
-        col("Available", "string", "", "The Available condition.", 1),
-        col("Leader", "string", "", "The member currently leading.", 1),
-        col(
-            "Current Version",
-            "string",
-            "",
-            "The etcd version the members run.",
-            1
-        ),
-    ])
-}
-
 /// The `PartialObjectMetadata` of an object.
 pub fn partial_metadata(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
-/// The row of one object (in its served version).
-pub fn row(obj: &Value, now: jiff::Timestamp, include: IncludeObject) -> Value {
-    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_default();
-    let status = &obj["status"];
-    let replicas = obj["spec"]["replicas"]
-        .as_i64()
-        .or_else(|| obj["spec"]["size"].as_i64());
-    let ready = format!(
-        "{}/{}",
-        status["readyReplicas"].as_i64().unwrap_or(0),
-        status["replicas"].as_i64().unwrap_or(0)
-    );
-    let available = status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Available"))
-        .map(|c| s(&c["status"]))
-        .unwrap_or_default();
-    let age = obj["metadata"]["creationTimestamp"]
-        .as_str()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map(|created| human_duration(now.as_second() - created.as_second()))
-        .unwrap_or_else(|| "<unknown>".into());
+/// The row of one object of `kind` (in its served version).
+pub fn row(kind: Kind, obj: &Value, now: jiff::Timestamp, include: IncludeObject) -> Value {
     let object = match include {
         IncludeObject::None => Value::Null,
         IncludeObject::Metadata => partial_metadata(obj),
         IncludeObject::Object => obj.clone(),
     };
-    json!({
-        "cells": [
-            s(&obj["metadata"]["name"]),
-            replicas,
-            ready,
-            s(&obj["spec"]["version"]),
-            s(&status["phase"]),
-            age,
-            available,
-            s(&status["leader"]),
-            s(&status["currentVersion"]),
-        ],
-        "object": object,
-    })
+    json!({"cells": (kind.printer().cells)(obj, now), "object": object})
 }
 
-/// The column definitions of EtcdBackups.
-pub fn backup_column_definitions() -> Value {
-    let col = |name: &str, ty: &str, format: &str, description: &str, priority: i32| json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority});
-    json!([
-        col(
-            "Name",
-            "string",
-            "name",
-            "Name must be unique within a namespace.",
-            0
-        ),
-        col("Cluster", "string", "", "The EtcdCluster backed up.", 0),
-        col("Phase", "string", "", "Pending, Running, Succeeded or Failed.", 0),
-        col("Size", "integer", "", "Snapshot size in bytes.", 0),
-        col(
-            "Revision",
-            "integer",
-            "",
-            "The etcd revision the snapshot holds.",
-            0
-        ),
-        col("Age", "date", "", "Time since creation.", 0),
-        col("Location", "string", "", "Where the snapshot was written.", 1),
-        col("Message", "string", "", "Why the backup is in its phase.", 1),
-    ])
-}
-
-fn age(obj: &Value, now: jiff::Timestamp) -> String {
-    obj["metadata"]["creationTimestamp"]
-        .as_str()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map(|created| human_duration(now.as_second() - created.as_second()))
-        .unwrap_or_else(|| "<unknown>".into())
-}
-
-/// The row of one EtcdBackup.
-pub fn backup_row(obj: &Value, now: jiff::Timestamp, include: IncludeObject) -> Value {
-    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_default();
-    let status = &obj["status"];
-    let object = match include {
-        IncludeObject::None => Value::Null,
-        IncludeObject::Metadata => partial_metadata(obj),
-        IncludeObject::Object => obj.clone(),
-    };
-    json!({
-        "cells": [
-            s(&obj["metadata"]["name"]),
-            s(&obj["spec"]["clusterName"]),
-            s(&status["phase"]),
-            status["size"].as_i64(),
-            status["revision"].as_i64(),
-            age(obj, now),
-            s(&status["location"]),
-            s(&status["message"]),
-        ],
-        "object": object,
-    })
-}
-
-/// A Table of EtcdClusters; `with_columns` is false for watch events after the first.
-pub fn table(
-    version: &str,
-    objects: &[Value],
-    resource_version: &str,
-    continue_token: Option<&str>,
-    include: IncludeObject,
-    with_columns: bool,
-) -> Value {
-    table_of(
-        crate::registry::kind::Kind::Cluster,
-        version,
-        objects,
-        resource_version,
-        continue_token,
-        include,
-        with_columns,
-    )
-}
-
-/// A Table of objects of `kind`.
+/// A Table of objects of `kind`; `with_columns` is false for watch events after the first.
 pub fn table_of(
-    kind: crate::registry::kind::Kind,
+    kind: Kind,
     version: &str,
     objects: &[Value],
     resource_version: &str,
@@ -194,12 +57,8 @@ pub fn table_of(
     include: IncludeObject,
     with_columns: bool,
 ) -> Value {
-    use crate::registry::kind::Kind;
     let now = jiff::Timestamp::now();
-    let rows: Vec<Value> = match kind {
-        Kind::Cluster => objects.iter().map(|o| row(o, now, include)).collect(),
-        Kind::Backup => objects.iter().map(|o| backup_row(o, now, include)).collect(),
-    };
+    let rows: Vec<Value> = objects.iter().map(|o| row(kind, o, now, include)).collect();
     let mut t = json!({
         "kind": "Table",
         "apiVersion": format!("meta.k8s.io/{version}"),
@@ -210,67 +69,9 @@ pub fn table_of(
         t["metadata"]["continue"] = json!(token);
     }
     if with_columns {
-        t["columnDefinitions"] = match kind {
-            Kind::Cluster => column_definitions(),
-            Kind::Backup => backup_column_definitions(),
-        };
+        t["columnDefinitions"] = (kind.printer().columns)();
     }
     t
-}
-
-/// Kubernetes' `HumanDuration`: "45s", "3m20s", "5h", "12d", "2y30d".
-pub fn human_duration(seconds: i64) -> String {
-    if seconds < -1 {
-        return "<invalid>".into();
-    }
-    let seconds = seconds.max(0);
-    if seconds < 120 {
-        return format!("{seconds}s");
-    }
-    let minutes = seconds / 60;
-    if minutes < 10 {
-        let s = seconds % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
-    }
-    if minutes < 180 {
-        return format!("{minutes}m");
-    }
-    let hours = minutes / 60;
-    if hours < 8 {
-        let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 24 * 8 {
-        let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
-    }
-    if hours < 24 * 365 * 8 {
-        let d = (hours / 24) % 365;
-        return if d == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{d}d", hours / 24 / 365)
-        };
-    }
-    format!("{}y", hours / 24 / 365)
 }
 
 #[cfg(test)]
@@ -278,67 +79,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn human_durations() {
-        for (secs, want) in [
-            (-5, "<invalid>"),
-            (0, "0s"),
-            (119, "119s"),
-            (200, "3m20s"),
-            (600, "10m"),
-            (3 * 3600 + 60, "3h1m"),
-            (20 * 3600, "20h"),
-            (3 * 86400 + 3600, "3d1h"),
-            (40 * 86400, "40d"),
-            (3 * 365 * 86400 + 30 * 86400, "3y30d"),
-            (9 * 365 * 86400, "9y"),
-        ] {
-            assert_eq!(human_duration(secs), want, "{secs}");
-        }
-    }
-
-    #[test]
-    fn rows_hold_the_printer_columns() {
+    fn rows_carry_the_cells_and_the_object_asked_for() {
         let obj = json!({
             "apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
             "metadata": {"name": "a", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"replicas": 3, "version": "3.5.1"},
-            "status": {"phase": "Running", "replicas": 3, "readyReplicas": 2, "leader": "a-x",
-                       "conditions": [{"type": "Available", "status": "True"}]}
         });
         let now: jiff::Timestamp = "2026-01-01T00:05:00Z".parse().unwrap();
-        let r = row(&obj, now, IncludeObject::Metadata);
-        assert_eq!(
-            r["cells"],
-            json!(["a", 3, "2/3", "3.5.1", "Running", "5m", "True", "a-x", ""])
-        );
+        let r = row(Kind::CLUSTER, &obj, now, IncludeObject::Metadata);
+        assert_eq!(r["cells"][0], "a");
         assert_eq!(r["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(r["object"]["metadata"]["name"], "a");
-        assert_eq!(column_definitions().as_array().map(Vec::len), Some(9));
+        assert_eq!(
+            row(Kind::CLUSTER, &obj, now, IncludeObject::None)["object"],
+            Value::Null
+        );
+        assert_eq!(
+            row(Kind::CLUSTER, &obj, now, IncludeObject::Object)["object"],
+            obj
+        );
     }
 
     #[test]
-    fn backup_rows_hold_their_columns() {
+    fn a_table_has_the_columns_of_its_kind() {
         let obj = json!({
             "metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"clusterName": "a"},
-            "status": {"phase": "Succeeded", "size": 4128, "revision": 9, "location": "/x/y.db"}
         });
-        let now: jiff::Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
-        let r = backup_row(&obj, now, IncludeObject::None);
-        assert_eq!(
-            r["cells"],
-            json!(["b", "a", "Succeeded", 4128, 9, "30s", "/x/y.db", ""])
-        );
-        let t = table_of(
-            crate::registry::kind::Kind::Backup,
-            "v1",
-            &[obj],
-            "5",
-            None,
-            IncludeObject::None,
-            true,
-        );
+        let t = table_of(Kind::BACKUP, "v1", &[obj], "5", None, IncludeObject::None, true);
         assert_eq!(t["columnDefinitions"].as_array().map(Vec::len), Some(8));
         assert_eq!(t["rows"][0]["cells"][1], "a");
+        let t = table_of(
+            Kind::CLUSTER,
+            "v1",
+            &[],
+            "5",
+            Some("tok"),
+            IncludeObject::None,
+            false,
+        );
+        assert!(t.get("columnDefinitions").is_none());
+        assert_eq!(t["metadata"]["continue"], "tok");
     }
 }

@@ -1,29 +1,22 @@
-//! The EtcdBackup strategy: create (defaults, validation), update (the spec is immutable),
-//! status writes and deletion, reusing the metadata rules every resource shares. Pure.
+//! The EtcdBackup strategy: one served version (so the request is the stored type), defaults and
+//! validation, an immutable spec, status written only through `/status`. Pure.
 
 use etcd_operator_api::backup::{self as api, EtcdBackup};
-use etcd_operator_api::validation::FieldError;
+use etcd_operator_api::validation::Outcome;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::{create_meta, delete_meta, deletes_now, stamp_created_meta, status_meta, update_meta};
-use crate::http::error::{ApiError, Cause};
+use super::kind::{BACKUP_INFO, KindInfo};
+use super::printers::{self, Printer};
+use super::strategy::{Store, Strategy, UpdateDecision};
+use crate::error::ApiError;
 
-const IDENT: (&str, &str) = (api::KIND, api::RESOURCE);
+/// The strategy of `etcdbackups`.
+#[derive(Debug, Clone, Copy)]
+pub struct BackupStrategy;
 
-fn invalid(name: &str, errors: &[FieldError]) -> ApiError {
-    ApiError::invalid(
-        api::KIND,
-        name,
-        errors
-            .iter()
-            .map(|e| Cause {
-                reason: e.kind.reason().to_string(),
-                message: e.body(),
-                field: e.field.clone(),
-            })
-            .collect(),
-    )
-}
+/// The store of `etcdbackups`.
+pub const BACKUPS: Store<BackupStrategy> = Store(BackupStrategy);
 
 /// Decodes a request body: it must be an EtcdBackup of `etcd.operator.dev/v1alpha2`.
 pub fn decode(body: Value) -> Result<EtcdBackup, ApiError> {
@@ -58,48 +51,104 @@ pub fn decode(body: Value) -> Result<EtcdBackup, ApiError> {
     serde_json::from_value(body).map_err(|e| ApiError::bad_request(format!("decode EtcdBackup: {e}")))
 }
 
-/// Create: metadata, defaults, validation; status dropped.
-pub fn prepare_create(mut obj: EtcdBackup, namespace: &str) -> Result<EtcdBackup, ApiError> {
-    create_meta(&mut obj.metadata, namespace)?;
-    api::apply_defaults(&mut obj);
-    let outcome = api::validate(&obj);
-    if !outcome.is_valid() {
-        return Err(invalid(
-            obj.metadata.name.as_deref().unwrap_or_default(),
-            &outcome.errors,
-        ));
+impl Strategy for BackupStrategy {
+    type Request = EtcdBackup;
+    type Object = EtcdBackup;
+
+    fn info(&self) -> &'static KindInfo {
+        &BACKUP_INFO
     }
-    stamp_created_meta(&mut obj.metadata);
-    obj.status = None;
-    Ok(obj)
+
+    fn printer(&self) -> &'static Printer {
+        &printers::BACKUPS
+    }
+
+    fn decode(&self, body: Value, _version: &str) -> Result<EtcdBackup, ApiError> {
+        decode(body)
+    }
+
+    fn encode_request(&self, obj: &EtcdBackup) -> Result<Value, ApiError> {
+        serde_json::to_value(obj).map_err(|e| ApiError::internal(format!("encode EtcdBackup: {e}")))
+    }
+
+    fn request_meta<'a>(&self, obj: &'a EtcdBackup) -> &'a ObjectMeta {
+        &obj.metadata
+    }
+
+    fn request_meta_mut<'a>(&self, obj: &'a mut EtcdBackup) -> &'a mut ObjectMeta {
+        &mut obj.metadata
+    }
+
+    fn object_meta<'a>(&self, obj: &'a EtcdBackup) -> &'a ObjectMeta {
+        &obj.metadata
+    }
+
+    fn object_meta_mut<'a>(&self, obj: &'a mut EtcdBackup) -> &'a mut ObjectMeta {
+        &mut obj.metadata
+    }
+
+    fn apply_defaults(&self, obj: &mut EtcdBackup) {
+        api::apply_defaults(obj);
+    }
+
+    fn validate(&self, obj: &EtcdBackup) -> Outcome {
+        api::validate(obj)
+    }
+
+    fn validate_update(&self, obj: &EtcdBackup, old: &EtcdBackup) -> Outcome {
+        api::validate_update(obj, old)
+    }
+
+    fn canonicalize(&self, obj: EtcdBackup) -> EtcdBackup {
+        obj
+    }
+
+    fn prepare_for_create(&self, obj: &mut EtcdBackup) {
+        obj.status = None;
+    }
+
+    fn prepare_for_update(&self, obj: &mut EtcdBackup, old: &EtcdBackup) {
+        obj.status = old.status.clone();
+    }
+
+    fn prepare_for_status_update(&self, new: EtcdBackup, old: &EtcdBackup) -> EtcdBackup {
+        let mut obj = old.clone();
+        obj.status = new.status;
+        obj
+    }
+
+    fn to_storage(&self, obj: EtcdBackup) -> Result<Value, ApiError> {
+        to_storage(obj)
+    }
+
+    fn read_stored(&self, stored: Value) -> Result<EtcdBackup, ApiError> {
+        from_storage(stored)
+    }
+
+    fn to_version(&self, _obj: EtcdBackup, version: &str) -> Result<Value, ApiError> {
+        Err(ApiError::internal(format!(
+            "EtcdBackup is not served in {version}"
+        )))
+    }
+}
+
+/// Create: metadata, defaults, validation; status dropped.
+pub fn prepare_create(obj: EtcdBackup, namespace: &str) -> Result<EtcdBackup, ApiError> {
+    BACKUPS.create(obj, namespace).map(|a| a.object)
 }
 
 /// Update of the main resource: `None` means the last finalizer is gone (delete).
 pub fn prepare_update(
-    mut new: EtcdBackup,
+    new: EtcdBackup,
     old: &EtcdBackup,
     name: &str,
     namespace: &str,
     require_rv: bool,
 ) -> Result<Option<EtcdBackup>, ApiError> {
-    update_meta(
-        IDENT,
-        &mut new.metadata,
-        &old.metadata,
-        name,
-        namespace,
-        require_rv,
-    )?;
-    api::apply_defaults(&mut new);
-    let outcome = api::validate_update(&new, old);
-    if !outcome.is_valid() {
-        return Err(invalid(name, &outcome.errors));
-    }
-    new.status = old.status.clone();
-    if deletes_now(&new.metadata) {
-        return Ok(None);
-    }
-    Ok(Some(new))
+    Ok(match BACKUPS.update(new, old, name, namespace, require_rv)? {
+        UpdateDecision::Store(a) => Some(a.object),
+        UpdateDecision::Delete => None,
+    })
 }
 
 /// Status update: only the status changes.
@@ -109,17 +158,12 @@ pub fn prepare_status_update(
     name: &str,
     require_rv: bool,
 ) -> Result<EtcdBackup, ApiError> {
-    status_meta(IDENT, &new.metadata, &old.metadata, name, require_rv)?;
-    let mut out = old.clone();
-    out.metadata.resource_version = None;
-    out.status = new.status;
-    Ok(out)
+    BACKUPS.update_status(new, old, name, require_rv)
 }
 
 /// Delete: marked when finalizers hold it, else `None` (delete now).
 pub fn prepare_delete(old: &EtcdBackup, propagation: Option<&str>) -> Option<EtcdBackup> {
-    let mut obj = old.clone();
-    delete_meta(&mut obj.metadata, propagation).then_some(obj)
+    BACKUPS.delete(old, propagation)
 }
 
 /// The object as stored.

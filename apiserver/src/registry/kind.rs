@@ -1,22 +1,15 @@
-//! The resources this server serves, and the strategy of each behind one interface: the HTTP
-//! handlers, discovery and watch are written once and call [`Kind`] for what differs (decoding,
-//! admission, conversion to the requested version, Table columns).
+//! The table of served resources: each entry is a [`Store`](super::strategy::Store) over its
+//! strategy, behind one interface. The HTTP handlers, discovery, watch, Tables and storage are
+//! written once against [`Kind`]; adding a resource is a strategy and one entry in [`ALL`].
 
-use etcd_operator_api::backup::{self as backup_api, EtcdBackup};
-use etcd_operator_api::{VersionedCluster, v1alpha2 as hub};
+use etcd_operator_api::backup as backup_api;
 use serde_json::Value;
 
-use super::UpdateDecision;
-use crate::http::error::ApiError;
-
-/// A served resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// `etcdclusters` (v1alpha1 and v1alpha2; status, scale and snapshot subresources).
-    Cluster,
-    /// `etcdbackups` (v1alpha2; status subresource).
-    Backup,
-}
+use super::backup::BACKUPS;
+use super::cluster::CLUSTERS;
+use super::printers::Printer;
+use super::strategy::{RequestObject, Resource, Write};
+use crate::error::ApiError;
 
 /// What discovery, OpenAPI and routing need to know about a resource.
 #[derive(Debug)]
@@ -39,9 +32,13 @@ pub struct KindInfo {
     pub storage_version: &'static str,
     /// Subresources.
     pub subresources: &'static [&'static str],
+    /// Where its objects live in the backing etcd:
+    /// `/registry/etcd.operator.dev/<resource>/` (then `<namespace>/<name>`).
+    pub storage_prefix: &'static str,
 }
 
-static CLUSTER: KindInfo = KindInfo {
+/// `etcdclusters`: v1alpha1 and v1alpha2; status, scale and snapshot subresources.
+pub static CLUSTER_INFO: KindInfo = KindInfo {
     resource: etcd_operator_api::RESOURCE,
     kind: etcd_operator_api::KIND,
     list_kind: etcd_operator_api::LIST_KIND,
@@ -51,9 +48,11 @@ static CLUSTER: KindInfo = KindInfo {
     versions: etcd_operator_api::SERVED_VERSIONS,
     storage_version: etcd_operator_api::HUB_VERSION,
     subresources: &["status", "scale", "snapshot"],
+    storage_prefix: "/registry/etcd.operator.dev/etcdclusters/",
 };
 
-static BACKUP: KindInfo = KindInfo {
+/// `etcdbackups`: v1alpha2; status subresource.
+pub static BACKUP_INFO: KindInfo = KindInfo {
     resource: backup_api::RESOURCE,
     kind: backup_api::KIND,
     list_kind: backup_api::LIST_KIND,
@@ -63,27 +62,41 @@ static BACKUP: KindInfo = KindInfo {
     versions: &[backup_api::VERSION],
     storage_version: backup_api::VERSION,
     subresources: &["status"],
+    storage_prefix: "/registry/etcd.operator.dev/etcdbackups/",
 };
 
-/// Every served resource, in discovery order.
-pub const ALL: [Kind; 2] = [Kind::Cluster, Kind::Backup];
+/// A served resource: a handle on its store in the table.
+#[derive(Clone, Copy)]
+pub struct Kind(&'static dyn Resource);
 
-/// A decoded request object.
-#[derive(Debug, Clone)]
-pub enum RequestObject {
-    /// An EtcdCluster in the version it was sent in.
-    Cluster(Box<VersionedCluster>),
-    /// An EtcdBackup.
-    Backup(Box<EtcdBackup>),
+impl Kind {
+    /// `etcdclusters`.
+    pub const CLUSTER: Kind = Kind(&CLUSTERS);
+    /// `etcdbackups`.
+    pub const BACKUP: Kind = Kind(&BACKUPS);
 }
 
-/// What a write decided.
-#[derive(Debug, Clone)]
-pub enum Write {
-    /// Store this (storage JSON), returning these warnings.
-    Store(Value, Vec<String>),
-    /// Delete the object (its last finalizer is gone).
-    Delete,
+/// Every served resource, in discovery order.
+pub const ALL: [Kind; 2] = [Kind::CLUSTER, Kind::BACKUP];
+
+impl PartialEq for Kind {
+    fn eq(&self, other: &Self) -> bool {
+        self.info().resource == other.info().resource
+    }
+}
+
+impl Eq for Kind {}
+
+impl std::hash::Hash for Kind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.info().resource.hash(state);
+    }
+}
+
+impl std::fmt::Debug for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kind({})", self.info().resource)
+    }
 }
 
 impl Kind {
@@ -94,10 +107,12 @@ impl Kind {
 
     /// The resource's description.
     pub fn info(self) -> &'static KindInfo {
-        match self {
-            Self::Cluster => &CLUSTER,
-            Self::Backup => &BACKUP,
-        }
+        self.0.info()
+    }
+
+    /// Its `kubectl get` columns.
+    pub fn printer(self) -> &'static Printer {
+        self.0.printer()
     }
 
     /// Whether `version` serves this resource.
@@ -113,24 +128,10 @@ impl Kind {
     /// Decodes a request body for `version`; also returns the typed object re-encoded, to find
     /// type mismatches and unknown fields.
     pub fn decode(self, value: Value, version: &str) -> Result<(RequestObject, Value), ApiError> {
-        match self {
-            Self::Cluster => {
-                let versioned = super::decode_for_version(value, version)?;
-                let typed = versioned
-                    .to_value()
-                    .map_err(|e| ApiError::internal(format!("encode EtcdCluster: {e}")))?;
-                Ok((RequestObject::Cluster(Box::new(versioned)), typed))
-            }
-            Self::Backup => {
-                let obj = super::backup::decode(value)?;
-                let typed = serde_json::to_value(&obj)
-                    .map_err(|e| ApiError::internal(format!("encode EtcdBackup: {e}")))?;
-                Ok((RequestObject::Backup(Box::new(obj)), typed))
-            }
-        }
+        self.0.decode(value, version)
     }
 
-    /// [`super::check_types`] for this kind.
+    /// [`super::check_types_of`] for this kind.
     pub fn check_types(self, input: &Value, typed: &Value) -> Result<(), ApiError> {
         super::check_types_of(self.info().kind, input, typed)
     }
@@ -141,18 +142,7 @@ impl Kind {
         obj: RequestObject,
         namespace: &str,
     ) -> Result<(Value, String, Vec<String>), ApiError> {
-        match obj {
-            RequestObject::Cluster(c) => {
-                let admitted = super::prepare_create(*c, namespace)?;
-                let name = admitted.hub.metadata.name.clone().unwrap_or_default();
-                Ok((super::to_storage(admitted.hub)?, name, admitted.warnings))
-            }
-            RequestObject::Backup(b) => {
-                let b = super::backup::prepare_create(*b, namespace)?;
-                let name = b.metadata.name.clone().unwrap_or_default();
-                Ok((super::backup::to_storage(b)?, name, Vec::new()))
-            }
-        }
+        self.0.create(obj, namespace)
     }
 
     /// Update of the main resource against the stored object `current`.
@@ -164,22 +154,7 @@ impl Kind {
         namespace: &str,
         require_rv: bool,
     ) -> Result<Write, ApiError> {
-        match obj {
-            RequestObject::Cluster(c) => {
-                let old = super::from_storage(current)?;
-                match super::prepare_update((**c).clone(), &old, name, namespace, require_rv)? {
-                    UpdateDecision::Store(a) => Ok(Write::Store(super::to_storage(a.hub)?, a.warnings)),
-                    UpdateDecision::Delete => Ok(Write::Delete),
-                }
-            }
-            RequestObject::Backup(b) => {
-                let old = super::backup::from_storage(current)?;
-                match super::backup::prepare_update((**b).clone(), &old, name, namespace, require_rv)? {
-                    Some(b) => Ok(Write::Store(super::backup::to_storage(b)?, Vec::new())),
-                    None => Ok(Write::Delete),
-                }
-            }
-        }
+        self.0.update(obj, current, name, namespace, require_rv)
     }
 
     /// Update of the `status` subresource: the object to store.
@@ -190,59 +165,17 @@ impl Kind {
         name: &str,
         require_rv: bool,
     ) -> Result<Value, ApiError> {
-        match obj {
-            RequestObject::Cluster(c) => {
-                let old = super::from_storage(current)?;
-                let admitted = super::prepare_status_update((**c).clone(), &old, name, require_rv)?;
-                super::to_storage(admitted.hub)
-            }
-            RequestObject::Backup(b) => {
-                let old = super::backup::from_storage(current)?;
-                super::backup::to_storage(super::backup::prepare_status_update(
-                    (**b).clone(),
-                    &old,
-                    name,
-                    require_rv,
-                )?)
-            }
-        }
+        self.0.update_status(obj, current, name, require_rv)
     }
 
     /// Delete: the object marked for deletion, or `None` to delete it now.
     pub fn delete(self, current: Value, propagation: Option<&str>) -> Result<Option<Value>, ApiError> {
-        match self {
-            Self::Cluster => {
-                let old = super::from_storage(current)?;
-                super::prepare_delete(&old, propagation)
-                    .map(super::to_storage)
-                    .transpose()
-            }
-            Self::Backup => {
-                let old = super::backup::from_storage(current)?;
-                super::backup::prepare_delete(&old, propagation)
-                    .map(super::backup::to_storage)
-                    .transpose()
-            }
-        }
+        self.0.delete(current, propagation)
     }
 
     /// A stored object in the version a client asked for.
     pub fn in_version(self, stored: Value, version: &str) -> Result<Value, ApiError> {
-        if version == self.info().storage_version {
-            // Stored objects are storage JSON already: no decode/encode round trip.
-            return Ok(stored);
-        }
-        match self {
-            Self::Cluster => super::to_version(super::from_storage(stored)?, version),
-            Self::Backup => Err(ApiError::internal(format!(
-                "EtcdBackup is not served in {version}"
-            ))),
-        }
-    }
-
-    /// A stored EtcdCluster as the hub (for the scale and snapshot subresources).
-    pub fn cluster(stored: Value) -> Result<hub::EtcdCluster, ApiError> {
-        super::from_storage(stored)
+        self.0.in_version(stored, version)
     }
 }
 
@@ -253,32 +186,52 @@ mod tests {
 
     #[test]
     fn resources_are_found_by_their_url_segment() {
-        assert_eq!(Kind::for_resource("etcdclusters"), Some(Kind::Cluster));
-        assert_eq!(Kind::for_resource("etcdbackups"), Some(Kind::Backup));
+        assert_eq!(Kind::for_resource("etcdclusters"), Some(Kind::CLUSTER));
+        assert_eq!(Kind::for_resource("etcdbackups"), Some(Kind::BACKUP));
         assert_eq!(Kind::for_resource("pods"), None);
-        assert!(Kind::Backup.serves("v1alpha2"));
-        assert!(!Kind::Backup.serves("v1alpha1"));
-        assert!(Kind::Cluster.has_subresource("snapshot"));
-        assert!(!Kind::Backup.has_subresource("scale"));
+        assert!(Kind::BACKUP.serves("v1alpha2"));
+        assert!(!Kind::BACKUP.serves("v1alpha1"));
+        assert!(Kind::CLUSTER.has_subresource("snapshot"));
+        assert!(!Kind::BACKUP.has_subresource("scale"));
+    }
+
+    #[test]
+    fn every_resource_has_its_own_storage_prefix_under_the_group() {
+        let prefixes: Vec<&str> = ALL.iter().map(|k| k.info().storage_prefix).collect();
+        for (k, p) in ALL.iter().zip(&prefixes) {
+            assert_eq!(*p, format!("/registry/etcd.operator.dev/{}/", k.info().resource));
+        }
+        let mut unique = prefixes.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), ALL.len());
+    }
+
+    #[test]
+    fn a_request_object_of_one_resource_is_refused_by_another() {
+        let body = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdBackup",
+            "metadata": {"name": "b"}, "spec": {"clusterName": "c"}});
+        let (obj, _) = Kind::BACKUP.decode(body, "v1alpha2").unwrap();
+        let err = Kind::CLUSTER.create(obj, "ns").unwrap_err();
+        assert_eq!(err.code, 500);
     }
 
     #[test]
     fn backups_go_through_their_own_strategy() {
         let body = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdBackup",
             "metadata": {"name": "b"}, "spec": {"clusterName": "c"}});
-        let (obj, typed) = Kind::Backup.decode(body.clone(), "v1alpha2").unwrap();
-        assert!(Kind::Backup.check_types(&body, &typed).is_ok());
-        let (stored, name, warnings) = Kind::Backup.create(obj, "ns").unwrap();
+        let (obj, typed) = Kind::BACKUP.decode(body.clone(), "v1alpha2").unwrap();
+        assert!(Kind::BACKUP.check_types(&body, &typed).is_ok());
+        let (stored, name, warnings) = Kind::BACKUP.create(obj, "ns").unwrap();
         assert_eq!(name, "b");
         assert!(warnings.is_empty());
         assert_eq!(stored["kind"], "EtcdBackup");
-        assert!(Kind::Backup.delete(stored.clone(), None).unwrap().is_none());
+        assert!(Kind::BACKUP.delete(stored.clone(), None).unwrap().is_none());
         assert_eq!(
-            Kind::Backup.in_version(stored.clone(), "v1alpha2").unwrap(),
+            Kind::BACKUP.in_version(stored.clone(), "v1alpha2").unwrap(),
             stored
         );
         // A cluster body sent to the backups endpoint is refused.
         let cluster = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster", "metadata": {"name": "x"}});
-        assert_eq!(Kind::Backup.decode(cluster, "v1alpha2").unwrap_err().code, 400);
+        assert_eq!(Kind::BACKUP.decode(cluster, "v1alpha2").unwrap_err().code, 400);
     }
 }

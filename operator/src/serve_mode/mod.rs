@@ -17,14 +17,10 @@ use etcd_operator_apiserver::cluster::authz::SubjectAccessReviewAuthorizer;
 use etcd_operator_apiserver::cluster::config;
 use etcd_operator_apiserver::cluster::loopback::{Loopback, LoopbackError};
 use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas, watch_serving_files};
-use etcd_operator_apiserver::http::{self, AppState, openapi};
+use etcd_operator_apiserver::http::{self, AppState, Stores, openapi};
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{Storage, StorageError, StorageOptions};
 
-/// Where EtcdClusters live in the backing etcd.
-pub const ETCDCLUSTERS_PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/";
-/// Where EtcdBackups live in the backing etcd.
-pub const ETCDBACKUPS_PREFIX: &str = "/registry/etcd.operator.dev/etcdbackups/";
 /// How often the authentication ConfigMap is re-read.
 pub const CONFIG_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the serving certificate files are re-read.
@@ -199,9 +195,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     serve::install_crypto_provider();
     let kube = kube_client(args.kubeconfig.as_ref()).await?;
     let etcd = etcd_client(&args).await?;
-    let storage = Storage::new(etcd.clone(), ETCDCLUSTERS_PREFIX, StorageOptions::default()).await?;
-    let backups = Storage::new(etcd, ETCDBACKUPS_PREFIX, StorageOptions::default()).await?;
-    let compactor = storage.spawn_compactor(COMPACTION_INTERVAL);
+    let stores = Stores::open(|prefix| Storage::new(etcd.clone(), prefix, StorageOptions::default())).await?;
+    // Compaction is of the whole backing etcd: one compactor, on any resource's storage.
+    let compactor = stores
+        .all()
+        .next()
+        .map(|storage| storage.spawn_compactor(COMPACTION_INTERVAL));
 
     let (config_tx, config_rx) = config::channel();
     let tasks = CancellationToken::new();
@@ -233,8 +232,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         Some(TokenReviewer::new(kube.clone())),
     );
     let state = AppState {
-        storage,
-        backups,
+        stores,
         authenticator: Arc::new(authenticator),
         authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
         openapi: Arc::new(openapi::Documents::generate()?),
@@ -290,7 +288,9 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         Err(_) => tracing::warn!("the loopback listener did not stop within 15 s"),
     }
     background.abort_all();
-    compactor.abort();
+    if let Some(compactor) = compactor {
+        compactor.abort();
+    }
     served?;
     Ok(())
 }
