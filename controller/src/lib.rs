@@ -17,4 +17,5 @@ pub mod reconcile;
 pub mod resources;
 pub mod restore;
 pub mod runtime;
+pub mod spec;
 pub mod status;

@@ -7,11 +7,11 @@ use etcd_operator_api::status::{
     CONDITION_AVAILABLE, CONDITION_DEGRADED, CONDITION_PROGRESSING, ClusterPhase, EtcdClusterStatus,
     MemberStatus, UpgradePhase, UpgradeStatus,
 };
-use etcd_operator_api::v1alpha2::EtcdCluster;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::model::{is_healthy, quorum};
 use crate::plan::{self, Observed, RollRecord, Step};
+use crate::spec::ClusterSpecView;
 
 pub use crate::outcome::Outcome;
 
@@ -162,22 +162,19 @@ fn step_reason(step: &Step) -> (&'static str, String) {
 
 /// The new status. `previous` keeps transition times of unchanged conditions, the cluster ID
 /// when etcd did not answer, and the last backup.
-pub fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
+pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
+    let cluster = &spec.cluster;
     let previous = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    let paused = cluster.spec.paused.unwrap_or(false);
+    let paused = spec.paused;
     let mut status = EtcdClusterStatus {
         selector: Some(etcd_operator_api::naming::selector(&name)),
         last_backup: previous.last_backup.clone(),
         cluster_id: previous.cluster_id.clone(),
         ..Default::default()
     };
-    let version = cluster
-        .spec
-        .version
-        .clone()
-        .unwrap_or_else(|| etcd_operator_api::versions::DEFAULT_ETCD_VERSION.to_string());
+    let version = spec.version.clone();
     status.upgrade = outcome
         .roll
         .as_ref()
@@ -429,6 +426,12 @@ pub fn status_patch(status: &EtcdClusterStatus, resource_version: &str) -> serde
 #[cfg(test)]
 mod tests {
     use super::*;
+    use etcd_operator_api::v1alpha2::EtcdCluster;
+
+    /// [`super::compute`] for a plain object.
+    fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
+        super::compute(&ClusterSpecView::new(cluster.clone()), observed, outcome)
+    }
     use crate::model::{EtcdMember, EtcdView, MemberHealth};
     use crate::plan::Timing;
 

@@ -67,7 +67,7 @@ fn view(spec: EtcdClusterSpec) -> ClusterSpecView {
         ..EtcdCluster::default()
     };
     etcd_operator_api::defaults::apply_v1alpha2(&mut cluster);
-    ClusterSpecView { cluster }
+    ClusterSpecView::new(cluster)
 }
 
 /// Three replicas on 1Gi disks, everything else defaulted.

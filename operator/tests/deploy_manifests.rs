@@ -600,7 +600,7 @@ fn spec_view(medium: &str) -> ClusterSpecView {
     }))
     .unwrap();
     etcd_operator_api::defaults::apply_v1alpha2(&mut cluster);
-    ClusterSpecView { cluster }
+    ClusterSpecView::new(cluster)
 }
 
 fn member_config() -> MemberConfig {

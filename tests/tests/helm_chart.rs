@@ -1231,15 +1231,15 @@ fn dockerfile_agrees_with_the_chart_and_the_workspace() {
     );
 
     // It builds the binary the chart runs, and runs it as the chart's user.
-    let apiserver = std::fs::read_to_string(root.join("apiserver/Cargo.toml")).unwrap();
+    let operator = std::fs::read_to_string(root.join("operator/Cargo.toml")).unwrap();
     assert!(
-        apiserver.contains("name = \"etcd-operator\""),
-        "the binary is etcd-operator"
+        operator.contains("[[bin]]\nname = \"etcd-operator\""),
+        "the binary is etcd-operator, in operator/"
     );
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("RUN cargo build") && l.contains("--bin etcd-operator")),
+            .any(|l| l.starts_with("RUN cargo build") && l.contains("-p etcd-operator --bin etcd-operator")),
         "the build stage builds etcd-operator"
     );
     assert!(lines.contains(&"ENTRYPOINT [\"/usr/local/bin/etcd-operator\"]"));

@@ -252,9 +252,7 @@ mod tests {
     }
 
     fn spec() -> ClusterSpecView {
-        ClusterSpecView {
-            cluster: EtcdCluster::default(),
-        }
+        ClusterSpecView::new(EtcdCluster::default())
     }
 
     fn config(version: &str) -> MemberConfig {
@@ -627,8 +625,8 @@ mod tests {
     async fn the_pre_upgrade_snapshot_also_goes_to_the_backup_destination() {
         let beside = tempfile::tempdir().unwrap();
         let backups = tempfile::tempdir().unwrap();
-        let mut spec = spec();
-        spec.cluster.spec.backup = Some(BackupSpec {
+        let mut cluster = EtcdCluster::default();
+        cluster.spec.backup = Some(BackupSpec {
             schedule: "0 * * * *".into(),
             retention: None,
             destination: BackupDestination {
@@ -639,6 +637,7 @@ mod tests {
                 }),
             },
         });
+        let spec = ClusterSpecView::new(cluster.clone());
         // With a place beside the data: saved there, and the same file sent.
         let ctx1 = ctx(
             FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
@@ -669,14 +668,15 @@ mod tests {
             }]
         );
         // A destination that cannot be written is its own failure.
-        let mut broken = spec.clone();
-        if let Some(b) = broken.cluster.spec.backup.as_mut() {
+        let mut broken = cluster;
+        if let Some(b) = broken.spec.backup.as_mut() {
             // A claim cannot be reached by an operator running outside Kubernetes.
             b.destination.volume = Some(VolumeDestination {
                 claim_name: Some("backups".into()),
                 path: None,
             });
         }
+        let broken = ClusterSpecView::new(broken);
         let (result, roll) = run_with(&ctx2, upgrade(), &broken, None).await;
         let err = result.unwrap_err();
         assert_eq!(err.code(), "BackupDestinationFailed", "{err}");

@@ -209,24 +209,15 @@ async fn cleanup<R: Runtime, M: MemberOps>(
     Ok(Action::await_change())
 }
 
-fn desired(obj: &EtcdCluster, cluster: &ClusterRef) -> Desired {
+fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
+    let obj = &spec.cluster;
     Desired {
-        replicas: usize::try_from(
-            obj.spec
-                .replicas
-                .unwrap_or(etcd_operator_api::v1alpha2::DEFAULT_REPLICAS),
-        )
-        .unwrap_or(1)
-        .max(1),
-        version: obj
-            .spec
-            .version
-            .clone()
-            .unwrap_or_else(|| etcd_operator_api::versions::DEFAULT_ETCD_VERSION.to_string()),
+        replicas: spec.replicas,
+        version: spec.version.clone(),
         // Differs per incarnation of a cluster with the same name.
         cluster_token: format!("{}-{}-{}", cluster.namespace, cluster.name, cluster.uid),
         formed_before: obj.status.as_ref().is_some_and(|s| s.cluster_id.is_some()),
-        paused: obj.spec.paused.unwrap_or(false),
+        paused: spec.paused,
         roll: status::roll_record(obj.status.as_ref()),
         restore: None,
     }
@@ -281,7 +272,8 @@ async fn apply<R: Runtime, M: MemberOps>(
     api: &Api<EtcdCluster>,
     ctx: &Context<R, M>,
 ) -> Result<Action, ReconcileError> {
-    let mut desired = desired(obj, cluster);
+    let spec = ClusterSpecView::new(obj.clone());
+    let mut desired = desired(&spec, cluster);
     // This process's own record is newer than the watched status when it is about this spec.
     if let Ok(all) = ctx.memory.lock()
         && let Some(remembered) = all
@@ -308,12 +300,11 @@ async fn apply<R: Runtime, M: MemberOps>(
                     etcd: None,
                     timing: Timing::default(),
                 };
-                write_status(api, obj, &status::compute(obj, &observed, &outcome)).await?;
+                write_status(api, obj, &status::compute(&spec, &observed, &outcome)).await?;
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
         }
     }
-    let spec = ClusterSpecView { cluster: obj.clone() };
     let mut outcome = Outcome::idle();
     let mut observed = Observed {
         runtime: Vec::new(),
@@ -376,7 +367,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         tracing::warn!(cluster = %cluster.key(), %error, code = error.code(), "step failed");
     }
     outcome.roll = desired.roll.clone();
-    let new_status = status::compute(obj, &observed, &outcome);
+    let new_status = status::compute(&spec, &observed, &outcome);
     if let Ok(mut all) = ctx.memory.lock() {
         all.entry(cluster.key()).or_default().roll = status::roll_record(Some(&new_status));
     }

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use etcd_operator_api::defaults::effective_storage;
 use etcd_operator_api::naming;
 use etcd_operator_api::v1alpha2::{DEFAULT_REPOSITORY, PodTemplateSpec, StorageMedium};
 use k8s_openapi::api::core::v1::{
@@ -434,7 +433,7 @@ fn default_affinity(cluster: &ClusterRef) -> Affinity {
 
 /// The member's PVC, or for `medium: Memory` a tmpfs emptyDir limited to the storage size.
 fn data_volume(spec: &ClusterSpecView, member: &str) -> Volume {
-    let storage = effective_storage(&spec.cluster.spec);
+    let storage = spec.storage.clone();
     match storage.medium {
         Some(StorageMedium::Memory) => Volume {
             name: DATA_VOLUME.to_owned(),
@@ -466,9 +465,11 @@ mod tests {
             name: "c".into(),
             uid: "u".into(),
         };
-        let view = ClusterSpecView {
-            cluster: etcd_operator_api::v1alpha2::EtcdCluster::new("c", "ns", Default::default()),
-        };
+        let view = ClusterSpecView::new(etcd_operator_api::v1alpha2::EtcdCluster::new(
+            "c",
+            "ns",
+            Default::default(),
+        ));
         let config = MemberConfig {
             version: version.into(),
             initial_cluster: vec![("c-a".into(), peer_url(&cluster, "c-a"))],

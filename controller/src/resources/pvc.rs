@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use etcd_operator_api::defaults::effective_storage;
 use etcd_operator_api::naming;
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
@@ -17,7 +16,7 @@ use crate::runtime::ClusterSpecView;
 /// The PVC of member `member`. It carries no configuration yet: the runtime adds the
 /// `etcd.operator.dev/member-config` annotation when the member is started.
 pub fn build_pvc(cluster: &ClusterRef, spec: &ClusterSpecView, member: &str) -> PersistentVolumeClaim {
-    let storage = effective_storage(&spec.cluster.spec);
+    let storage = spec.storage.clone();
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(naming::member_pvc_name(member)),

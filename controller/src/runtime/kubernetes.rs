@@ -34,7 +34,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use etcd_operator_api::defaults::effective_storage;
 use etcd_operator_api::naming::{self, MEMBER_LABEL};
 use etcd_operator_api::v1alpha2::StorageMedium;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
@@ -604,15 +603,9 @@ impl Runtime for KubernetesRuntime {
         self.apply_services(cluster).await?;
         let existing = self.list_members(cluster).await?;
         let counted = existing.iter().filter(|m| m.name != name).count() + 1;
-        let desired = usize::try_from(
-            spec.cluster
-                .spec
-                .replicas
-                .unwrap_or(etcd_operator_api::v1alpha2::DEFAULT_REPLICAS),
-        )
-        .unwrap_or(0);
+        let desired = spec.replicas;
         self.apply_pdb(cluster, counted.max(desired)).await?;
-        let config = match effective_storage(&spec.cluster.spec).medium {
+        let config = match spec.storage.medium {
             Some(StorageMedium::Memory) => self.with_memory(cluster, |members| {
                 members.entry(name.to_owned()).or_default().config.clone()
             }),
@@ -639,10 +632,7 @@ impl Runtime for KubernetesRuntime {
             // snapshot would only hang.
             self.check_restore(name, plan)?;
         }
-        let memory = matches!(
-            effective_storage(&spec.cluster.spec).medium,
-            Some(StorageMedium::Memory)
-        );
+        let memory = matches!(spec.storage.medium, Some(StorageMedium::Memory));
         let config = if memory {
             // The first configuration wins, as on a PVC.
             self.with_memory(cluster, |members| {
@@ -697,10 +687,7 @@ impl Runtime for KubernetesRuntime {
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
-        if matches!(
-            effective_storage(&spec.cluster.spec).medium,
-            Some(StorageMedium::Memory)
-        ) {
+        if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
             return Err(RuntimeError::State {
                 member: name.to_owned(),
                 detail: "a memory-backed member loses its data when its Pod stops, so it cannot change version in place".to_owned(),

@@ -466,9 +466,7 @@ mod tests {
     }
 
     fn spec() -> ClusterSpecView {
-        ClusterSpecView {
-            cluster: Default::default(),
-        }
+        ClusterSpecView::new(Default::default())
     }
 
     fn binaries() -> PathBuf {

@@ -10,11 +10,7 @@ use std::future::Future;
 use crate::model::{ClusterRef, MemberConfig, RuntimeMember};
 
 /// Cluster-wide settings a runtime needs when it creates children (image, storage, pod template).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusterSpecView {
-    /// The EtcdCluster in the hub version (defaults applied).
-    pub cluster: etcd_operator_api::v1alpha2::EtcdCluster,
-}
+pub use crate::spec::ClusterSpecView;
 
 /// A runtime operation failed.
 #[derive(Debug, thiserror::Error)]
