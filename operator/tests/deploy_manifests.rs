@@ -615,7 +615,9 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 8] = [
+const RUNTIME_OPERATIONS: [&str; 10] = [
+    "watch_children",
+    "resync_interval",
     "members",
     "reserve",
     "start",
@@ -655,6 +657,50 @@ async fn drive_runtime(stub: &Stub) {
         }
     }
     stub.set_world(World::Empty);
+    drive_child_watches(stub).await;
+}
+
+/// The controller with the Kubernetes runtime's child watches, run for a moment: its Pod and PVC
+/// watchers list and watch through the stub. The EtcdCluster watch goes to our own API (loopback
+/// in serve mode), so here it goes nowhere.
+async fn drive_child_watches(stub: &Stub) {
+    use kube::runtime::controller::{Action, Controller};
+    let nowhere = tower::service_fn(|_: Request<Body>| async {
+        Err::<Response<Body>, _>(std::io::Error::other("our own API is not part of this test"))
+    });
+    let own_api: kube::Api<etcd_operator_api::v1alpha2::EtcdCluster> =
+        kube::Api::all(kube::Client::new(nowhere, "default"));
+    let runtime = KubernetesRuntime::new(stub.client());
+    assert!(runtime.resync_interval() >= Duration::from_secs(5));
+    let controller = runtime.watch_children(Controller::new(own_api, Default::default()));
+    let run = controller.run(
+        |_, _: Arc<()>| async { Ok::<_, std::io::Error>(Action::await_change()) },
+        |_, _, _| Action::await_change(),
+        Arc::new(()),
+    );
+    // Until both children are watched (the watchers list first, then watch).
+    let watched = || {
+        let calls = stub.calls();
+        ["/api/v1/pods", "/api/v1/persistentvolumeclaims"]
+            .iter()
+            .all(|path| {
+                calls
+                    .iter()
+                    .any(|c| c.path == *path && c.query.as_deref().is_some_and(|q| q.contains("watch=true")))
+            })
+    };
+    let waited = async {
+        while !watched() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::select! {
+            () = waited => {}
+            () = futures::StreamExt::for_each(run, |_| async {}) => {}
+        }
+    })
+    .await;
 }
 
 /// Cluster-mode authentication and authorization, the ConfigMap reload loop and the backup
@@ -784,6 +830,8 @@ async fn rendered_rbac_allows_every_call_the_code_makes() {
         .collect();
     for (verb, resource) in [
         ("list", "pods"),
+        ("watch", "pods"),
+        ("watch", "persistentvolumeclaims"),
         ("patch", "pods"),
         ("delete", "pods"),
         ("deletecollection", "pods"),
@@ -830,8 +878,12 @@ fn a_call_without_a_rule_is_denied() {
     let uncovered = [
         // Secrets are read one by one, never listed.
         call(Method::GET, "/api/v1/namespaces/prod/secrets", None),
-        // Pods are not watched (yet).
-        call(Method::GET, "/api/v1/namespaces/prod/pods", Some("watch=true")),
+        // Services are written, never read or watched.
+        call(
+            Method::GET,
+            "/api/v1/namespaces/prod/services",
+            Some("watch=true"),
+        ),
         // The Lease Role is for one name in the release namespace.
         call(
             Method::PUT,

@@ -132,7 +132,9 @@ pub async fn run<R: Runtime, M: MemberOps>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    let controller = Controller::new(api, watcher::Config::default());
+    ctx.runtime
+        .watch_children(controller)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(|result| async move {
@@ -374,9 +376,9 @@ async fn apply<R: Runtime, M: MemberOps>(
     write_status(api, obj, &new_status).await?;
     Ok(match (&outcome.step, &outcome.error) {
         (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
-        // A settled cluster is looked at every 3 s: that bounds how long a dead member goes
-        // unnoticed (the local runtime has no process events to wake the controller).
-        (Step::Idle, None) => Action::requeue(Duration::from_secs(3)),
+        // A settled cluster is looked at again after the runtime's resync interval: that bounds
+        // how long a change nothing reports goes unnoticed.
+        (Step::Idle, None) => Action::requeue(ctx.runtime.resync_interval()),
         (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
         _ => Action::requeue(Duration::from_millis(300)),
     })

@@ -197,6 +197,17 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    fn watch_children(
+        &self,
+        controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
+    ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
+        controller
+    }
+
+    fn resync_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(3)
+    }
+
     async fn teardown(&self, _cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
         let mut state = self.call(RuntimeCall::Teardown(keep_data), RuntimeOp::Teardown)?;
         state.members.clear();

@@ -822,6 +822,25 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
+    /// The member Pods and PVCs (owned by their EtcdCluster, labelled with its name): a Pod
+    /// deleted, failing or turning ready, a claim lost, reconciles the cluster at once.
+    fn watch_children(
+        &self,
+        controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
+    ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
+        let children =
+            kube::runtime::watcher::Config::default().labels(etcd_operator_api::naming::CLUSTER_LABEL);
+        controller
+            .owns(Api::<Pod>::all(self.client.clone()), children.clone())
+            .owns(Api::<PersistentVolumeClaim>::all(self.client.clone()), children)
+    }
+
+    /// Pods report their changes; the resync only catches what etcd alone knows (a member
+    /// unhealthy behind a ready Pod).
+    fn resync_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(15)
+    }
+
     async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
         let params = ListParams::default().labels(&list_selector(cluster));
         self.api::<Pod>(cluster)

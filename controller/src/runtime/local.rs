@@ -429,6 +429,19 @@ impl Runtime for LocalRuntime {
         }
     }
 
+    /// Member processes send no events (a re-adopted process is not our child): nothing to watch.
+    fn watch_children(
+        &self,
+        controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
+    ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
+        controller
+    }
+
+    /// A process that died is only seen by looking: every 3 s.
+    fn resync_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(3)
+    }
+
     async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
         for member in self.members(cluster).await? {
             let dir = self.member_dir(cluster, &member.name);

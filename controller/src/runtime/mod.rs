@@ -132,4 +132,17 @@ pub trait Runtime: Send + Sync + 'static {
         cluster: &ClusterRef,
         keep_data: bool,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Makes the controller watch what this runtime creates for a cluster, so a change to a
+    /// member (a Pod deleted, failing or turning ready) triggers its reconcile at once. A runtime
+    /// whose members send no events returns the controller as it is and relies on
+    /// [`resync_interval`](Runtime::resync_interval).
+    fn watch_children(
+        &self,
+        controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
+    ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>;
+
+    /// How often a settled cluster is looked at anyway: this bounds how long a change nothing
+    /// reports (a member process that died, etcd turning unhealthy) goes unnoticed.
+    fn resync_interval(&self) -> std::time::Duration;
 }
