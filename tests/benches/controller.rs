@@ -37,14 +37,13 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail, ensure};
-use etcd_operator_tests::{EtcdVersion, TestProcess, leftovers, ports, tools};
+use etcd_operator_tests::{EtcdVersion, TestProcess, kubectl, leftovers, ports, tools};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 const ETCD: EtcdVersion = EtcdVersion::V3_5_1;
@@ -93,9 +92,7 @@ fn secs(d: Duration) -> f64 {
 // Status predicates (the same checks as the end-to-end tests).
 
 fn condition_true(s: &Value, type_: &str) -> bool {
-    s["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+    kubectl::condition(s, type_).is_some_and(|c| c["status"] == "True")
 }
 
 fn members(s: &Value) -> Vec<Value> {
@@ -269,35 +266,19 @@ impl Operator {
             .join(member)
     }
 
-    /// Runs kubectl against the operator; a non-zero exit is an error.
+    /// Runs kubectl against the operator (on a blocking thread, so the watch keeps being read);
+    /// a non-zero exit is an error with kubectl's stderr and the operator's log tail.
     async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-        let mut cmd =
-            tokio::process::Command::from(etcd_operator_tests::kube::kubectl(Some(&self.kubeconfig()))?);
-        cmd.args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            });
-        let mut child = cmd.spawn().context("start kubectl")?;
-        if let Some(input) = stdin {
-            let mut pipe = child
-                .stdin
-                .take()
-                .ok_or_else(|| anyhow!("kubectl has no stdin"))?;
-            pipe.write_all(input.as_bytes()).await?;
-            drop(pipe);
-        }
-        let out = child.wait_with_output().await?;
-        ensure!(
-            out.status.success(),
-            "kubectl {args:?}: {}\noperator log tail:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log_tail()
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let mut cmd = etcd_operator_tests::kube::kubectl(Some(&self.kubeconfig()))?;
+        cmd.args(args);
+        let owned: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+        let stdin = stdin.map(str::to_string);
+        let out = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+            kubectl::run_with_stdin(cmd, &args, stdin.as_deref())
+        })
+        .await??;
+        Ok(kubectl::stdout(args, out, || self.log_tail())?)
     }
 
     async fn delete_cluster(&self, name: &str) -> anyhow::Result<()> {

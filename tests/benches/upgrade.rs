@@ -19,13 +19,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow, bail, ensure};
+use anyhow::{Context as _, anyhow, ensure};
 use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_operator_tests::kubectl::{Watched, apply, kubectl, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, TestProcess, ports, tools};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -163,53 +164,6 @@ impl Writer {
 
 // --- operator side
 
-fn kubectl(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-    let mut cmd = op.kubectl()?;
-    cmd.args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let mut child = cmd.spawn()?;
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child.stdin.take().context("stdin")?.write_all(input.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-async fn wait_status(
-    op: &LocalOperator,
-    name: &str,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let obj: Value = serde_json::from_str(&kubectl(op, &["get", "ec", name, "-o", "json"], None)?)?;
-        if check(&obj["status"]) {
-            return Ok(obj["status"].clone());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "timed out waiting for {what}: {:#}\n{}",
-                obj["status"],
-                op.log_tail()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
 fn all_on(s: &Value, version: &str) -> bool {
     s["readyReplicas"] == 3
         && s["members"].as_array().is_some_and(|m| {
@@ -222,10 +176,14 @@ async fn operator_roll(op: &LocalOperator, run: usize) -> anyhow::Result<Sample>
     let yaml = format!(
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: 3\n  version: {FROM}\n"
     );
-    kubectl(op, &["apply", "-f", "-"], Some(&yaml))?;
-    let s = wait_status(op, &name, "3 members on the old version", |s| {
-        all_on(s, FROM.as_str())
-    })
+    apply(op, &yaml)?;
+    let s = wait_for(
+        op,
+        Watched::status("ec", &name).every(POLL),
+        "3 members on the old version",
+        STEP_TIMEOUT,
+        |s| all_on(s, FROM.as_str()),
+    )
     .await?;
     let endpoints: Vec<String> = serde_json::from_value(s["clientEndpoints"].clone())?;
     let writer = start_writer(endpoints.clone());
@@ -233,9 +191,13 @@ async fn operator_roll(op: &LocalOperator, run: usize) -> anyhow::Result<Sample>
     let t0 = Instant::now();
     let patch = format!(r#"{{"spec":{{"version":"{TO}"}}}}"#);
     kubectl(op, &["patch", "ec", &name, "--type=merge", "-p", &patch], None)?;
-    wait_status(op, &name, "the roll to complete", |s| {
-        all_on(s, TO.as_str()) && s["upgrade"]["phase"] == "Complete"
-    })
+    wait_for(
+        op,
+        Watched::status("ec", &name).every(POLL),
+        "the roll to complete",
+        STEP_TIMEOUT,
+        |s| all_on(s, TO.as_str()) && s["upgrade"]["phase"] == "Complete",
+    )
     .await?;
     let roll = t0.elapsed();
     let (writes, gap, failures) = writer.finish(&endpoints).await?;

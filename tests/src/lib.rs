@@ -8,6 +8,7 @@
 
 pub mod etcd;
 pub mod kube;
+pub mod kubectl;
 pub mod leftovers;
 pub mod operator;
 pub mod ports;

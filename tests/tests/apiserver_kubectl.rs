@@ -4,11 +4,11 @@
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use etcd_operator_tests::LocalOperator;
+use etcd_operator_tests::kubectl::{apply, get, kubectl, output, run_with_stdin};
 use serde_json::Value;
 
 const V2_CLUSTER: &str = r#"
@@ -37,45 +37,9 @@ spec:
     antiAffinity: true
 "#;
 
-fn run(mut cmd: Command, stdin: Option<&str>) -> std::process::Output {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// Runs kubectl and returns stdout; fails the test (with stderr and the operator log) otherwise.
-fn kubectl(op: &LocalOperator, args: &[&str]) -> String {
-    kubectl_in(op, args, None)
-}
-
-fn kubectl_in(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = op.kubectl().unwrap();
-    cmd.args(args);
-    let out = run(cmd, stdin);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed:\nstdout: {}\nstderr: {}\noperator log:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        op.log_tail()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Runs kubectl expecting failure; returns stderr.
 fn kubectl_fails(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = op.kubectl().unwrap();
-    cmd.args(args);
-    let out = run(cmd, stdin);
+    let out = output(op, args, stdin).unwrap();
     assert!(
         !out.status.success(),
         "kubectl {args:?} succeeded: {}",
@@ -84,29 +48,25 @@ fn kubectl_fails(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> Stri
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn get_json(op: &LocalOperator, resource: &str, name: &str) -> Value {
-    serde_json::from_str(&kubectl(op, &["get", resource, name, "-o", "json"])).unwrap()
-}
-
 #[tokio::test]
 async fn apply_both_versions_get_columns_and_converted_yaml() {
     let op = LocalOperator::start().await.unwrap();
-    let out = kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    let out = apply(&op, V2_CLUSTER).unwrap();
     assert!(
         out.contains("etcdcluster.etcd.operator.dev/alpha created"),
         "{out}"
     );
-    let out = kubectl_in(&op, &["apply", "-f", "-"], Some(V1_CLUSTER));
+    let out = apply(&op, V1_CLUSTER).unwrap();
     assert!(
         out.contains("etcdcluster.etcd.operator.dev/legacy created"),
         "{out}"
     );
     // Applying the same manifest again changes nothing.
-    let out = kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    let out = apply(&op, V2_CLUSTER).unwrap();
     assert!(out.contains("unchanged"), "{out}");
 
     // Printer columns from the server's Table.
-    let table = kubectl(&op, &["get", "etcdclusters"]);
+    let table = kubectl(&op, &["get", "etcdclusters"], None).unwrap();
     let header = table.lines().next().unwrap();
     for col in ["NAME", "REPLICAS", "READY", "VERSION", "PHASE", "AGE"] {
         assert!(header.contains(col), "missing column {col}: {table}");
@@ -118,12 +78,12 @@ async fn apply_both_versions_get_columns_and_converted_yaml() {
         "{table}"
     );
     assert!(table.lines().any(|l| l.starts_with("legacy")), "{table}");
-    let wide = kubectl(&op, &["get", "ec", "-o", "wide"]);
+    let wide = kubectl(&op, &["get", "ec", "-o", "wide"], None).unwrap();
     assert!(wide.lines().next().unwrap().contains("LEADER"), "{wide}");
 
     // The same object in both versions, converted.
-    let v2 = get_json(&op, "etcdclusters.v1alpha2.etcd.operator.dev", "legacy");
-    let v1 = get_json(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "legacy");
+    let v2 = get(&op, "etcdclusters.v1alpha2.etcd.operator.dev", "legacy").unwrap();
+    let v1 = get(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "legacy").unwrap();
     assert_eq!(v2["apiVersion"], "etcd.operator.dev/v1alpha2");
     assert_eq!(v1["apiVersion"], "etcd.operator.dev/v1alpha1");
     assert_eq!(v2["spec"]["replicas"], 3);
@@ -137,7 +97,7 @@ async fn apply_both_versions_get_columns_and_converted_yaml() {
         v1["metadata"]["resourceVersion"],
         v2["metadata"]["resourceVersion"]
     );
-    let v1_of_v2 = get_json(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "alpha");
+    let v1_of_v2 = get(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "alpha").unwrap();
     assert_eq!(v1_of_v2["spec"]["size"], 3);
     let yaml = kubectl(
         &op,
@@ -148,7 +108,9 @@ async fn apply_both_versions_get_columns_and_converted_yaml() {
             "-o",
             "yaml",
         ],
-    );
+        None,
+    )
+    .unwrap();
     assert!(
         yaml.contains("apiVersion: etcd.operator.dev/v1alpha1") && yaml.contains("size: 3"),
         "{yaml}"
@@ -158,7 +120,7 @@ async fn apply_both_versions_get_columns_and_converted_yaml() {
 #[tokio::test]
 async fn discovery_explain_and_dry_run() {
     let op = LocalOperator::start().await.unwrap();
-    let resources = kubectl(&op, &["api-resources", "--api-group=etcd.operator.dev"]);
+    let resources = kubectl(&op, &["api-resources", "--api-group=etcd.operator.dev"], None).unwrap();
     let line = resources
         .lines()
         .find(|l| l.starts_with("etcdclusters"))
@@ -167,7 +129,7 @@ async fn discovery_explain_and_dry_run() {
         line.contains("ec") && line.contains("etcd.operator.dev/v1alpha2") && line.contains("true"),
         "{line}"
     );
-    let versions = kubectl(&op, &["api-versions"]);
+    let versions = kubectl(&op, &["api-versions"], None).unwrap();
     assert!(
         versions.lines().any(|l| l == "etcd.operator.dev/v1alpha1"),
         "{versions}"
@@ -177,29 +139,31 @@ async fn discovery_explain_and_dry_run() {
         "{versions}"
     );
 
-    let explain = kubectl(&op, &["explain", "etcdclusters.spec.replicas"]);
+    let explain = kubectl(&op, &["explain", "etcdclusters.spec.replicas"], None).unwrap();
     assert!(
         explain.contains("KIND:") && explain.contains("EtcdCluster"),
         "{explain}"
     );
     assert!(explain.contains("FIELD: replicas"), "{explain}");
 
-    let out = kubectl_in(&op, &["apply", "--dry-run=server", "-f", "-"], Some(V2_CLUSTER));
+    let out = kubectl(&op, &["apply", "--dry-run=server", "-f", "-"], Some(V2_CLUSTER)).unwrap();
     assert!(out.contains("(server dry run)"), "{out}");
     let err = kubectl_fails(&op, &["get", "etcdcluster", "alpha"], None);
     assert!(
         err.contains("NotFound") || err.contains("not found"),
         "dry run stored the object: {err}"
     );
-    let out = kubectl_in(
+    let out = kubectl(
         &op,
         &["create", "--dry-run=server", "-o", "json", "-f", "-"],
         Some(V2_CLUSTER),
-    );
+    )
+    .unwrap();
     let obj: Value = serde_json::from_str(&out).unwrap();
     assert!(obj["metadata"]["uid"].is_string(), "{obj}");
     assert!(obj["metadata"]["resourceVersion"].is_null(), "{obj}");
-    let list: Value = serde_json::from_str(&kubectl(&op, &["get", "ec", "-o", "json"])).unwrap();
+    let list: Value =
+        serde_json::from_str(&kubectl(&op, &["get", "ec", "-o", "json"], None).unwrap()).unwrap();
     assert_eq!(list["items"], serde_json::json!([]), "{list}");
 }
 
@@ -222,7 +186,8 @@ spec:
     for field in ["spec.replicas", "spec.version", "spec.storage.size"] {
         assert!(err.contains(field), "cause for {field} missing: {err}");
     }
-    let list: Value = serde_json::from_str(&kubectl(&op, &["get", "ec", "-o", "json"])).unwrap();
+    let list: Value =
+        serde_json::from_str(&kubectl(&op, &["get", "ec", "-o", "json"], None).unwrap()).unwrap();
     assert_eq!(
         list["items"],
         serde_json::json!([]),
@@ -238,8 +203,8 @@ spec:
 #[tokio::test]
 async fn patch_scale_label_annotate_edit_wait_and_delete() {
     let op = LocalOperator::start().await.unwrap();
-    kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
-    let before = get_json(&op, "ec", "alpha");
+    apply(&op, V2_CLUSTER).unwrap();
+    let before = get(&op, "ec", "alpha").unwrap();
     assert_eq!(before["metadata"]["generation"], 1);
 
     kubectl(
@@ -253,8 +218,10 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
             "-p",
             r#"{"spec":{"replicas":5}}"#,
         ],
-    );
-    let after = get_json(&op, "ec", "alpha");
+        None,
+    )
+    .unwrap();
+    let after = get(&op, "ec", "alpha").unwrap();
     assert_eq!(after["spec"]["replicas"], 5);
     assert_eq!(after["metadata"]["generation"], 2);
 
@@ -269,8 +236,10 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
             "-p",
             r#"[{"op":"replace","path":"/spec/replicas","value":3}]"#,
         ],
-    );
-    assert_eq!(get_json(&op, "ec", "alpha")["spec"]["replicas"], 3);
+        None,
+    )
+    .unwrap();
+    assert_eq!(get(&op, "ec", "alpha").unwrap()["spec"]["replicas"], 3);
     // Strategic merge patch is not supported for this type, as for CRDs.
     let err = kubectl_fails(
         &op,
@@ -282,31 +251,37 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
         "{err}"
     );
 
-    let out = kubectl(&op, &["scale", "ec", "alpha", "--replicas=5"]);
+    let out = kubectl(&op, &["scale", "ec", "alpha", "--replicas=5"], None).unwrap();
     assert!(out.contains("scaled"), "{out}");
-    assert_eq!(get_json(&op, "ec", "alpha")["spec"]["replicas"], 5);
-    let scale: Value = serde_json::from_str(&kubectl(
-        &op,
-        &[
-            "get",
-            "--raw",
-            "/apis/etcd.operator.dev/v1alpha2/namespaces/default/etcdclusters/alpha/scale",
-        ],
-    ))
+    assert_eq!(get(&op, "ec", "alpha").unwrap()["spec"]["replicas"], 5);
+    let scale: Value = serde_json::from_str(
+        &kubectl(
+            &op,
+            &[
+                "get",
+                "--raw",
+                "/apis/etcd.operator.dev/v1alpha2/namespaces/default/etcdclusters/alpha/scale",
+            ],
+            None,
+        )
+        .unwrap(),
+    )
     .unwrap();
     assert_eq!(scale["kind"], "Scale");
     assert_eq!(scale["spec"]["replicas"], 5);
 
-    kubectl(&op, &["label", "ec", "alpha", "tier=db"]);
-    kubectl(&op, &["annotate", "ec", "alpha", "note=hello"]);
-    let obj = get_json(&op, "ec", "alpha");
+    kubectl(&op, &["label", "ec", "alpha", "tier=db"], None).unwrap();
+    kubectl(&op, &["annotate", "ec", "alpha", "note=hello"], None).unwrap();
+    let obj = get(&op, "ec", "alpha").unwrap();
     assert_eq!(obj["metadata"]["labels"]["tier"], "db");
     assert_eq!(obj["metadata"]["annotations"]["note"], "hello");
     let generation = obj["metadata"]["generation"].clone();
-    let selected = kubectl(&op, &["get", "ec", "-l", "tier=db", "-o", "name"]);
+    let selected = kubectl(&op, &["get", "ec", "-l", "tier=db", "-o", "name"], None).unwrap();
     assert_eq!(selected.trim(), "etcdcluster.etcd.operator.dev/alpha");
     assert_eq!(
-        kubectl(&op, &["get", "ec", "-l", "tier=web", "-o", "name"]).trim(),
+        kubectl(&op, &["get", "ec", "-l", "tier=web", "-o", "name"], None)
+            .unwrap()
+            .trim(),
         ""
     );
 
@@ -321,13 +296,13 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
         .unwrap();
     let mut cmd = op.kubectl().unwrap();
     cmd.args(["edit", "ec", "alpha"]).env("KUBE_EDITOR", &editor);
-    let out = run(cmd, None);
+    let out = run_with_stdin(cmd, &["edit", "ec", "alpha"], None).unwrap();
     assert!(
         out.status.success(),
         "edit failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let obj = get_json(&op, "ec", "alpha");
+    let obj = get(&op, "ec", "alpha").unwrap();
     assert_eq!(obj["spec"]["replicas"], 7);
     assert_ne!(
         obj["metadata"]["generation"], generation,
@@ -342,9 +317,11 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
             "--for=jsonpath={.spec.replicas}=7",
             "--timeout=20s",
         ],
-    );
+        None,
+    )
+    .unwrap();
 
-    let out = kubectl(&op, &["delete", "ec", "alpha", "--wait", "--timeout=30s"]);
+    let out = kubectl(&op, &["delete", "ec", "alpha", "--wait", "--timeout=30s"], None).unwrap();
     assert!(out.contains("deleted"), "{out}");
     let err = kubectl_fails(&op, &["get", "ec", "alpha"], None);
     assert!(err.contains("not found"), "{err}");
@@ -353,7 +330,7 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
 #[tokio::test]
 async fn get_watch_sees_another_clients_change() {
     let op = LocalOperator::start().await.unwrap();
-    kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
+    apply(&op, V2_CLUSTER).unwrap();
     let mut cmd = op.kubectl().unwrap();
     cmd.args([
         "get",
@@ -393,7 +370,9 @@ async fn get_watch_sees_another_clients_change() {
             "-p",
             r#"{"spec":{"replicas":5}}"#,
         ],
-    );
+        None,
+    )
+    .unwrap();
     let seen = rx.recv_timeout(Duration::from_secs(20));
     let _ = watcher.kill();
     let _ = watcher.wait();
@@ -403,11 +382,11 @@ async fn get_watch_sees_another_clients_change() {
 #[tokio::test]
 async fn restart_keeps_every_object() {
     let mut op = LocalOperator::start().await.unwrap();
-    kubectl_in(&op, &["apply", "-f", "-"], Some(V2_CLUSTER));
-    kubectl_in(&op, &["apply", "-f", "-"], Some(V1_CLUSTER));
-    let before = get_json(&op, "ec", "alpha");
+    apply(&op, V2_CLUSTER).unwrap();
+    apply(&op, V1_CLUSTER).unwrap();
+    let before = get(&op, "ec", "alpha").unwrap();
     op.restart().await.unwrap();
-    let after = get_json(&op, "ec", "alpha");
+    let after = get(&op, "ec", "alpha").unwrap();
     assert_eq!(before["metadata"]["uid"], after["metadata"]["uid"]);
     assert_eq!(
         before["metadata"]["creationTimestamp"],
@@ -416,6 +395,6 @@ async fn restart_keeps_every_object() {
     assert_eq!(before["spec"], after["spec"]);
     // (The resourceVersion moves on: the controller writes status.)
     assert_eq!(after["spec"]["replicas"], 3);
-    let names = kubectl(&op, &["get", "ec", "-o", "name"]);
+    let names = kubectl(&op, &["get", "ec", "-o", "name"], None).unwrap();
     assert_eq!(names.lines().count(), 2, "{names}");
 }

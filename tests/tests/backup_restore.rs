@@ -20,6 +20,7 @@ use etcd_operator_api::v1alpha2::{BackupDestination, VolumeDestination};
 use etcd_operator_controller::backup::{Credentials, policy, store};
 use etcd_operator_controller::member_ops::{EtcdClient, MemberOps};
 use etcd_operator_controller::restore::{self, RestoreMember, RestorePlan, RestoreTool, SnapshotSource};
+use etcd_operator_tests::kubectl::{Watched, apply, condition, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, TestEtcd, tools};
 
 fn directory(path: &std::path::Path) -> BackupDestination {
@@ -272,11 +273,16 @@ async fn a_corrupted_snapshot_is_refused_and_restores_nothing() {
 async fn a_new_cluster_bootstraps_from_an_etcdbackup() {
     let op = LocalOperator::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("src", 3, None)));
-    let src = wait_for(&op, "ec", "src", "src available", Duration::from_secs(90), |o| {
-        available(o, 3)
-    })
-    .await;
+    apply(&op, &cluster_yaml("src", 3, None)).unwrap();
+    let src = wait_for(
+        &op,
+        Watched::object("ec", "src"),
+        "src available",
+        Duration::from_secs(90),
+        |o| available(o, 3),
+    )
+    .await
+    .unwrap();
     let eps = endpoints(&src);
     for i in 0..20 {
         etcdctl_ok(&eps, &["put", &format!("k{i:02}"), &format!("v{i}")]);
@@ -285,23 +291,28 @@ async fn a_new_cluster_bootstraps_from_an_etcdbackup() {
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: b1\n  namespace: default\nspec:\n  clusterName: src\n  destination:\n    volume:\n      path: {}\n",
         dir.path().display()
     );
-    kubectl(&op, &["apply", "-f", "-"], Some(&backup));
+    apply(&op, &backup).unwrap();
     wait_for(
         &op,
-        "etcdbackup",
-        "b1",
+        Watched::object("etcdbackup", "b1"),
         "backup succeeded",
         Duration::from_secs(60),
         |o| o["status"]["phase"] == "Succeeded",
     )
-    .await;
+    .await
+    .unwrap();
     etcdctl_ok(&eps, &["put", "after", "x"]);
     let restored = "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: dst\n  namespace: default\nspec:\n  replicas: 3\n  version: 3.5.1\n  bootstrap:\n    restore:\n      backupName: b1\n";
-    kubectl(&op, &["apply", "-f", "-"], Some(restored));
-    let dst = wait_for(&op, "ec", "dst", "dst available", Duration::from_secs(120), |o| {
-        available(o, 3)
-    })
-    .await;
+    apply(&op, restored).unwrap();
+    let dst = wait_for(
+        &op,
+        Watched::object("ec", "dst"),
+        "dst available",
+        Duration::from_secs(120),
+        |o| available(o, 3),
+    )
+    .await
+    .unwrap();
     let dst_eps = endpoints(&dst);
     for i in 0..20 {
         assert_eq!(
@@ -315,43 +326,53 @@ async fn a_new_cluster_bootstraps_from_an_etcdbackup() {
     );
 
     // The stored snapshot is damaged: a cluster restored from it never starts, and says why.
-    let backup = wait_for(&op, "etcdbackup", "b1", "backup", Duration::from_secs(5), |_| {
-        true
-    })
-    .await;
+    let backup = wait_for(
+        &op,
+        Watched::object("etcdbackup", "b1"),
+        "backup",
+        Duration::from_secs(5),
+        |_| true,
+    )
+    .await
+    .unwrap();
     let location = backup["status"]["location"].as_str().unwrap().to_string();
     let mut bytes = std::fs::read(&location).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&location, bytes).unwrap();
     let bad = restored.replace("name: dst", "name: bad");
-    kubectl(&op, &["apply", "-f", "-"], Some(&bad));
-    let refused = wait_for(&op, "ec", "bad", "RestoreFailed", Duration::from_secs(60), |o| {
-        condition(o, "Degraded").is_some_and(|c| c["reason"] == "RestoreFailed")
-    })
-    .await;
-    let message = condition(&refused, "Degraded").unwrap()["message"].to_string();
+    apply(&op, &bad).unwrap();
+    let refused = wait_for(
+        &op,
+        Watched::object("ec", "bad"),
+        "RestoreFailed",
+        Duration::from_secs(60),
+        |o| condition(&o["status"], "Degraded").is_some_and(|c| c["reason"] == "RestoreFailed"),
+    )
+    .await
+    .unwrap();
+    let message = condition(&refused["status"], "Degraded").unwrap()["message"].to_string();
     assert!(message.contains("was refused: its SHA-256"), "{message}");
     assert!(refused["status"]["clusterID"].is_null(), "{refused:#}");
     assert!(
-        !condition(&refused, "Available").is_some_and(|c| c["status"] == "True"),
+        !condition(&refused["status"], "Available").is_some_and(|c| c["status"] == "True"),
         "{refused:#}"
     );
     // A restore from a backup that does not exist starts nothing (no empty cluster instead).
     let ghost = restored
         .replace("name: dst", "name: ghost")
         .replace("backupName: b1", "backupName: nope");
-    kubectl(&op, &["apply", "-f", "-"], Some(&ghost));
+    apply(&op, &ghost).unwrap();
     let missing = wait_for(
         &op,
-        "ec",
-        "ghost",
+        Watched::object("ec", "ghost"),
         "RestoreFailed",
         Duration::from_secs(60),
-        |o| condition(o, "Degraded").is_some_and(|c| c["reason"] == "RestoreFailed"),
+        |o| condition(&o["status"], "Degraded").is_some_and(|c| c["reason"] == "RestoreFailed"),
     )
-    .await;
-    let message = condition(&missing, "Degraded").unwrap()["message"].to_string();
+    .await
+    .unwrap();
+    let message = condition(&missing["status"], "Degraded").unwrap()["message"].to_string();
     assert!(message.contains("EtcdBackup nope was not found"), "{message}");
     let members = op.state_dir().join("members").join("default").join("ghost");
     assert!(!members.exists(), "nothing was reserved for ghost");

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use backup_support::*;
+use etcd_operator_tests::kubectl::{Watched, apply, condition, get, kubectl, wait_for};
 use etcd_operator_tests::operator::OperatorOptions;
 use etcd_operator_tests::{LocalOperator, S3Server, s3};
 use futures::TryStreamExt;
@@ -27,8 +28,7 @@ async fn distinct_backups(op: &LocalOperator, name: &str, n: usize) -> BTreeSet<
     let mut seen = BTreeSet::new();
     wait_for(
         op,
-        "ec",
-        name,
+        Watched::object("ec", name),
         &format!("{n} scheduled snapshots"),
         Duration::from_secs(90),
         |o| {
@@ -38,7 +38,8 @@ async fn distinct_backups(op: &LocalOperator, name: &str, n: usize) -> BTreeSet<
             seen.len() >= n
         },
     )
-    .await;
+    .await
+    .unwrap();
     seen
 }
 
@@ -55,7 +56,8 @@ async fn stop_schedule(op: &LocalOperator, name: &str) {
             r#"[{"op":"remove","path":"/spec/backup"}]"#,
         ],
         None,
-    );
+    )
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
 }
 
@@ -64,7 +66,7 @@ fn check_last_backup(obj: &Value) {
     assert!(last["revision"].as_i64().unwrap() > 0, "{last:#}");
     assert!(last["size"].as_i64().unwrap() > 0, "{last:#}");
     assert_eq!(last["sha256"].as_str().unwrap().len(), 64, "{last:#}");
-    let cond = condition(obj, "BackupSucceeded").unwrap();
+    let cond = condition(&obj["status"], "BackupSucceeded").unwrap();
     assert_eq!(cond["status"], "True", "{cond:#}");
     assert_eq!(cond["reason"], "BackupSucceeded");
 }
@@ -77,18 +79,19 @@ async fn a_schedule_fills_a_directory_and_retention_keeps_the_count() {
         "schedule: \"{SCHEDULE}\"\nretention:\n  maxCount: {KEEP}\ndestination:\n  volume:\n    path: {}\n",
         dir.path().display()
     );
-    kubectl(
+    apply(&op, &cluster_yaml("sched", 1, Some(&backup))).unwrap();
+    let obj = wait_for(
         &op,
-        &["apply", "-f", "-"],
-        Some(&cluster_yaml("sched", 1, Some(&backup))),
-    );
-    let obj = wait_for(&op, "ec", "sched", "available", Duration::from_secs(60), |o| {
-        available(o, 1)
-    })
-    .await;
+        Watched::object("ec", "sched"),
+        "available",
+        Duration::from_secs(60),
+        |o| available(o, 1),
+    )
+    .await
+    .unwrap();
     etcdctl_ok(&endpoints(&obj), &["put", "k", "v"]);
     let seen = distinct_backups(&op, "sched", 3).await;
-    let obj = get(&op, "ec", "sched");
+    let obj = get(&op, "ec", "sched").unwrap();
     check_last_backup(&obj);
     stop_schedule(&op, "sched").await;
 
@@ -115,7 +118,7 @@ async fn a_schedule_fills_a_directory_and_retention_keeps_the_count() {
         );
     }
     // The newest file is the one status records, and names sort by time.
-    let last = get(&op, "ec", "sched")["status"]["lastBackup"].clone();
+    let last = get(&op, "ec", "sched").unwrap()["status"]["lastBackup"].clone();
     let newest = cluster_dir.join(snapshots.last().unwrap());
     assert_eq!(
         last["location"].as_str(),
@@ -179,17 +182,18 @@ async fn a_schedule_fills_a_bucket_and_retention_keeps_the_count() {
         .expect("start moto (install it with `make tools`)");
     server.create_bucket("backups").await.unwrap();
     let op = start_operator_with_s3_keys().await;
-    kubectl(
+    apply(&op, &cluster_yaml("s3c", 1, Some(&s3_backup(&server, "backups")))).unwrap();
+    wait_for(
         &op,
-        &["apply", "-f", "-"],
-        Some(&cluster_yaml("s3c", 1, Some(&s3_backup(&server, "backups")))),
-    );
-    wait_for(&op, "ec", "s3c", "available", Duration::from_secs(60), |o| {
-        available(o, 1)
-    })
-    .await;
+        Watched::object("ec", "s3c"),
+        "available",
+        Duration::from_secs(60),
+        |o| available(o, 1),
+    )
+    .await
+    .unwrap();
     let seen = distinct_backups(&op, "s3c", 3).await;
-    check_last_backup(&get(&op, "ec", "s3c"));
+    check_last_backup(&get(&op, "ec", "s3c").unwrap());
     assert!(
         seen.iter()
             .all(|l| l.starts_with("s3://backups/etcd/prod/default/s3c/")),
@@ -203,7 +207,7 @@ async fn a_schedule_fills_a_bucket_and_retention_keeps_the_count() {
     assert_eq!(snapshots.len(), KEEP, "retention keeps exactly {KEEP}: {keys:?}");
     assert_eq!(sidecars.len(), KEEP, "{keys:?}");
     let store = server.store("backups").unwrap();
-    let last = get(&op, "ec", "s3c")["status"]["lastBackup"].clone();
+    let last = get(&op, "ec", "s3c").unwrap()["status"]["lastBackup"].clone();
     let newest = snapshots.last().unwrap();
     assert_eq!(
         last["location"].as_str().unwrap(),
@@ -227,30 +231,31 @@ async fn an_unreachable_bucket_sets_the_condition_and_backups_resume_when_it_com
         .expect("start moto (install it with `make tools`)");
     let op = start_operator_with_s3_keys().await;
     // The bucket does not exist yet.
-    kubectl(
+    apply(&op, &cluster_yaml("s3c", 1, Some(&s3_backup(&server, "late")))).unwrap();
+    wait_for(
         &op,
-        &["apply", "-f", "-"],
-        Some(&cluster_yaml("s3c", 1, Some(&s3_backup(&server, "late")))),
-    );
-    wait_for(&op, "ec", "s3c", "available", Duration::from_secs(60), |o| {
-        available(o, 1)
-    })
-    .await;
+        Watched::object("ec", "s3c"),
+        "available",
+        Duration::from_secs(60),
+        |o| available(o, 1),
+    )
+    .await
+    .unwrap();
     let failed = wait_for(
         &op,
-        "ec",
-        "s3c",
+        Watched::object("ec", "s3c"),
         "BackupSucceeded=False for the destination",
         Duration::from_secs(60),
         // Attempts before the members answer fail with `NoHealthyMember` first; wait for the
         // destination's failure.
         |o| {
-            condition(o, "BackupSucceeded")
+            condition(&o["status"], "BackupSucceeded")
                 .is_some_and(|c| c["status"] == "False" && c["reason"] == "DestinationUnavailable")
         },
     )
-    .await;
-    let cond = condition(&failed, "BackupSucceeded").unwrap();
+    .await
+    .unwrap();
+    let cond = condition(&failed["status"], "BackupSucceeded").unwrap();
     assert_eq!(cond["reason"], "DestinationUnavailable", "{cond:#}");
     assert!(cond["message"].as_str().unwrap().contains("late"), "{cond:#}");
     assert!(
@@ -262,13 +267,13 @@ async fn an_unreachable_bucket_sets_the_condition_and_backups_resume_when_it_com
     server.create_bucket("late").await.unwrap();
     let recovered = wait_for(
         &op,
-        "ec",
-        "s3c",
+        Watched::object("ec", "s3c"),
         "BackupSucceeded=True",
         Duration::from_secs(90),
-        |o| condition(o, "BackupSucceeded").is_some_and(|c| c["status"] == "True"),
+        |o| condition(&o["status"], "BackupSucceeded").is_some_and(|c| c["status"] == "True"),
     )
-    .await;
+    .await
+    .unwrap();
     check_last_backup(&recovered);
     assert!(!bucket_keys(&server, "late").await.is_empty());
 
@@ -276,17 +281,17 @@ async fn an_unreachable_bucket_sets_the_condition_and_backups_resume_when_it_com
     server.kill();
     let failed = wait_for(
         &op,
-        "ec",
-        "s3c",
+        Watched::object("ec", "s3c"),
         "BackupSucceeded=False again",
         Duration::from_secs(90),
-        |o| condition(o, "BackupSucceeded").is_some_and(|c| c["status"] == "False"),
+        |o| condition(&o["status"], "BackupSucceeded").is_some_and(|c| c["status"] == "False"),
     )
-    .await;
-    let cond = condition(&failed, "BackupSucceeded").unwrap();
+    .await
+    .unwrap();
+    let cond = condition(&failed["status"], "BackupSucceeded").unwrap();
     assert_eq!(cond["reason"], "DestinationUnavailable", "{cond:#}");
     assert!(cond["message"].as_str().unwrap().contains("retrying"), "{cond:#}");
     // The last good backup is still recorded; other conditions are untouched.
     assert_eq!(failed["status"]["lastBackup"], recovered["status"]["lastBackup"]);
-    assert!(condition(&failed, "Available").is_some_and(|c| c["status"] == "True"));
+    assert!(condition(&failed["status"], "Available").is_some_and(|c| c["status"] == "True"));
 }

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use backup_support::*;
+use etcd_operator_tests::kubectl::{Watched, apply, kubectl, output, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 
 const RAW: &str = "/apis/etcd.operator.dev/v1alpha2/namespaces/default/etcdclusters";
@@ -32,11 +33,16 @@ fn backup_yaml(name: &str, cluster: &str, dir: Option<&std::path::Path>) -> Stri
 #[tokio::test]
 async fn kubectl_get_raw_snapshot_gives_a_file_etcdutl_accepts() {
     let op = LocalOperator::start().await.unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("snap", 3, None)));
-    let obj = wait_for(&op, "ec", "snap", "available", Duration::from_secs(90), |o| {
-        available(o, 3)
-    })
-    .await;
+    apply(&op, &cluster_yaml("snap", 3, None)).unwrap();
+    let obj = wait_for(
+        &op,
+        Watched::object("ec", "snap"),
+        "available",
+        Duration::from_secs(90),
+        |o| available(o, 3),
+    )
+    .await
+    .unwrap();
     let eps = endpoints(&obj);
     for i in 0..25 {
         etcdctl_ok(&eps, &["put", &format!("key-{i:02}"), &format!("value-{i}")]);
@@ -77,7 +83,7 @@ async fn kubectl_get_raw_snapshot_gives_a_file_etcdutl_accepts() {
     assert!(report["totalKey"].as_i64().unwrap() >= 25, "{report}");
 
     // A missing cluster is a 404 kubectl reports; a wrong verb is refused.
-    let out = kubectl_raw(&op, &["get", "--raw", &format!("{RAW}/missing/snapshot")], None);
+    let out = output(&op, &["get", "--raw", &format!("{RAW}/missing/snapshot")], None).unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
@@ -87,27 +93,28 @@ async fn kubectl_get_raw_snapshot_gives_a_file_etcdutl_accepts() {
 async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
     let op = LocalOperator::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("one", 1, None)));
-    let obj = wait_for(&op, "ec", "one", "available", Duration::from_secs(60), |o| {
-        available(o, 1)
-    })
-    .await;
+    apply(&op, &cluster_yaml("one", 1, None)).unwrap();
+    let obj = wait_for(
+        &op,
+        Watched::object("ec", "one"),
+        "available",
+        Duration::from_secs(60),
+        |o| available(o, 1),
+    )
+    .await
+    .unwrap();
     etcdctl_ok(&endpoints(&obj), &["put", "a", "1"]);
 
-    kubectl(
-        &op,
-        &["apply", "-f", "-"],
-        Some(&backup_yaml("b1", "one", Some(dir.path()))),
-    );
+    apply(&op, &backup_yaml("b1", "one", Some(dir.path()))).unwrap();
     let done = wait_for(
         &op,
-        "etcdbackup",
-        "b1",
+        Watched::object("etcdbackup", "b1"),
         "Succeeded",
         Duration::from_secs(60),
         |o| o["status"]["phase"] == "Succeeded" || o["status"]["phase"] == "Failed",
     )
-    .await;
+    .await
+    .unwrap();
     let s = &done["status"];
     assert_eq!(s["phase"], "Succeeded", "{s:#}");
     let location = s["location"].as_str().unwrap();
@@ -125,18 +132,23 @@ async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
         "{s:#}"
     );
     // kubectl get shows the columns.
-    let table = kubectl(&op, &["get", "etcdbackups"], None);
+    let table = kubectl(&op, &["get", "etcdbackups"], None).unwrap();
     assert!(
         table.contains("CLUSTER") && table.contains("Succeeded"),
         "{table}"
     );
 
     // No destination anywhere: Failed at once, saying why.
-    kubectl(&op, &["apply", "-f", "-"], Some(&backup_yaml("b2", "one", None)));
-    let failed = wait_for(&op, "etcdbackup", "b2", "Failed", Duration::from_secs(30), |o| {
-        o["status"]["phase"] == "Failed"
-    })
-    .await;
+    apply(&op, &backup_yaml("b2", "one", None)).unwrap();
+    let failed = wait_for(
+        &op,
+        Watched::object("etcdbackup", "b2"),
+        "Failed",
+        Duration::from_secs(30),
+        |o| o["status"]["phase"] == "Failed",
+    )
+    .await
+    .unwrap();
     assert!(
         failed["status"]["message"]
             .as_str()
@@ -145,15 +157,10 @@ async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
         "{failed:#}"
     );
     // A cluster that does not exist: retried with the reason in the message.
-    kubectl(
-        &op,
-        &["apply", "-f", "-"],
-        Some(&backup_yaml("b3", "ghost", Some(dir.path()))),
-    );
+    apply(&op, &backup_yaml("b3", "ghost", Some(dir.path()))).unwrap();
     let waiting = wait_for(
         &op,
-        "etcdbackup",
-        "b3",
+        Watched::object("etcdbackup", "b3"),
         "ClusterNotFound",
         Duration::from_secs(30),
         |o| {
@@ -162,10 +169,11 @@ async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
                 .is_some_and(|m| m.contains("ClusterNotFound"))
         },
     )
-    .await;
+    .await
+    .unwrap();
     assert_eq!(waiting["status"]["phase"], "Running", "{waiting:#}");
     // Invalid specs are refused at admission with field paths.
-    let out = kubectl_raw(&op, &["apply", "-f", "-"], Some(&backup_yaml("b4", "", None)));
+    let out = output(&op, &["apply", "-f", "-"], Some(&backup_yaml("b4", "", None))).unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("spec.clusterName"));
 }

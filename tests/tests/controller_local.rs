@@ -4,11 +4,12 @@
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -16,34 +17,6 @@ fn cluster_yaml(name: &str, replicas: u32) -> String {
     format!(
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n"
     )
-}
-
-fn kubectl(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = op.kubectl().unwrap();
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\noperator log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        op.log_tail()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn status(op: &LocalOperator, name: &str) -> Value {
-    let obj: Value = serde_json::from_str(&kubectl(op, &["get", "ec", name, "-o", "json"], None)).unwrap();
-    obj["status"].clone()
 }
 
 fn etcdctl(endpoint: &str) -> Command {
@@ -64,34 +37,8 @@ fn etcdctl_ok(endpoint: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Waits until `check` holds for the cluster's status, failing with the last status otherwise.
-async fn wait_for(
-    op: &LocalOperator,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = status(op, name);
-        if check(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; status: {s:#}\noperator log:\n{}",
-            op.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 fn available(s: &Value, replicas: i64) -> bool {
-    let cond = s["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Available").cloned());
-    cond.is_some_and(|c| c["status"] == "True")
+    condition(s, "Available").is_some_and(|c| c["status"] == "True")
         && s["readyReplicas"] == replicas
         && s["replicas"] == replicas
         && s["members"].as_array().is_some_and(|m| {
@@ -125,16 +72,22 @@ fn member_pids(op: &LocalOperator, name: &str) -> Vec<u32> {
 #[tokio::test]
 async fn three_members_become_available_and_serve_from_every_member() {
     let op = LocalOperator::start().await.unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("alpha", 3)));
+    apply(&op, &cluster_yaml("alpha", 3)).unwrap();
     kubectl(
         &op,
         &["wait", "ec/alpha", "--for=condition=Available", "--timeout=60s"],
         None,
-    );
-    let s = wait_for(&op, "alpha", "3 healthy members", Duration::from_secs(30), |s| {
-        available(s, 3)
-    })
-    .await;
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "alpha"),
+        "3 healthy members",
+        Duration::from_secs(30),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
     assert_eq!(s["observedGeneration"], 1);
     assert!(s["leader"].is_string());
     let eps = endpoints(&s);
@@ -168,28 +121,43 @@ async fn three_members_become_available_and_serve_from_every_member() {
 #[tokio::test]
 async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete() {
     let op = LocalOperator::start().await.unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("beta", 3)));
-    let s = wait_for(&op, "beta", "3 members", Duration::from_secs(60), |s| {
-        available(s, 3)
-    })
-    .await;
+    apply(&op, &cluster_yaml("beta", 3)).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "beta"),
+        "3 members",
+        Duration::from_secs(60),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
     etcdctl_ok(&endpoints(&s)[0], &["put", "kept", "across-everything"]);
 
-    kubectl(&op, &["scale", "ec", "beta", "--replicas=5"], None);
-    let s = wait_for(&op, "beta", "5 members", Duration::from_secs(90), |s| {
-        available(s, 5)
-    })
-    .await;
+    kubectl(&op, &["scale", "ec", "beta", "--replicas=5"], None).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "beta"),
+        "5 members",
+        Duration::from_secs(90),
+        |s| available(s, 5),
+    )
+    .await
+    .unwrap();
     assert_eq!(member_pids(&op, "beta").len(), 5);
     let list: Value =
         serde_json::from_str(&etcdctl_ok(&endpoints(&s)[0], &["member", "list", "-w", "json"])).unwrap();
     assert_eq!(list["members"].as_array().unwrap().len(), 5);
 
-    kubectl(&op, &["scale", "ec", "beta", "--replicas=3"], None);
-    let s = wait_for(&op, "beta", "back to 3 members", Duration::from_secs(60), |s| {
-        available(s, 3)
-    })
-    .await;
+    kubectl(&op, &["scale", "ec", "beta", "--replicas=3"], None).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "beta"),
+        "back to 3 members",
+        Duration::from_secs(60),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while member_pids(&op, "beta").len() != 3 {
         assert!(Instant::now() < deadline, "removed members still run");
@@ -215,7 +183,7 @@ async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete()
     std::fs::remove_dir_all(dir.join("data")).unwrap();
     let s = wait_for(
         &op,
-        "beta",
+        Watched::status("ec", "beta"),
         "the killed member replaced",
         Duration::from_secs(90),
         |s| {
@@ -227,7 +195,8 @@ async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete()
                     .any(|m| m["name"] == victim.as_str())
         },
     )
-    .await;
+    .await
+    .unwrap();
     let eps = endpoints(&s);
     let list: Value = serde_json::from_str(&etcdctl_ok(&eps[0], &["member", "list", "-w", "json"])).unwrap();
     let names: Vec<&str> = list["members"]
@@ -245,7 +214,7 @@ async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete()
         );
     }
 
-    kubectl(&op, &["delete", "ec", "beta", "--wait", "--timeout=60s"], None);
+    kubectl(&op, &["delete", "ec", "beta", "--wait", "--timeout=60s"], None).unwrap();
     assert!(
         member_pids(&op, "beta").is_empty(),
         "members still run after delete"
@@ -319,7 +288,7 @@ async fn an_operator_killed_at_random_points_of_bootstrap_and_scale_up_converges
     };
 
     // Bootstrap, killed at random points.
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("gamma", 3)));
+    apply(&op, &cluster_yaml("gamma", 3)).unwrap();
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(next(900))).await;
         op.crash();
@@ -327,15 +296,16 @@ async fn an_operator_killed_at_random_points_of_bootstrap_and_scale_up_converges
     }
     wait_for(
         &op,
-        "gamma",
+        Watched::status("ec", "gamma"),
         "bootstrap to converge",
         Duration::from_secs(120),
         |s| available(s, 3),
     )
-    .await;
+    .await
+    .unwrap();
 
     // Scale-up 3 → 5 (two learner joins, each ~5 s), killed at random points.
-    kubectl(&op, &["scale", "ec", "gamma", "--replicas=5"], None);
+    kubectl(&op, &["scale", "ec", "gamma", "--replicas=5"], None).unwrap();
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(500 + next(2500))).await;
         op.crash();
@@ -343,12 +313,13 @@ async fn an_operator_killed_at_random_points_of_bootstrap_and_scale_up_converges
     }
     let s = wait_for(
         &op,
-        "gamma",
+        Watched::status("ec", "gamma"),
         "scale-up to converge",
         Duration::from_secs(180),
         |s| available(s, 5),
     )
-    .await;
+    .await
+    .unwrap();
     stop.store(true, Ordering::SeqCst);
     watcher.join().unwrap();
     assert!(

@@ -6,12 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions};
+use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, output, status, wait_for};
 use etcd_operator_tests::operator::OperatorOptions;
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
@@ -19,75 +19,18 @@ use serde_json::Value;
 /// The health-gate timeout the halting test runs with (the default is 120 s).
 const SHORT_UPGRADE_TIMEOUT: &str = "8s";
 
+/// How often the waits read the cluster's status.
+const STATUS_POLL: Duration = Duration::from_millis(250);
+
 fn cluster_yaml(name: &str, version: &str) -> String {
     format!(
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: 3\n  version: {version}\n"
     )
 }
 
-fn kubectl_output(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> std::process::Output {
-    let mut cmd = op.kubectl().unwrap();
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn kubectl(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
-    let out = kubectl_output(op, args, stdin);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\noperator log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        op.log_tail()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn set_version(op: &LocalOperator, name: &str, version: &str) -> std::process::Output {
     let patch = format!(r#"{{"spec":{{"version":"{version}"}}}}"#);
-    kubectl_output(op, &["patch", "ec", name, "--type=merge", "-p", &patch], None)
-}
-
-fn status(op: &LocalOperator, name: &str) -> Value {
-    let obj: Value = serde_json::from_str(&kubectl(op, &["get", "ec", name, "-o", "json"], None)).unwrap();
-    obj["status"].clone()
-}
-
-async fn wait_for(
-    op: &LocalOperator,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = status(op, name);
-        if check(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; status: {s:#}\noperator log:\n{}",
-            op.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-fn condition<'a>(s: &'a Value, type_: &str) -> Option<&'a Value> {
-    s["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+    output(op, &["patch", "ec", name, "--type=merge", "-p", &patch], None).unwrap()
 }
 
 fn available_on(s: &Value, version: &str) -> bool {
@@ -339,12 +282,13 @@ async fn assert_hash_kv_agrees(endpoints: &[String]) {
 async fn roll_under_writer(op: &mut LocalOperator, name: &str, from: &str, to: &str, crash_mid_roll: bool) {
     let s = wait_for(
         op,
-        name,
+        Watched::status("ec", name).every(STATUS_POLL),
         "3 members on the old version",
         Duration::from_secs(90),
         |s| available_on(s, from),
     )
-    .await;
+    .await
+    .unwrap();
     let eps = endpoints(&s);
     let stop = Arc::new(AtomicBool::new(false));
     let writer = start_writer(eps.clone(), stop.clone());
@@ -368,10 +312,15 @@ async fn roll_under_writer(op: &mut LocalOperator, name: &str, from: &str, to: &
         );
         op.start_again().await.unwrap();
     }
-    let s = wait_for(op, name, "the roll to complete", Duration::from_secs(180), |s| {
-        roll_complete(s, to)
-    })
-    .await;
+    let s = wait_for(
+        op,
+        Watched::status("ec", name).every(STATUS_POLL),
+        "the roll to complete",
+        Duration::from_secs(180),
+        |s| roll_complete(s, to),
+    )
+    .await
+    .unwrap();
     let took = started.elapsed();
     stop.store(true, Ordering::SeqCst);
     let writes = writer.await.unwrap();
@@ -425,7 +374,7 @@ async fn patch_upgrade_3_5_0_to_3_5_1_under_a_writer_loses_no_write() {
         cluster_yaml("up", "3.5.0"),
         backups.path().display()
     );
-    kubectl(&op, &["apply", "-f", "-"], Some(&yaml));
+    apply(&op, &yaml).unwrap();
     roll_under_writer(&mut op, "up", "3.5.0", "3.5.1", false).await;
     let manual = backups.path().join("default").join("up").join("manual");
     let mut sent: Vec<String> = std::fs::read_dir(&manual)
@@ -439,7 +388,7 @@ async fn patch_upgrade_3_5_0_to_3_5_1_under_a_writer_loses_no_write() {
         "{sent:?}"
     );
     assert_eq!(sent[1], format!("{}.sha256", sent[0]));
-    let beside = status(&op, "up")["upgrade"]["snapshot"]
+    let beside = status(&op, "ec", "up").unwrap()["upgrade"]["snapshot"]
         .as_str()
         .unwrap()
         .to_string();
@@ -459,15 +408,16 @@ async fn patch_upgrade_3_5_0_to_3_5_1_under_a_writer_loses_no_write() {
 async fn minor_upgrade_3_4_to_3_5_refuses_skips_and_survives_an_operator_sigkill() {
     tools::etcd(EtcdVersion::V3_4_23).unwrap();
     let mut op = LocalOperator::start().await.unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("minor", "3.4.23")));
+    apply(&op, &cluster_yaml("minor", "3.4.23")).unwrap();
     wait_for(
         &op,
-        "minor",
+        Watched::status("ec", "minor").every(STATUS_POLL),
         "3 members on 3.4.23",
         Duration::from_secs(90),
         |s| available_on(s, "3.4.23"),
     )
-    .await;
+    .await
+    .unwrap();
 
     // Refused at admission, nothing starts: a skipped minor, a major change.
     for (version, says) in [("3.6.0", "may not skip a minor"), ("4.0.0", "major version")] {
@@ -480,10 +430,10 @@ async fn minor_upgrade_3_4_to_3_5_refuses_skips_and_survives_an_operator_sigkill
         );
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let s = status(&op, "minor");
+    let s = status(&op, "ec", "minor").unwrap();
     assert!(s["upgrade"].is_null(), "a refused version started a roll: {s:#}");
     let spec: Value =
-        serde_json::from_str(&kubectl(&op, &["get", "ec", "minor", "-o", "json"], None)).unwrap();
+        serde_json::from_str(&kubectl(&op, &["get", "ec", "minor", "-o", "json"], None).unwrap()).unwrap();
     assert_eq!(spec["spec"]["version"], "3.4.23");
     assert!(
         recorded_versions(&cluster_dir(&op, "minor"))
@@ -526,19 +476,29 @@ async fn a_target_that_cannot_start_halts_the_roll_degraded_while_the_cluster_se
     })
     .await
     .unwrap();
-    kubectl(&op, &["apply", "-f", "-"], Some(&cluster_yaml("halt", "3.5.1")));
-    let s = wait_for(&op, "halt", "3 members on 3.5.1", Duration::from_secs(90), |s| {
-        available_on(s, "3.5.1")
-    })
-    .await;
+    apply(&op, &cluster_yaml("halt", "3.5.1")).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "halt").every(STATUS_POLL),
+        "3 members on 3.5.1",
+        Duration::from_secs(90),
+        |s| available_on(s, "3.5.1"),
+    )
+    .await
+    .unwrap();
     let eps = endpoints(&s);
 
     let out = set_version(&op, "halt", "3.5.2");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let s = wait_for(&op, "halt", "the roll to halt", Duration::from_secs(120), |s| {
-        s["upgrade"]["phase"] == "Halted"
-    })
-    .await;
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "halt").every(STATUS_POLL),
+        "the roll to halt",
+        Duration::from_secs(120),
+        |s| s["upgrade"]["phase"] == "Halted",
+    )
+    .await
+    .unwrap();
     let failed = s["upgrade"]["currentMember"].as_str().unwrap().to_string();
     let degraded = condition(&s, "Degraded").unwrap();
     assert_eq!(degraded["status"], "True", "{s:#}");
@@ -552,12 +512,13 @@ async fn a_target_that_cannot_start_halts_the_roll_degraded_while_the_cluster_se
     // The failed member is back on 3.5.1, the cluster is whole and serves; nobody else was touched.
     let s = wait_for(
         &op,
-        "halt",
+        Watched::status("ec", "halt").every(STATUS_POLL),
         "all healthy on 3.5.1 again",
         Duration::from_secs(60),
         |s| available_on(s, "3.5.1"),
     )
-    .await;
+    .await
+    .unwrap();
     assert_eq!(s["upgrade"]["phase"], "Halted");
     assert_eq!(condition(&s, "Degraded").unwrap()["reason"], "UpgradeHalted");
     let mut client = Client::connect(&eps, None).await.unwrap();
@@ -584,7 +545,7 @@ async fn a_target_that_cannot_start_halts_the_roll_degraded_while_the_cluster_se
     // It stays halted across an operator restart: no retry until the spec changes.
     op.restart().await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let s = status(&op, "halt");
+    let s = status(&op, "ec", "halt").unwrap();
     assert_eq!(s["upgrade"]["phase"], "Halted");
     assert!(available_on(&s, "3.5.1"), "{s:#}");
     assert!(
@@ -598,12 +559,13 @@ async fn a_target_that_cannot_start_halts_the_roll_degraded_while_the_cluster_se
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = wait_for(
         &op,
-        "halt",
+        Watched::status("ec", "halt").every(STATUS_POLL),
         "the roll to 3.5.3 to halt",
         Duration::from_secs(60),
         |s| s["upgrade"]["phase"] == "Halted" && s["upgrade"]["targetVersion"] == "3.5.3",
     )
-    .await;
+    .await
+    .unwrap();
     let message = condition(&s, "Degraded").unwrap()["message"]
         .as_str()
         .unwrap()

@@ -1,86 +1,22 @@
 //! Helpers shared by the backup suites (`backup_schedule`, `backup_snapshot`,
-//! `backup_restore`): kubectl against a `LocalOperator`, waiting on status, etcdctl, and a
-//! restored etcd member started on a prepared data directory.
+//! `backup_restore`): cluster manifests and availability, etcdctl, snapshot checks, and a
+//! restored etcd member started on a prepared data directory. kubectl and waiting on objects are
+//! the library's (`etcd_operator_tests::kubectl`).
 
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use etcd_operator_tests::{EtcdVersion, LocalOperator, TestProcess, tools};
+use etcd_operator_tests::kubectl::condition;
+use etcd_operator_tests::{EtcdVersion, TestProcess, tools};
 use serde_json::Value;
 use sha2::Digest;
-
-/// Runs kubectl; a failure fails the test with kubectl's stderr and the operator's log.
-pub(crate) fn kubectl(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> String {
-    let out = kubectl_raw(op, args, stdin);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\noperator log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        op.log_tail()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs kubectl and returns its output whatever the exit status.
-pub(crate) fn kubectl_raw(op: &LocalOperator, args: &[&str], stdin: Option<&str>) -> std::process::Output {
-    let mut cmd = op.kubectl().unwrap();
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// The object as JSON.
-pub(crate) fn get(op: &LocalOperator, resource: &str, name: &str) -> Value {
-    serde_json::from_str(&kubectl(op, &["get", resource, name, "-o", "json"], None)).unwrap()
-}
-
-/// Waits until `check` holds for the object, failing with the last object otherwise.
-pub(crate) async fn wait_for(
-    op: &LocalOperator,
-    resource: &str,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let obj = get(op, resource, name);
-        if check(&obj) {
-            return obj;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; object: {obj:#}\noperator log:\n{}",
-            op.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The condition of a type, if present.
-pub(crate) fn condition(obj: &Value, type_: &str) -> Option<Value> {
-    obj["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
-}
 
 /// Whether the cluster is available with `replicas` healthy voting members.
 pub(crate) fn available(obj: &Value, replicas: i64) -> bool {
     let s = &obj["status"];
-    condition(obj, "Available").is_some_and(|c| c["status"] == "True")
+    condition(&obj["status"], "Available").is_some_and(|c| c["status"] == "True")
         && s["readyReplicas"] == replicas
         && s["clientEndpoints"]
             .as_array()
