@@ -18,6 +18,12 @@
 //!
 //! If the cache does not catch up within [`StorageOptions::consistent_read_timeout`], the read
 //! goes to etcd directly.
+//!
+//! # Backends
+//! "etcd" above is whatever [`backend::Backend`] the storage runs on: a real etcd
+//! ([`Storage::new`], [`backend::EtcdBackend`]) or the in-memory MVCC store with the same
+//! revision, compare-and-swap, watch and compaction semantics ([`Storage::in_memory`],
+//! [`backend::MemoryBackend`]), which tests use to run without etcd.
 
 pub mod backend;
 mod cache;
