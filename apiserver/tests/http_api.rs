@@ -1,7 +1,8 @@
-//! The HTTP API driven in process: the real router over real storage on a real etcd, one request
-//! at a time through `tower::ServiceExt::oneshot`. Every failure path asserts the `Status` body
+//! The HTTP API driven in process: the real router over real storage, one request at a time
+//! through `tower::ServiceExt::oneshot`, each test twice: on the in-memory store and on a real
+//! etcd (see `both_backings!` at the end). Every failure path asserts the `Status` body
 //! kube-apiserver sends (code, `kind`, `apiVersion`, reason, message, causes) and that nothing was
-//! stored: the backing etcd's revision and every key under the resource prefix are unchanged.
+//! stored: the backing store's revision and every key under the resource prefix are unchanged.
 //! The verbs' semantics around those failures (finalizers, subresources, generation, paging,
 //! dry runs, Table output, discovery, OpenAPI) are checked on the same server.
 
@@ -13,13 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use etcd_client::GetOptions;
 use etcd_operator_apiserver::http::auth::{
     AllowAuthenticated, AuthenticateFuture, Authenticator, LocalAuthenticator, UserInfo,
 };
 use etcd_operator_apiserver::http::openapi::Documents;
 use etcd_operator_apiserver::http::{AppState, Stores, router};
 use etcd_operator_apiserver::registry::kind::Kind;
+use etcd_operator_apiserver::storage::backend::{
+    Backend, EtcdBackend, MemoryBackend, RangeRequest, prefix_end,
+};
 use etcd_operator_apiserver::storage::{Storage, StorageOptions};
 use etcd_operator_tests::{EtcdVersion, TestEtcd};
 use http::{HeaderMap, Method, Request, StatusCode, header};
@@ -106,11 +109,21 @@ struct Stored {
     keys: Vec<(String, i64, String)>,
 }
 
+/// The store under the server: every test runs on both (see [`both_backings!`]).
+#[derive(Debug, Clone, Copy)]
+enum Backing {
+    /// The in-memory MVCC store: no etcd, milliseconds.
+    Memory,
+    /// A real etcd 3.5.1 from `.tools/`.
+    Etcd,
+}
+
 struct Api {
     app: axum::Router,
     storage: Storage,
-    etcd_client: etcd_client::Client,
-    _etcd: TestEtcd,
+    backend: Arc<dyn Backend>,
+    /// The etcd behind `backend`, for [`Backing::Etcd`]; declared last so it stops last.
+    etcd: Option<TestEtcd>,
 }
 
 fn coll(ns: &str) -> String {
@@ -161,33 +174,40 @@ fn cause_fields(status: &Value) -> Vec<String> {
 }
 
 impl Api {
-    async fn start() -> Self {
-        Self::start_with(Arc::new(FixedUser)).await
+    async fn start(backing: Backing) -> Self {
+        Self::start_with(backing, Arc::new(FixedUser)).await
     }
 
-    async fn start_with(authenticator: Arc<dyn Authenticator>) -> Self {
-        let etcd = TestEtcd::start(EtcdVersion::V3_5_1)
-            .await
-            .expect("start etcd 3.5.1 (install it with `make tools`)");
-        let etcd_client = etcd.client().await.unwrap();
-        let app = Self::app_on(&etcd_client, authenticator).await;
-        let storage = app.1;
+    async fn start_with(backing: Backing, authenticator: Arc<dyn Authenticator>) -> Self {
+        let (backend, etcd): (Arc<dyn Backend>, _) = match backing {
+            Backing::Memory => (Arc::new(MemoryBackend::new()), None),
+            Backing::Etcd => {
+                let etcd = TestEtcd::start(EtcdVersion::V3_5_1)
+                    .await
+                    .expect("start etcd 3.5.1 (install it with `make tools`)");
+                let client = etcd.client().await.unwrap();
+                (Arc::new(EtcdBackend::new(client)), Some(etcd))
+            }
+        };
+        let (app, storage) = Self::app_on(&backend, authenticator).await;
         Self {
-            app: app.0,
+            app,
             storage,
-            etcd_client,
-            _etcd: etcd,
+            backend,
+            etcd,
         }
     }
 
-    /// A router (a "server process") over the backing etcd.
+    /// A router (a "server process") over the backing store.
     async fn app_on(
-        client: &etcd_client::Client,
+        backend: &Arc<dyn Backend>,
         authenticator: Arc<dyn Authenticator>,
     ) -> (axum::Router, Storage) {
-        let stores = Stores::open(|prefix| Storage::new(client.clone(), prefix, StorageOptions::default()))
-            .await
-            .unwrap();
+        let stores = Stores::open(|prefix| {
+            Storage::with_backend(Arc::clone(backend), prefix, StorageOptions::default())
+        })
+        .await
+        .unwrap();
         for storage in stores.all() {
             storage.wait_initialized(Duration::from_secs(10)).await.unwrap();
         }
@@ -278,27 +298,40 @@ impl Api {
         self.create_in(NS, &cluster(name)).await
     }
 
-    async fn stored(&self) -> Stored {
-        let resp = self
-            .etcd_client
-            .kv_client()
-            .get(PREFIX, Some(GetOptions::new().with_prefix()))
+    /// Every key under `prefix` at the latest revision, read from the backing store directly.
+    async fn read_prefix(&self, prefix: &str) -> etcd_operator_apiserver::storage::backend::RangeResponse {
+        self.backend
+            .range(RangeRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: prefix_end(prefix.as_bytes()),
+                revision: None,
+                limit: None,
+            })
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    async fn stored(&self) -> Stored {
+        let resp = self.read_prefix(PREFIX).await;
         Stored {
-            revision: resp.header().unwrap().revision(),
+            revision: resp.revision as i64,
             keys: resp
-                .kvs()
+                .kvs
                 .iter()
                 .map(|kv| {
                     (
-                        kv.key_str().unwrap().to_string(),
-                        kv.mod_revision(),
-                        kv.value_str().unwrap().to_string(),
+                        String::from_utf8(kv.key.clone()).unwrap(),
+                        kv.mod_revision as i64,
+                        String::from_utf8(kv.value.clone()).unwrap(),
                     )
                 })
                 .collect(),
         }
+    }
+
+    /// Compacts the backing store (etcd: its own compaction) to `revision`.
+    async fn compact_store(&self, revision: i64) {
+        self.backend.compact(revision as u64).await.unwrap();
     }
 
     async fn assert_unchanged(&self, before: &Stored, what: &str) {
@@ -335,9 +368,10 @@ async fn send_to(app: &axum::Router, req: Request<Body>) -> Resp {
 // ---------------------------------------------------------------------------------------------
 // Authentication
 
-#[tokio::test]
-async fn local_authenticator_refuses_requests_without_a_client_certificate_except_health_checks() {
-    let api = Api::start_with(Arc::new(LocalAuthenticator)).await;
+async fn local_authenticator_refuses_requests_without_a_client_certificate_except_health_checks(
+    backing: Backing,
+) {
+    let api = Api::start_with(backing, Arc::new(LocalAuthenticator)).await;
     for path in [
         coll(NS),
         obj(NS, "a"),
@@ -374,9 +408,8 @@ async fn local_authenticator_refuses_requests_without_a_client_certificate_excep
 // ---------------------------------------------------------------------------------------------
 // Decoding
 
-#[tokio::test]
-async fn malformed_and_non_object_bodies_are_400_and_store_nothing() {
-    let api = Api::start().await;
+async fn malformed_and_non_object_bodies_are_400_and_store_nothing(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("keep").await;
     let before = api.stored().await;
     let json = "application/json";
@@ -431,9 +464,8 @@ async fn malformed_and_non_object_bodies_are_400_and_store_nothing() {
     assert_eq!(after.keys[0], before.keys[0], "the existing object is untouched");
 }
 
-#[tokio::test]
-async fn wrong_kind_or_api_version_is_400_and_stores_nothing() {
-    let api = Api::start().await;
+async fn wrong_kind_or_api_version_is_400_and_stores_nothing(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("keep").await;
     let before = api.stored().await;
     let with = |f: &dyn Fn(&mut Value)| {
@@ -496,9 +528,8 @@ async fn wrong_kind_or_api_version_is_400_and_stores_nothing() {
     api.assert_unchanged(&before, "wrong kind/apiVersion").await;
 }
 
-#[tokio::test]
-async fn identity_metadata_that_disagrees_with_the_request_is_refused() {
-    let api = Api::start().await;
+async fn identity_metadata_that_disagrees_with_the_request_is_refused(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("a").await;
     let before = api.stored().await;
 
@@ -574,9 +605,8 @@ async fn identity_metadata_that_disagrees_with_the_request_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // Validation
 
-#[tokio::test]
-async fn invalid_objects_are_422_with_every_cause_and_store_nothing() {
-    let api = Api::start().await;
+async fn invalid_objects_are_422_with_every_cause_and_store_nothing(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("a").await;
     let mut old = cluster("old");
     old["spec"]["version"] = json!("3.4.23");
@@ -699,9 +729,8 @@ async fn invalid_objects_are_422_with_every_cause_and_store_nothing() {
 // ---------------------------------------------------------------------------------------------
 // Concurrency and existence
 
-#[tokio::test]
-async fn conflicts_and_existing_names_are_409_and_missing_resource_versions_422() {
-    let api = Api::start().await;
+async fn conflicts_and_existing_names_are_409_and_missing_resource_versions_422(backing: Backing) {
+    let api = Api::start(backing).await;
     let first = api.create("a").await;
     let r = api.post(&coll(NS), &cluster("a")).await;
     let s = assert_status(
@@ -767,9 +796,8 @@ async fn conflicts_and_existing_names_are_409_and_missing_resource_versions_422(
         .await;
 }
 
-#[tokio::test]
-async fn missing_objects_are_404_for_every_verb() {
-    let api = Api::start().await;
+async fn missing_objects_are_404_for_every_verb(backing: Backing) {
+    let api = Api::start(backing).await;
     api.create("a").await;
     let before = api.stored().await;
     let x = obj(NS, "x");
@@ -820,9 +848,8 @@ async fn missing_objects_are_404_for_every_verb() {
 // ---------------------------------------------------------------------------------------------
 // Transport-level refusals
 
-#[tokio::test]
-async fn bodies_over_3_mib_are_413() {
-    let api = Api::start().await;
+async fn bodies_over_3_mib_are_413(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("a").await;
     let before = api.stored().await;
     let mut big = cluster("big");
@@ -869,9 +896,8 @@ async fn bodies_over_3_mib_are_413() {
     api.assert_unchanged(&before, "oversized bodies").await;
 }
 
-#[tokio::test]
-async fn unsupported_content_types_are_415_and_unsatisfiable_accepts_406() {
-    let api = Api::start().await;
+async fn unsupported_content_types_are_415_and_unsatisfiable_accepts_406(backing: Backing) {
+    let api = Api::start(backing).await;
     api.create("a").await;
     let before = api.stored().await;
     for content_type in [
@@ -948,9 +974,8 @@ async fn unsupported_content_types_are_415_and_unsatisfiable_accepts_406() {
     api.assert_unchanged(&before, "unsupported media types").await;
 }
 
-#[tokio::test]
-async fn unknown_paths_are_404_and_wrong_methods_405() {
-    let api = Api::start().await;
+async fn unknown_paths_are_404_and_wrong_methods_405(backing: Backing) {
+    let api = Api::start(backing).await;
     api.create("a").await;
     let before = api.stored().await;
     for path in [
@@ -994,9 +1019,8 @@ async fn unknown_paths_are_404_and_wrong_methods_405() {
 // ---------------------------------------------------------------------------------------------
 // Options: fieldValidation, dryRun
 
-#[tokio::test]
-async fn unknown_fields_follow_field_validation() {
-    let api = Api::start().await;
+async fn unknown_fields_follow_field_validation(backing: Backing) {
+    let api = Api::start(backing).await;
     let before = api.stored().await;
     let mut bogus = cluster("strict");
     bogus["spec"]["bogus"] = json!(1);
@@ -1084,9 +1108,8 @@ async fn unknown_fields_follow_field_validation() {
     assert_eq!(patched["spec"]["replicas"], 5);
 }
 
-#[tokio::test]
-async fn dry_run_stores_nothing() {
-    let api = Api::start().await;
+async fn dry_run_stores_nothing(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("a").await;
     let before = api.stored().await;
 
@@ -1220,9 +1243,8 @@ async fn dry_run_stores_nothing() {
 // ---------------------------------------------------------------------------------------------
 // List and watch options
 
-#[tokio::test]
-async fn bad_selectors_are_400() {
-    let api = Api::start().await;
+async fn bad_selectors_are_400(backing: Backing) {
+    let api = Api::start(backing).await;
     for (name, tier) in [("a", "x"), ("b", "y")] {
         let mut b = cluster(name);
         b["metadata"]["labels"] = json!({"tier": tier});
@@ -1282,9 +1304,8 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
-#[tokio::test]
-async fn list_and_watch_options_kube_apiserver_forbids_are_422() {
-    let api = Api::start().await;
+async fn list_and_watch_options_kube_apiserver_forbids_are_422(backing: Backing) {
+    let api = Api::start(backing).await;
     api.create("a").await;
     let list_options = |r: &Resp, message: &str, field: &str| {
         let s = assert_status(
@@ -1406,9 +1427,8 @@ fn base64_url(s: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Patches
 
-#[tokio::test]
-async fn failing_and_malformed_patches_change_nothing() {
-    let api = Api::start().await;
+async fn failing_and_malformed_patches_change_nothing(backing: Backing) {
+    let api = Api::start(backing).await;
     api.create("a").await;
     let before = api.stored().await;
     let r = api
@@ -1497,9 +1517,8 @@ async fn failing_and_malformed_patches_change_nothing() {
 // ---------------------------------------------------------------------------------------------
 // Deletion
 
-#[tokio::test]
-async fn delete_preconditions_that_do_not_match_are_409_and_delete_nothing() {
-    let api = Api::start().await;
+async fn delete_preconditions_that_do_not_match_are_409_and_delete_nothing(backing: Backing) {
+    let api = Api::start(backing).await;
     let a = api.create("a").await;
     let uid = a["metadata"]["uid"].as_str().unwrap();
     let rv = a["metadata"]["resourceVersion"].as_str().unwrap();
@@ -1583,9 +1602,8 @@ async fn delete_preconditions_that_do_not_match_are_409_and_delete_nothing() {
     assert_status(&api.get(&obj(NS, "a")).await, 404, "NotFound", "\"a\" not found");
 }
 
-#[tokio::test]
-async fn finalizers_hold_deletion_until_the_last_one_is_removed() {
-    let api = Api::start().await;
+async fn finalizers_hold_deletion_until_the_last_one_is_removed(backing: Backing) {
+    let api = Api::start(backing).await;
     let mut b = cluster("held");
     b["metadata"]["finalizers"] = json!(["example.com/hold"]);
     api.create_in(NS, &b).await;
@@ -1675,9 +1693,8 @@ async fn finalizers_hold_deletion_until_the_last_one_is_removed() {
     assert!(fg["metadata"]["deletionTimestamp"].is_string());
 }
 
-#[tokio::test]
-async fn deletecollection_deletes_exactly_the_selected_objects() {
-    let api = Api::start().await;
+async fn deletecollection_deletes_exactly_the_selected_objects(backing: Backing) {
+    let api = Api::start(backing).await;
     for (ns, name, tier) in [
         (NS, "a", Some("x")),
         (NS, "b", Some("x")),
@@ -1735,9 +1752,8 @@ async fn deletecollection_deletes_exactly_the_selected_objects() {
 // ---------------------------------------------------------------------------------------------
 // Subresources, generation, no-op writes, generateName
 
-#[tokio::test]
-async fn status_writes_change_only_status_and_main_writes_ignore_status() {
-    let api = Api::start().await;
+async fn status_writes_change_only_status_and_main_writes_ignore_status(backing: Backing) {
+    let api = Api::start(backing).await;
     let mut b = cluster("a");
     b["status"] = json!({"replicas": 9, "phase": "Running"});
     let created = api.create_in(NS, &b).await;
@@ -1800,9 +1816,8 @@ async fn status_writes_change_only_status_and_main_writes_ignore_status() {
     assert_eq!(patched["metadata"]["generation"], 1);
 }
 
-#[tokio::test]
-async fn scale_subresource_reads_and_writes_replicas() {
-    let api = Api::start().await;
+async fn scale_subresource_reads_and_writes_replicas(backing: Backing) {
+    let api = Api::start(backing).await;
     let created = api.create("a").await;
     let scale = api.get(&format!("{}/scale", obj(NS, "a"))).await.expect(200);
     assert_eq!(scale["kind"], "Scale");
@@ -1893,9 +1908,8 @@ async fn scale_subresource_reads_and_writes_replicas() {
     assert_eq!(api.get(&v1).await.expect(200)["spec"]["size"], 3);
 }
 
-#[tokio::test]
-async fn generation_bumps_only_for_spec_changes_and_identical_writes_are_no_ops() {
-    let api = Api::start().await;
+async fn generation_bumps_only_for_spec_changes_and_identical_writes_are_no_ops(backing: Backing) {
+    let api = Api::start(backing).await;
     let created = api.create("a").await;
     assert_eq!(created["metadata"]["generation"], 1);
 
@@ -1946,9 +1960,8 @@ async fn generation_bumps_only_for_spec_changes_and_identical_writes_are_no_ops(
     assert_eq!(v1["metadata"]["generation"], 3);
 }
 
-#[tokio::test]
-async fn generate_name_completes_the_name() {
-    let api = Api::start().await;
+async fn generate_name_completes_the_name(backing: Backing) {
+    let api = Api::start(backing).await;
     let mut b = cluster("x");
     b["metadata"] = json!({"generateName": "demo-"});
     let mut names = BTreeSet::new();
@@ -1974,9 +1987,8 @@ async fn generate_name_completes_the_name() {
 // ---------------------------------------------------------------------------------------------
 // Paging and compaction
 
-#[tokio::test]
-async fn list_pages_through_every_object_exactly_once() {
-    let api = Api::start().await;
+async fn list_pages_through_every_object_exactly_once(backing: Backing) {
+    let api = Api::start(backing).await;
     for i in 0..5 {
         api.create(&format!("p{i}")).await;
     }
@@ -2034,9 +2046,8 @@ async fn list_pages_through_every_object_exactly_once() {
     assert_eq!(empty["items"], json!([]));
 }
 
-#[tokio::test]
-async fn an_expired_continue_token_is_410_with_an_inconsistent_continue_token() {
-    let api = Api::start().await;
+async fn an_expired_continue_token_is_410_with_an_inconsistent_continue_token(backing: Backing) {
+    let api = Api::start(backing).await;
     for i in 0..5 {
         api.create(&format!("p{i}")).await;
     }
@@ -2046,8 +2057,11 @@ async fn an_expired_continue_token_is_410_with_an_inconsistent_continue_token() 
     api.patch(&obj(NS, "p3"), MERGE, r#"{"metadata":{"labels":{"late":"yes"}}}"#)
         .await
         .expect(200);
+    // A consistent read: the watch cache has applied the patch (else, still at the list's
+    // revision, it could serve the continuation itself, consistently, without asking the store).
+    api.get(&obj(NS, "p3")).await.expect(200);
     let revision = api.stored().await.revision;
-    api.etcd_client.kv_client().compact(revision, None).await.unwrap();
+    api.compact_store(revision).await;
 
     let r = api.get(&format!("{}?limit=2&continue={token}", coll(NS))).await;
     let s = assert_status(
@@ -2100,9 +2114,8 @@ async fn an_expired_continue_token_is_410_with_an_inconsistent_continue_token() 
     );
 }
 
-#[tokio::test]
-async fn a_watch_from_a_compacted_resource_version_is_an_error_event_with_410() {
-    let api = Api::start().await;
+async fn a_watch_from_a_compacted_resource_version_is_an_error_event_with_410(backing: Backing) {
+    let api = Api::start(backing).await;
     let first = api.create("a").await;
     let old: u64 = first["metadata"]["resourceVersion"]
         .as_str()
@@ -2120,8 +2133,8 @@ async fn a_watch_from_a_compacted_resource_version_is_an_error_event_with_410() 
     }
     // Compact the backing etcd past `old` and start a server on it (its history begins now).
     let revision = api.stored().await.revision;
-    api.etcd_client.kv_client().compact(revision, None).await.unwrap();
-    let (restarted, _storage) = Api::app_on(&api.etcd_client, Arc::new(FixedUser)).await;
+    api.compact_store(revision).await;
+    let (restarted, _storage) = Api::app_on(&api.backend, Arc::new(FixedUser)).await;
     let r = send_to(
         &restarted,
         Request::get(format!("{}?watch=true&resourceVersion={old}", coll(NS)))
@@ -2166,9 +2179,8 @@ async fn a_watch_from_a_compacted_resource_version_is_an_error_event_with_410() 
 // ---------------------------------------------------------------------------------------------
 // Representations
 
-#[tokio::test]
-async fn tables_and_partial_object_metadata() {
-    let api = Api::start().await;
+async fn tables_and_partial_object_metadata(backing: Backing) {
+    let api = Api::start(backing).await;
     let a = api.create("a").await;
     api.create("b").await;
 
@@ -2234,9 +2246,8 @@ async fn tables_and_partial_object_metadata() {
     assert_eq!(parsed, a);
 }
 
-#[tokio::test]
-async fn discovery_and_openapi_are_cacheable() {
-    let api = Api::start().await;
+async fn discovery_and_openapi_are_cacheable(backing: Backing) {
+    let api = Api::start(backing).await;
     let r = api.get_accept("/apis", AGGREGATED_ACCEPT).await;
     let doc = r.expect(200);
     assert_eq!(
@@ -2328,9 +2339,8 @@ async fn discovery_and_openapi_are_cacheable() {
 // ---------------------------------------------------------------------------------------------
 // Odd input never reaches a 500
 
-#[tokio::test]
-async fn odd_input_gets_a_client_error_never_a_server_error() {
-    let api = Api::start().await;
+async fn odd_input_gets_a_client_error_never_a_server_error(backing: Backing) {
+    let api = Api::start(backing).await;
     let existing = api.create("a").await;
     let before = api.stored().await;
     let mut bodies = Vec::new();
@@ -2460,9 +2470,8 @@ async fn odd_input_gets_a_client_error_never_a_server_error() {
 
 /// A watch from a resourceVersion does not know what the client saw before it began: a change
 /// is MODIFIED (not ADDED) when it matches, and DELETED when it stops matching the selector.
-#[tokio::test]
-async fn a_watch_from_a_resource_version_reports_changes_and_selector_exits() {
-    let h = Api::start().await;
+async fn a_watch_from_a_resource_version_reports_changes_and_selector_exits(backing: Backing) {
+    let h = Api::start(backing).await;
     let mut body = cluster("w1");
     body["metadata"]["labels"] = json!({"tier": "a"});
     let created = h.create_in(NS, &body).await;
@@ -2527,21 +2536,16 @@ fn backup(name: &str, cluster: &str) -> Value {
 impl Api {
     /// Keys and revisions under the EtcdBackup prefix.
     async fn stored_backups(&self) -> Vec<(String, i64)> {
-        let mut kv = self.etcd_client.kv_client();
-        let resp = kv
-            .get(BACKUPS_PREFIX, Some(GetOptions::new().with_prefix()))
-            .await
-            .unwrap();
-        resp.kvs()
+        let resp = self.read_prefix(BACKUPS_PREFIX).await;
+        resp.kvs
             .iter()
-            .map(|k| (k.key_str().unwrap().to_string(), k.mod_revision()))
+            .map(|k| (String::from_utf8(k.key.clone()).unwrap(), k.mod_revision as i64))
             .collect()
     }
 }
 
-#[tokio::test]
-async fn etcdbackups_are_served_with_every_verb_status_and_validation() {
-    let api = Api::start().await;
+async fn etcdbackups_are_served_with_every_verb_status_and_validation(backing: Backing) {
+    let api = Api::start(backing).await;
     // Create: defaults, server-owned metadata, stored under its own prefix.
     let created = api.post(&backups(NS), &backup("b1", "main")).await.expect(201);
     assert_eq!(created["kind"], "EtcdBackup");
@@ -2684,9 +2688,10 @@ async fn etcdbackups_are_served_with_every_verb_status_and_validation() {
     assert!(api.stored_backups().await.is_empty());
 }
 
+// etcd only: the backing etcd stands in for the cluster's member that serves the snapshot.
 #[tokio::test]
 async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
-    let api = Api::start().await;
+    let api = Api::start(Backing::Etcd).await;
     let snapshot = |name: &str| format!("{}/snapshot", obj(NS, name));
     // A missing cluster is 404; a cluster without endpoints has no healthy member: 503.
     let r = api.get(&snapshot("x")).await;
@@ -2711,7 +2716,7 @@ async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
     let r = api.get(&snapshot("a")).await;
     assert_status(&r, 503, "ServiceUnavailable", "no healthy member");
     // The backing etcd of this test stands in for the cluster's member: a real snapshot.
-    let endpoint = api._etcd.endpoint().to_string();
+    let endpoint = api.etcd.as_ref().unwrap().endpoint().to_string();
     let r = api
         .patch(
             &format!("{}/status", obj(NS, "a")),
@@ -2738,3 +2743,63 @@ async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
             .any(|w| w == b"/registry/etcd.operator.dev/etcdclusters/team-a/a")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every test above, once on each backing store: `in_memory::<test>` (no etcd, milliseconds) and
+// `on_etcd::<test>` (the same body against a real etcd). Compaction tests run on both: the
+// in-memory store compacts like etcd (older reads and watches fail with etcd's error). Only
+// the snapshot test is etcd-only (it needs a real etcd member to stream a snapshot from).
+
+macro_rules! both_backings {
+    ($($name:ident),* $(,)?) => {
+        mod in_memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Backing::Memory).await
+                }
+            )*
+        }
+        mod on_etcd {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Backing::Etcd).await
+                }
+            )*
+        }
+    };
+}
+
+both_backings!(
+    local_authenticator_refuses_requests_without_a_client_certificate_except_health_checks,
+    malformed_and_non_object_bodies_are_400_and_store_nothing,
+    wrong_kind_or_api_version_is_400_and_stores_nothing,
+    identity_metadata_that_disagrees_with_the_request_is_refused,
+    invalid_objects_are_422_with_every_cause_and_store_nothing,
+    conflicts_and_existing_names_are_409_and_missing_resource_versions_422,
+    missing_objects_are_404_for_every_verb,
+    bodies_over_3_mib_are_413,
+    unsupported_content_types_are_415_and_unsatisfiable_accepts_406,
+    unknown_paths_are_404_and_wrong_methods_405,
+    unknown_fields_follow_field_validation,
+    dry_run_stores_nothing,
+    bad_selectors_are_400,
+    list_and_watch_options_kube_apiserver_forbids_are_422,
+    failing_and_malformed_patches_change_nothing,
+    delete_preconditions_that_do_not_match_are_409_and_delete_nothing,
+    finalizers_hold_deletion_until_the_last_one_is_removed,
+    deletecollection_deletes_exactly_the_selected_objects,
+    status_writes_change_only_status_and_main_writes_ignore_status,
+    scale_subresource_reads_and_writes_replicas,
+    generation_bumps_only_for_spec_changes_and_identical_writes_are_no_ops,
+    generate_name_completes_the_name,
+    list_pages_through_every_object_exactly_once,
+    an_expired_continue_token_is_410_with_an_inconsistent_continue_token,
+    a_watch_from_a_compacted_resource_version_is_an_error_event_with_410,
+    tables_and_partial_object_metadata,
+    discovery_and_openapi_are_cacheable,
+    odd_input_gets_a_client_error_never_a_server_error,
+    a_watch_from_a_resource_version_reports_changes_and_selector_exits,
+    etcdbackups_are_served_with_every_verb_status_and_validation,
+);

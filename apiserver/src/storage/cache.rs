@@ -7,15 +7,12 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{EventType, GetOptions, WatchOptions as EtcdWatchOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
+use super::backend::{RangeRequest, WatchEvent as BackendEvent, WatchEventKind, WatchResponse, prefix_end};
 use super::error::StorageError;
-
-/// Largest gRPC message the storage accepts from etcd (lists of many objects, batched events).
-pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
 /// One stored object: its JSON bytes as written to etcd (without `resourceVersion`) and its
 /// mod revision. Cloning is cheap; the bytes are shared with the event ring buffer.
@@ -269,21 +266,23 @@ enum WatchEnd {
 
 /// Lists the whole prefix at the latest revision.
 async fn list_all(inner: &Inner) -> Result<(BTreeMap<Arc<str>, StoredObj>, u64), StorageError> {
-    let mut kv = inner
-        .client
-        .kv_client()
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let resp = kv
-        .get(inner.prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
+    let resp = inner
+        .backend
+        .range(RangeRequest {
+            key: inner.prefix.as_bytes().to_vec(),
+            range_end: prefix_end(inner.prefix.as_bytes()),
+            revision: None,
+            limit: None,
+        })
         .await
-        .map_err(|e| StorageError::etcd("list for the watch cache", e))?;
-    let rev = resp.header().map_or(0, |h| h.revision()).max(1) as u64;
+        .map_err(|e| StorageError::backend("list for the watch cache", e))?;
+    let rev = resp.revision.max(1);
     let mut objects = BTreeMap::new();
-    for kv in resp.kvs() {
-        if let Some(key) = inner.relative_key(kv.key()) {
+    for kv in resp.kvs {
+        if let Some(key) = inner.relative_key(&kv.key) {
             objects.insert(
                 Arc::from(key),
-                StoredObj::new(Arc::from(kv.value()), kv.mod_revision() as u64),
+                StoredObj::new(Arc::from(kv.value), kv.mod_revision),
             );
         }
     }
@@ -309,12 +308,11 @@ pub(crate) fn progress_notify_reliable(version: &str) -> bool {
 }
 
 async fn detect_progress_support(inner: &Inner) {
-    let mut client = inner.client.maintenance_client();
-    match client.status().await {
+    match inner.backend.status().await {
         Ok(status) => {
-            let reliable = progress_notify_reliable(status.version());
+            let reliable = progress_notify_reliable(&status.version);
             tracing::debug!(
-                version = status.version(),
+                version = %status.version,
                 reliable,
                 "etcd progress notifications"
             );
@@ -398,19 +396,9 @@ async fn watch_once(
     control: &mut mpsc::UnboundedReceiver<Control>,
     cancel: &CancellationToken,
 ) -> WatchEnd {
-    // No `prev_kv`: the cache holds every object's last state already (it lists, then follows
-    // every event from the list revision), and asking etcd for it costs a backend read per event.
-    let options = EtcdWatchOptions::new()
-        .with_prefix()
-        .with_progress_notify()
-        .with_start_revision(start as i64);
-    let mut client = inner
-        .client
-        .watch_client()
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let opened = tokio::select! {
         () = cancel.cancelled() => return WatchEnd::Cancelled,
-        r = client.watch(inner.prefix.as_bytes(), Some(options)) => r,
+        r = inner.backend.watch(inner.prefix.as_bytes().to_vec(), start) => r,
     };
     let mut stream = match opened {
         Ok(s) => s,
@@ -433,30 +421,18 @@ async fn watch_once(
                     }
                 }
             },
-            msg = stream.message() => match msg {
+            msg = stream.next() => match msg {
                 Err(e) => return WatchEnd::Failed(e.to_string()),
                 Ok(None) => return WatchEnd::Failed("watch stream ended".to_owned()),
-                Ok(Some(resp)) => {
-                    if resp.canceled() {
-                        if resp.compact_revision() > 0 {
-                            return WatchEnd::Compacted(resp.compact_revision());
-                        }
-                        return WatchEnd::Failed(format!("watch canceled: {}", resp.cancel_reason()));
-                    }
-                    if resp.created() {
-                        continue;
-                    }
-                    if resp.events().is_empty() {
-                        // A progress notification: every event up to the header revision was sent.
-                        progress_sent = None;
-                        if let Some(h) = resp.header() {
-                            let rev = h.revision().max(0) as u64;
-                            inner.with_state_mut(|s| s.rev = s.rev.max(rev));
-                        }
-                        continue;
-                    }
+                Ok(Some(WatchResponse::Compacted(rev))) => return WatchEnd::Compacted(rev as i64),
+                Ok(Some(WatchResponse::Progress(rev))) => {
+                    // Every event up to `rev` was sent.
+                    progress_sent = None;
+                    inner.with_state_mut(|s| s.rev = s.rev.max(rev));
+                }
+                Ok(Some(WatchResponse::Events(events))) => {
                     // Checked outside the lock: readers only wait for the inserts.
-                    let changes = prepare_events(inner, resp.events());
+                    let changes = prepare_events(inner, events);
                     inner.with_state_mut(|s| apply_changes(s, changes));
                 }
             },
@@ -472,22 +448,22 @@ enum Change {
     Other(u64),
 }
 
-fn prepare_events(inner: &Inner, events: &[etcd_client::Event]) -> Vec<Change> {
+fn prepare_events(inner: &Inner, events: Vec<BackendEvent>) -> Vec<Change> {
     let mut changes = Vec::with_capacity(events.len());
     for event in events {
-        let Some(kv) = event.kv() else { continue };
-        let rev = kv.mod_revision().max(0) as u64;
-        let Some(key) = inner.relative_key(kv.key()) else {
+        let rev = event.kv.mod_revision;
+        let Some(key) = inner.relative_key(&event.kv.key) else {
             changes.push(Change::Other(rev));
             continue;
         };
-        changes.push(match event.event_type() {
-            EventType::Put => Change::Put(Arc::from(key), StoredObj::new(Arc::from(kv.value()), rev)),
-            EventType::Delete => {
+        let key = Arc::from(key);
+        changes.push(match event.kind {
+            WatchEventKind::Put => Change::Put(key, StoredObj::new(Arc::from(event.kv.value), rev)),
+            WatchEventKind::Delete => {
                 let prev = event
-                    .prev_kv()
-                    .map(|p| StoredObj::new(Arc::from(p.value()), p.mod_revision().max(0) as u64));
-                Change::Delete(Arc::from(key), rev, prev)
+                    .prev
+                    .map(|p| StoredObj::new(Arc::from(p.value), p.mod_revision));
+                Change::Delete(key, rev, prev)
             }
         });
     }

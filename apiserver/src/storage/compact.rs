@@ -8,8 +8,6 @@
 //! round only records the current revision. Several servers (or several storages in one
 //! process) sharing the key compact once per round between them.
 
-use etcd_client::{Compare, CompareOp, TxnOp, TxnOpResponse};
-
 use super::Inner;
 use super::error::StorageError;
 
@@ -27,29 +25,16 @@ pub(crate) struct CompactState {
 /// One round. `Ok(Some(rev))` when etcd was compacted to `rev`.
 pub(crate) async fn step(inner: &Inner) -> Result<Option<i64>, StorageError> {
     let mut state = inner.compaction.lock().await;
-    let key = inner.options.compact_key.as_str();
-    let txn = etcd_client::Txn::new()
-        .when([Compare::version(key, CompareOp::Equal, state.time)])
-        .and_then([TxnOp::put(key, state.rev.to_string(), None)])
-        .or_else([TxnOp::get(key, None)]);
-    let resp = inner
-        .client
-        .kv_client()
-        .txn(txn)
+    let key = inner.options.compact_key.as_bytes().to_vec();
+    let round = inner
+        .backend
+        .put_if_version(key, state.time, state.rev.to_string().into_bytes())
         .await
-        .map_err(|e| StorageError::etcd("compaction: update compact key", e))?;
-    let current_rev = resp.header().map_or(0, |h| h.revision());
-    if !resp.succeeded() {
+        .map_err(|e| StorageError::backend("compaction: update compact key", e))?;
+    let current_rev = round.revision as i64;
+    if !round.succeeded {
         // Another server compacted in this round: adopt its clock, target our current revision.
-        let version = resp
-            .op_responses()
-            .first()
-            .and_then(|r| match r {
-                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.version()),
-                _ => None,
-            })
-            .unwrap_or(0);
-        state.time = version;
+        state.time = round.version;
         state.rev = current_rev;
         return Ok(None);
     }
@@ -59,10 +44,10 @@ pub(crate) async fn step(inner: &Inner) -> Result<Option<i64>, StorageError> {
     if target <= 0 || target <= state.compacted {
         return Ok(None);
     }
-    match inner.client.kv_client().compact(target, None).await {
-        Ok(_) => {}
-        Err(e) if e.to_string().contains("required revision has been compacted") => {}
-        Err(e) => return Err(StorageError::etcd("compaction: compact", e)),
+    match inner.backend.compact(target as u64).await {
+        Ok(()) => {}
+        Err(e) if e.is_compacted() => {}
+        Err(e) => return Err(StorageError::backend("compaction: compact", e)),
     }
     state.compacted = target;
     drop(state);

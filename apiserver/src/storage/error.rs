@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::backend::BackendError;
+
 /// A storage operation failed.
 ///
 /// HTTP mapping (done by the HTTP layer): `NotFound` → 404, `AlreadyExists` → 409,
@@ -77,6 +79,13 @@ pub enum StorageError {
         #[source]
         source: etcd_client::Error,
     },
+    /// The in-memory backend refused a call (e.g. a compacted or future revision).
+    #[error("store {op}: {source}")]
+    Backend {
+        op: &'static str,
+        #[source]
+        source: super::backend::BackendError,
+    },
     /// An etcd call or a wait for the watch cache took too long.
     #[error("{op}: timed out after {after:?}")]
     Timeout { op: &'static str, after: Duration },
@@ -93,14 +102,34 @@ impl StorageError {
         Self::Etcd { op, source }
     }
 
-    /// Whether this is an etcd error saying the requested revision was compacted.
-    pub(crate) fn is_compacted(&self) -> bool {
-        matches!(self, Self::Etcd { source, .. } if source.to_string().contains("required revision has been compacted"))
+    /// Wraps a backend error of operation `op`: etcd's errors stay [`Self::Etcd`].
+    pub(crate) fn backend(op: &'static str, source: BackendError) -> Self {
+        match source {
+            BackendError::Etcd(source) => Self::etcd(op, source),
+            source => Self::Backend { op, source },
+        }
     }
 
-    /// Whether this is an etcd error saying the requested revision is in the future.
+    /// Whether this is a store error saying the requested revision was compacted.
+    pub(crate) fn is_compacted(&self) -> bool {
+        match self {
+            Self::Etcd { source, .. } => source
+                .to_string()
+                .contains("required revision has been compacted"),
+            Self::Backend { source, .. } => source.is_compacted(),
+            _ => false,
+        }
+    }
+
+    /// Whether this is a store error saying the requested revision is in the future.
     pub(crate) fn is_future_revision(&self) -> bool {
-        matches!(self, Self::Etcd { source, .. } if source.to_string().contains("required revision is a future revision"))
+        match self {
+            Self::Etcd { source, .. } => source
+                .to_string()
+                .contains("required revision is a future revision"),
+            Self::Backend { source, .. } => source.is_future_revision(),
+            _ => false,
+        }
     }
 }
 

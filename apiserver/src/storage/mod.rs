@@ -18,7 +18,14 @@
 //!
 //! If the cache does not catch up within [`StorageOptions::consistent_read_timeout`], the read
 //! goes to etcd directly.
+//!
+//! # Backends
+//! "etcd" above is whatever [`backend::Backend`] the storage runs on: a real etcd
+//! ([`Storage::new`], [`backend::EtcdBackend`]) or the in-memory MVCC store with the same
+//! revision, compare-and-swap, watch and compaction semantics ([`Storage::in_memory`],
+//! [`backend::MemoryBackend`]), which tests use to run without etcd.
 
+pub mod backend;
 mod cache;
 mod compact;
 mod continue_token;
@@ -33,11 +40,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use backend::{Backend, CasOutcome, EtcdBackend, KeyValue, MemoryBackend, RangeRequest, prefix_end};
 use cache::{CacheState, Control, StoredObj};
 
 pub use error::{GuaranteedUpdateError, StorageError};
@@ -187,7 +194,7 @@ impl std::fmt::Debug for Storage {
 
 /// State shared by the storage handles, the cache task and the watchers.
 pub(crate) struct Inner {
-    pub(crate) client: etcd_client::Client,
+    pub(crate) backend: Arc<dyn Backend>,
     pub(crate) prefix: String,
     pub(crate) options: StorageOptions,
     state: RwLock<CacheState>,
@@ -269,13 +276,10 @@ impl Inner {
 
     /// The current revision of etcd, from a count-only read of a single key.
     async fn etcd_revision(&self) -> Result<u64, StorageError> {
-        let resp = self
-            .client
-            .kv_client()
-            .get(self.prefix.as_bytes(), Some(GetOptions::new().with_count_only()))
+        self.backend
+            .revision()
             .await
-            .map_err(|e| StorageError::etcd("read current revision", e))?;
-        Ok(resp.header().map_or(0, |h| h.revision()).max(0) as u64)
+            .map_err(|e| StorageError::backend("read current revision", e))
     }
 
     /// Makes the cache fresh enough for a consistent read: `Ok(None)` when the read may be
@@ -315,22 +319,22 @@ impl Inner {
             None => prefix_end(self.prefix.as_bytes()),
         };
         let resp = self
-            .client
-            .kv_client()
-            .max_decoding_message_size(cache::MAX_MESSAGE_BYTES)
-            .get(
-                format!("{}{start}", self.prefix),
-                Some(GetOptions::new().with_range(end_key)),
-            )
+            .backend
+            .range(RangeRequest {
+                key: format!("{}{start}", self.prefix).into_bytes(),
+                range_end: end_key,
+                revision: None,
+                limit: None,
+            })
             .await
-            .map_err(|e| StorageError::etcd("list", e))?;
-        let rev = resp.header().map_or(0, |h| h.revision()).max(0) as u64;
+            .map_err(|e| StorageError::backend("list", e))?;
+        let rev = resp.revision;
         self.observe(rev as i64);
         let items = resp
-            .kvs()
+            .kvs
             .iter()
             .filter_map(|kv| {
-                let rel = self.relative_key(kv.key())?;
+                let rel = self.relative_key(&kv.key)?;
                 Some((Arc::from(rel), stored_of(kv)))
             })
             .collect();
@@ -402,32 +406,12 @@ fn parse_rv(value: Option<&str>) -> Result<Option<u64>, StorageError> {
     }
 }
 
-/// The first key after every key starting with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // All bytes 0xff: range to the end of the keyspace.
-    vec![0]
-}
-
 fn is_path_segment(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('%')
 }
 
-fn first_kv(resp: &TxnOpResponse) -> Option<&KeyValue> {
-    match resp {
-        TxnOpResponse::Get(g) => g.kvs().first(),
-        _ => None,
-    }
-}
-
 fn stored_of(kv: &KeyValue) -> StoredObj {
-    StoredObj::new(Arc::from(kv.value()), kv.mod_revision().max(0) as u64)
+    StoredObj::new(Arc::from(kv.value.as_slice()), kv.mod_revision)
 }
 
 const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
@@ -444,6 +428,24 @@ impl Storage {
         prefix: impl Into<String>,
         options: StorageOptions,
     ) -> Result<Storage, StorageError> {
+        Self::with_backend(Arc::new(EtcdBackend::new(client)), prefix, options).await
+    }
+
+    /// [`Storage::new`] on a fresh in-memory store of its own (see [`MemoryBackend`]); storages
+    /// that must share one store use [`Storage::with_backend`] with a cloned [`MemoryBackend`].
+    pub async fn in_memory(
+        prefix: impl Into<String>,
+        options: StorageOptions,
+    ) -> Result<Storage, StorageError> {
+        Self::with_backend(Arc::new(MemoryBackend::new()), prefix, options).await
+    }
+
+    /// [`Storage::new`] on any [`Backend`].
+    pub async fn with_backend(
+        backend: Arc<dyn Backend>,
+        prefix: impl Into<String>,
+        options: StorageOptions,
+    ) -> Result<Storage, StorageError> {
         let mut prefix = prefix.into();
         if prefix.is_empty() || prefix == "/" {
             return Err(StorageError::InvalidOptions {
@@ -456,7 +458,7 @@ impl Storage {
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (rev_tx, _) = tokio_watch::channel(0);
         let inner = Arc::new(Inner {
-            client,
+            backend,
             prefix,
             state: RwLock::new(CacheState::new(options.event_buffer_capacity)),
             options,
@@ -493,14 +495,18 @@ impl Storage {
         }
     }
 
+    /// The store under the cache.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
     /// Ready when etcd answers within [`StorageOptions::ready_timeout`] and the cache is primed.
     pub async fn ready(&self) -> bool {
         if self.current_revision() == 0 {
             return false;
         }
-        let mut client = self.inner.client.maintenance_client();
         matches!(
-            tokio::time::timeout(self.inner.options.ready_timeout, client.status()).await,
+            tokio::time::timeout(self.inner.options.ready_timeout, self.inner.backend.status()).await,
             Ok(Ok(_))
         )
     }
@@ -520,26 +526,23 @@ impl Storage {
     pub async fn create(&self, namespace: &str, name: &str, mut obj: Value) -> Result<Value, StorageError> {
         let (key, _) = self.key(namespace, name)?;
         let bytes = encode(&key, &mut obj)?;
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.as_str(), bytes, None)])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        let resp = self
+        let outcome = self
             .inner
-            .client
-            .kv_client()
-            .txn(txn)
+            .backend
+            .create(key.clone().into_bytes(), bytes)
             .await
-            .map_err(|e| StorageError::etcd("create", e))?;
-        if !resp.succeeded() {
-            if let Some(kv) = resp.op_responses().first().and_then(first_kv) {
-                self.inner.observe(kv.mod_revision());
+            .map_err(|e| StorageError::backend("create", e))?;
+        let rev = match outcome {
+            CasOutcome::Done(rev) => rev,
+            CasOutcome::Failed(current) => {
+                if let Some(kv) = current {
+                    self.inner.observe(kv.mod_revision as i64);
+                }
+                return Err(StorageError::AlreadyExists { key });
             }
-            return Err(StorageError::AlreadyExists { key });
-        }
-        let rev = resp.header().map_or(0, |h| h.revision());
-        self.inner.observe(rev);
-        set_resource_version(&mut obj, rev.max(0) as u64);
+        };
+        self.inner.observe(rev as i64);
+        set_resource_version(&mut obj, rev);
         Ok(obj)
     }
 
@@ -595,14 +598,13 @@ impl Storage {
     }
 
     async fn get_from_etcd(&self, key: &str) -> Result<Option<StoredObj>, StorageError> {
-        let resp = self
+        let kv = self
             .inner
-            .client
-            .kv_client()
-            .get(key, None)
+            .backend
+            .get(key.as_bytes().to_vec())
             .await
-            .map_err(|e| StorageError::etcd("get", e))?;
-        let stored = resp.kvs().first().map(stored_of);
+            .map_err(|e| StorageError::backend("get", e))?;
+        let stored = kv.as_ref().map(stored_of);
         if let Some(s) = &stored {
             self.inner.observe(s.mod_rev as i64);
         }
@@ -668,18 +670,12 @@ impl Storage {
                     }
                 }
                 UpdateAction::Delete => {
-                    let txn = Txn::new()
-                        .when([Compare::mod_revision(
-                            key.as_str(),
-                            CompareOp::Equal,
-                            current.mod_rev as i64,
-                        )])
-                        .and_then([TxnOp::delete(
-                            key.as_str(),
-                            Some(DeleteOptions::new().with_prev_key()),
-                        )])
-                        .or_else([TxnOp::get(key.as_str(), None)]);
-                    match self.cas(txn).await? {
+                    let outcome = self
+                        .inner
+                        .backend
+                        .delete(key.clone().into_bytes(), current.mod_rev)
+                        .await;
+                    match self.cas(outcome)? {
                         Ok(rev) => {
                             let last = decode(&key, &current.data, rev)?;
                             return Ok(UpdateOutcome::Deleted(last));
@@ -705,15 +701,12 @@ impl Storage {
                 let value = decode(&key, &current.data, current.mod_rev)?;
                 return Ok(UpdateOutcome::Unchanged(value));
             };
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    current.mod_rev as i64,
-                )])
-                .and_then([TxnOp::put(key.as_str(), bytes, None)])
-                .or_else([TxnOp::get(key.as_str(), None)]);
-            match self.cas(txn).await? {
+            let outcome = self
+                .inner
+                .backend
+                .update(key.clone().into_bytes(), bytes, current.mod_rev)
+                .await;
+            match self.cas(outcome)? {
                 Ok(rev) => {
                     let mut obj = written.take().unwrap_or(Value::Null);
                     set_resource_version(&mut obj, rev);
@@ -728,22 +721,20 @@ impl Storage {
         Err(StorageError::Conflict { key, attempts }.into())
     }
 
-    /// Runs a compare-and-swap transaction: `Ok(revision)` when it succeeded, else
-    /// `Err(current state)` from its `Get` branch (`None` when the key is gone).
-    async fn cas(&self, txn: Txn) -> Result<Result<u64, Option<StoredObj>>, StorageError> {
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| StorageError::etcd("compare-and-swap", e))?;
-        if resp.succeeded() {
-            let rev = resp.header().map_or(0, |h| h.revision());
-            self.inner.observe(rev);
-            return Ok(Ok(rev.max(0) as u64));
-        }
-        let fresh = resp.op_responses().first().and_then(first_kv).map(stored_of);
+    /// Notes the outcome of a compare-and-swap: `Ok(revision)` when it succeeded, else
+    /// `Err(current state)` (`None` when the key is gone).
+    fn cas(
+        &self,
+        outcome: Result<CasOutcome, backend::BackendError>,
+    ) -> Result<Result<u64, Option<StoredObj>>, StorageError> {
+        let outcome = outcome.map_err(|e| StorageError::backend("compare-and-swap", e))?;
+        let fresh = match outcome {
+            CasOutcome::Done(rev) => {
+                self.inner.observe(rev as i64);
+                return Ok(Ok(rev));
+            }
+            CasOutcome::Failed(current) => current.as_ref().map(stored_of),
+        };
         if let Some(f) = &fresh {
             self.inner.observe(f.mod_rev as i64);
         }
@@ -955,29 +946,22 @@ impl Storage {
             Some(end) => format!("{}{end}", self.inner.prefix).into_bytes(),
             None => prefix_end(self.inner.prefix.as_bytes()),
         };
-        let mut options = GetOptions::new().with_range(end_key.clone());
-        if let Some(r) = revision {
-            options = options.with_revision(r as i64);
-        }
-        if let Some(l) = limit {
-            options = options.with_limit(l as i64);
-        }
         let empty = from_key.as_bytes() >= end_key.as_slice();
         let resp = self
             .inner
-            .client
-            .kv_client()
-            .max_decoding_message_size(cache::MAX_MESSAGE_BYTES)
-            .get(
-                if empty {
+            .backend
+            .range(RangeRequest {
+                key: if empty {
                     end_key.clone()
                 } else {
                     from_key.into_bytes()
                 },
-                Some(options),
-            )
+                range_end: end_key,
+                revision,
+                limit,
+            })
             .await
-            .map_err(|e| StorageError::etcd("list", e))
+            .map_err(|e| StorageError::backend("list", e))
             .map_err(|e| match revision {
                 Some(r) if e.is_future_revision() => StorageError::TooLargeResourceVersion {
                     requested: r,
@@ -985,12 +969,12 @@ impl Storage {
                 },
                 _ => e,
             })?;
-        let list_rev = revision.unwrap_or_else(|| resp.header().map_or(0, |h| h.revision()).max(0) as u64);
+        let list_rev = revision.unwrap_or(resp.revision);
         self.inner.observe(list_rev as i64);
-        let mut items = Vec::with_capacity(resp.kvs().len());
+        let mut items = Vec::with_capacity(resp.kvs.len());
         let mut last = None;
-        for kv in resp.kvs() {
-            let Some(rel) = self.inner.relative_key(kv.key()) else {
+        for kv in &resp.kvs {
+            let Some(rel) = self.inner.relative_key(&kv.key) else {
                 continue;
             };
             items.push(RawObject::new(Arc::from(rel), stored_of(kv)));
@@ -1000,9 +984,9 @@ impl Storage {
             items.clear();
             last = None;
         }
-        let remaining = (resp.count() - resp.kvs().len() as i64).max(0);
+        let remaining = (resp.count as i64 - resp.kvs.len() as i64).max(0);
         let continue_token = match last {
-            Some(last) if resp.more() && !empty => Some(continue_token::encode_after(list_rev as i64, last)),
+            Some(last) if resp.more && !empty => Some(continue_token::encode_after(list_rev as i64, last)),
             _ => None,
         };
         Ok(RawListResult {
