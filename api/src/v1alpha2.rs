@@ -238,7 +238,7 @@ pub struct TlsPlane {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<CertManagerTls>,
 
-    /// The operator creates a CA and certificates itself and rotates them.
+    /// The operator creates a CA and the certificates itself (local runtime today; see docs/tls.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoTls>,
 }
@@ -279,8 +279,8 @@ pub struct IssuerReference {
     pub group: Option<String>,
 }
 
-/// Operator-managed certificates: a self-signed CA per cluster and per plane, rotated before
-/// expiry. No settings yet; the empty object `{}` selects it.
+/// Operator-managed certificates: a self-signed CA per cluster and per plane, certificates valid
+/// one year (rotation is not implemented yet). No settings yet; the empty object `{}` selects it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoTls {}

@@ -19,3 +19,4 @@ pub mod restore;
 pub mod runtime;
 pub mod spec;
 pub mod status;
+pub mod tls;

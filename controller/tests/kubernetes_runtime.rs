@@ -1594,3 +1594,39 @@ fn golden_services() {
 fn golden_pdb() {
     golden("pdb", &resources::build_pdb(&cluster_ref(), 3));
 }
+
+#[tokio::test]
+async fn a_cluster_asking_for_tls_is_refused_before_any_api_call() {
+    use etcd_operator_api::v1alpha2::{AutoTls, TlsPlane, TlsSpec};
+    let mut spec = disk_spec(3);
+    spec.cluster.spec.tls = Some(TlsSpec {
+        client: None,
+        peer: Some(TlsPlane {
+            auto: Some(AutoTls {}),
+            ..Default::default()
+        }),
+    });
+    let spec = ClusterSpecView::new(spec.cluster);
+    let err = scenario(
+        async |_| {},
+        async |runtime| runtime.client_tls(&cluster_ref(), &spec).await.unwrap_err(),
+    )
+    .await;
+    assert!(
+        matches!(
+            err,
+            RuntimeError::TlsUnsupported {
+                plane: "peer",
+                provider: "auto",
+                runtime: "kubernetes"
+            }
+        ),
+        "{err}"
+    );
+    let plain = scenario(
+        async |_| {},
+        async |runtime| runtime.client_tls(&cluster_ref(), &disk_spec(3)).await.unwrap(),
+    )
+    .await;
+    assert_eq!(plain, None);
+}

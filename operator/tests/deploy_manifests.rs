@@ -615,7 +615,8 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 10] = [
+const RUNTIME_OPERATIONS: [&str; 11] = [
+    "client_tls",
     "watch_children",
     "resync_interval",
     "members",
@@ -645,6 +646,7 @@ async fn drive_runtime(stub: &Stub) {
             let spec = spec_view(medium);
             let runtime = KubernetesRuntime::new(stub.client());
             let _ = runtime.members(&cluster).await;
+            let _ = runtime.client_tls(&cluster, &spec).await;
             let _ = runtime.reserve(&cluster, &spec, &member).await;
             let _ = runtime.start(&cluster, &spec, &member, &config).await;
             let _ = runtime.change_version(&cluster, &spec, &member, "3.5.22").await;
@@ -951,7 +953,7 @@ const KUBE_CALLERS: [(&str, &str); 12] = [
         "controller/src/reconcile/status_write.rs",
         "own API: EtcdClusters",
     ),
-    ("controller/src/restore.rs", "own API: EtcdClusters"),
+    ("controller/src/restore/mod.rs", "own API: EtcdClusters"),
     (
         "apiserver/src/cluster/authn.rs",
         "driven: drive_serve_mode (TokenReview)",

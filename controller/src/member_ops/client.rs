@@ -12,6 +12,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
 use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError};
 use crate::backup::policy::SnapshotDigest;
 use crate::model::{EtcdMember, EtcdView, MemberHealth};
+use crate::tls::member::ClientTls;
 
 /// How long one etcd call may take before the member counts as not answering.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -34,12 +35,17 @@ const NOT_READY_YET: [&str; 4] = [
     "etcdserver: re-configuration failed due to not enough started members",
 ];
 
+/// A cached client's key: the endpoints and the fingerprint of the identity presented to them.
+type CacheKey = (Vec<String>, String);
+
 /// The real [`MemberOps`]: etcd-client with cached connections. Cheap to clone (the cache is
 /// shared).
 #[derive(Clone, Default)]
 pub struct EtcdClient {
-    clients: Arc<Mutex<HashMap<Vec<String>, Client>>>,
-    tls: Option<etcd_client::TlsOptions>,
+    /// Clients by (endpoints, TLS identity fingerprint).
+    clients: Arc<Mutex<HashMap<CacheKey, Client>>>,
+    /// The identity to present to each TLS member endpoint.
+    tls: Arc<Mutex<HashMap<String, ClientTls>>>,
 }
 
 impl std::fmt::Debug for EtcdClient {
@@ -47,7 +53,10 @@ impl std::fmt::Debug for EtcdClient {
         let cached = self.clients.lock().map(|c| c.len()).unwrap_or_default();
         f.debug_struct("EtcdClient")
             .field("cached", &cached)
-            .field("tls", &self.tls.is_some())
+            .field(
+                "tls_endpoints",
+                &self.tls.lock().map(|t| t.len()).unwrap_or_default(),
+            )
             .finish()
     }
 }
@@ -91,14 +100,6 @@ async fn timed<T>(
 }
 
 impl EtcdClient {
-    /// A client that speaks plain HTTP to the members, or TLS with `tls`.
-    pub fn new(tls: Option<etcd_client::TlsOptions>) -> Self {
-        Self {
-            clients: Arc::default(),
-            tls,
-        }
-    }
-
     /// How many clients are cached (for tests of the cache).
     pub fn cached(&self) -> usize {
         self.clients.lock().map(|c| c.len()).unwrap_or_default()
@@ -109,15 +110,16 @@ impl EtcdClient {
         if endpoints.is_empty() {
             return Err(MemberOpError::NoEndpoint { op });
         }
-        let key = endpoints.to_vec();
+        let tls = self.tls_for(endpoints);
+        let key = self.key(endpoints);
         if let Some(client) = self.clients.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(client);
         }
         let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(CALL_TIMEOUT);
-        if let Some(tls) = &self.tls {
-            options = options.with_tls(tls.clone());
+        if let Some(tls) = &tls {
+            options = options.with_tls(tls.options());
         }
         let client = match tokio::time::timeout(CALL_TIMEOUT, Client::connect(endpoints, Some(options))).await
         {
@@ -147,11 +149,28 @@ impl EtcdClient {
     ) -> Result<T, MemberOpError> {
         if let Err(error) = &result
             && connection_failed(error)
-            && let Ok(mut cache) = self.clients.lock()
         {
-            cache.remove(endpoints);
+            let key = self.key(endpoints);
+            if let Ok(mut cache) = self.clients.lock() {
+                cache.remove(&key);
+            }
         }
         result
+    }
+
+    /// The TLS identity registered for `endpoints` (the first that has one).
+    fn tls_for(&self, endpoints: &[String]) -> Option<ClientTls> {
+        let tls = self.tls.lock().ok()?;
+        endpoints.iter().find_map(|e| tls.get(e).cloned())
+    }
+
+    /// The cache key of `endpoints`: the endpoints and the identity presented to them.
+    fn key(&self, endpoints: &[String]) -> CacheKey {
+        let fingerprint = self
+            .tls_for(endpoints)
+            .map(|t| t.fingerprint())
+            .unwrap_or_default();
+        (endpoints.to_vec(), fingerprint)
     }
 
     /// The status of one member, asked at its own client URL.
@@ -263,6 +282,26 @@ impl SnapshotSink for FileSink {
 }
 
 impl MemberOps for EtcdClient {
+    fn use_tls(&self, endpoints: &[String], tls: Option<&ClientTls>) {
+        if let Ok(mut map) = self.tls.lock() {
+            if map.len() > MAX_CACHED_CLIENTS * 8 {
+                // Endpoints of deleted clusters are never asked for again; the live clusters
+                // register theirs again at their next reconcile.
+                map.clear();
+            }
+            for endpoint in endpoints {
+                match tls {
+                    Some(tls) => {
+                        map.insert(endpoint.clone(), tls.clone());
+                    }
+                    None => {
+                        map.remove(endpoint);
+                    }
+                }
+            }
+        }
+    }
+
     async fn observe(&self, endpoints: &[String]) -> Option<EtcdView> {
         // One endpoint at a time: a member that has just started and does not listen yet must not
         // make the whole cluster look silent.
@@ -499,5 +538,28 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn each_identity_gets_its_own_connection_and_plain_endpoints_none() {
+        let ops = EtcdClient::default();
+        let endpoints = vec!["https://127.0.0.1:1".to_string()];
+        let tls = |cert: &str| ClientTls {
+            ca_pem: "ca".into(),
+            cert_pem: cert.into(),
+            key_pem: "key".into(),
+        };
+        assert_eq!(ops.tls_for(&endpoints), None);
+        let plain = ops.key(&endpoints);
+        ops.use_tls(&endpoints, Some(&tls("a")));
+        assert_eq!(ops.tls_for(&endpoints), Some(tls("a")));
+        let a = ops.key(&endpoints);
+        ops.use_tls(&endpoints, Some(&tls("b")));
+        let b = ops.key(&endpoints);
+        assert!(plain != a && a != b && plain != b);
+        // A clone shares the registrations (the controller, backups and `/snapshot`).
+        assert_eq!(ops.clone().tls_for(&endpoints), Some(tls("b")));
+        ops.use_tls(&endpoints, None);
+        assert_eq!(ops.key(&endpoints), plain);
     }
 }

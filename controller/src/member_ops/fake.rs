@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError};
 use crate::model::{EtcdMember, EtcdView, MemberHealth};
+use crate::tls::member::ClientTls;
 
 /// The operations a failure can be scripted for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub enum Op {
 pub enum Call {
     /// `observe(endpoints)`.
     Observe(Vec<String>),
+    /// `use_tls(endpoints, tls)`, with the identity's fingerprint.
+    UseTls(Vec<String>, Option<String>),
     /// `add_learner(endpoints, peer_url)`.
     AddLearner {
         /// Where it was sent.
@@ -156,11 +159,11 @@ impl FakeMemberOps {
         self.state().calls.clone()
     }
 
-    /// The calls so far other than `observe`.
+    /// The calls so far other than `observe` and `use_tls`.
     pub fn actions(&self) -> Vec<Call> {
         self.calls()
             .into_iter()
-            .filter(|c| !matches!(c, Call::Observe(_)))
+            .filter(|c| !matches!(c, Call::Observe(_) | Call::UseTls(..)))
             .collect()
     }
 
@@ -201,6 +204,13 @@ impl FakeMemberOps {
 }
 
 impl MemberOps for FakeMemberOps {
+    fn use_tls(&self, endpoints: &[String], tls: Option<&ClientTls>) {
+        let _ = self.record(
+            Call::UseTls(endpoints.to_vec(), tls.map(ClientTls::fingerprint)),
+            None,
+        );
+    }
+
     async fn observe(&self, endpoints: &[String]) -> Option<EtcdView> {
         let _ = self.record(Call::Observe(endpoints.to_vec()), None);
         self.state().view.clone()

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 pub use client::EtcdClient;
 
+use crate::tls::member::ClientTls;
+
 use crate::backup::policy::SnapshotCheckError;
 use crate::model::EtcdView;
 
@@ -138,6 +140,11 @@ pub struct SavedSnapshot {
 /// What the controller asks a running etcd cluster. Endpoints are member client URLs; a call
 /// given several tries them in order until one answers.
 pub trait MemberOps: Send + Sync + 'static {
+    /// The members at `endpoints` serve their client plane with TLS and expect this identity
+    /// (`None`: plain HTTP). Every later call to them, whoever makes it (a reconcile, a backup,
+    /// the `snapshot` subresource), uses it.
+    fn use_tls(&self, endpoints: &[String], tls: Option<&ClientTls>);
+
     /// The cluster as etcd reports it (member list from the first endpoint that answers, then
     /// each member's own status); `None` when none answers the member list.
     fn observe(&self, endpoints: &[String]) -> impl Future<Output = Option<EtcdView>> + Send;

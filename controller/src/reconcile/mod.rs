@@ -308,13 +308,32 @@ async fn apply<R: Runtime, M: MemberOps>(
         }
     }
     let mut outcome = Outcome::idle();
+    // The operator's identity toward TLS members; a cluster whose TLS cannot be had here is not
+    // touched (nothing may start without the TLS it asks for).
+    let client_tls = match ctx.runtime.client_tls(cluster, &spec).await {
+        Ok(tls) => tls,
+        Err(error) => {
+            tracing::warn!(cluster = %cluster.key(), %error, "cannot set up the cluster's TLS");
+            let outcome = Outcome {
+                error: Some(StepError::Runtime(error)),
+                ..Outcome::idle()
+            };
+            let observed = Observed {
+                runtime: Vec::new(),
+                etcd: None,
+                timing: Timing::default(),
+            };
+            write_status(api, obj, &status::compute(&spec, &observed, &outcome)).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+    };
     let mut observed = Observed {
         runtime: Vec::new(),
         etcd: None,
         timing: Timing::default(),
     };
     for _ in 0..MAX_STEPS_PER_RECONCILE {
-        observed = match observe::observe(cluster, ctx, &desired.version).await {
+        observed = match observe::observe(cluster, ctx, &desired.version, client_tls.as_ref()).await {
             Ok(o) => o,
             Err(e) => {
                 outcome.error = Some(e.into());

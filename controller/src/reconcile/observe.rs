@@ -9,6 +9,7 @@ use crate::member_ops::MemberOps;
 use crate::model::{ClusterRef, InitialState, Liveness, is_healthy};
 use crate::plan::{self, Observed, Timing};
 use crate::runtime::{Runtime, RuntimeError};
+use crate::tls::member::ClientTls;
 
 use super::Context;
 
@@ -17,8 +18,13 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
     cluster: &ClusterRef,
     ctx: &Context<R, M>,
     version: &str,
+    client_tls: Option<&ClientTls>,
 ) -> Result<Observed, RuntimeError> {
     let runtime = ctx.runtime.members(cluster).await?;
+    // Every member's client URL speaks TLS with the operator's identity when the plane asks for
+    // it: the calls below, the steps and the backups all go through the same member operations.
+    let all: Vec<String> = runtime.iter().map(|r| r.client_url.clone()).collect();
+    ctx.members.use_tls(&all, client_tls);
     let endpoints: Vec<String> = runtime
         .iter()
         .filter(|r| r.liveness == Liveness::Running)
@@ -86,4 +92,60 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
         etcd,
         timing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member_ops::fake::{Call, FakeMemberOps};
+    use crate::model::RuntimeMember;
+    use crate::plan::Thresholds;
+    use crate::runtime::fake::FakeRuntime;
+
+    fn member(name: &str, liveness: Liveness) -> RuntimeMember {
+        RuntimeMember {
+            name: name.into(),
+            peer_url: format!("https://{name}:2380"),
+            client_url: format!("https://{name}:2379"),
+            config: None,
+            liveness,
+        }
+    }
+
+    #[tokio::test]
+    async fn every_member_url_is_registered_with_the_clusters_identity_before_etcd_is_asked() {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            FakeRuntime::new(
+                vec![member("a", Liveness::Running), member("b", Liveness::Reserved)],
+                None,
+            ),
+            Thresholds::default(),
+            FakeMemberOps::new(None),
+        );
+        let cluster = ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        };
+        let tls = ClientTls {
+            ca_pem: "ca".into(),
+            cert_pem: "cert".into(),
+            key_pem: "key".into(),
+        };
+        observe(&cluster, &ctx, "3.5.1", Some(&tls)).await.unwrap();
+        observe(&cluster, &ctx, "3.5.1", None).await.unwrap();
+        let all = vec!["https://a:2379".to_string(), "https://b:2379".to_string()];
+        assert_eq!(
+            ctx.members.calls(),
+            [
+                Call::UseTls(all.clone(), Some(tls.fingerprint())),
+                Call::Observe(vec!["https://a:2379".into()]),
+                Call::UseTls(all, None),
+                Call::Observe(vec!["https://a:2379".into()]),
+            ]
+        );
+    }
 }

@@ -55,6 +55,7 @@ struct State {
 pub struct FakeRuntime {
     state: Mutex<State>,
     snapshot_dir: Option<PathBuf>,
+    client_tls: Option<crate::tls::member::ClientTls>,
 }
 
 impl FakeRuntime {
@@ -66,7 +67,14 @@ impl FakeRuntime {
                 ..Default::default()
             }),
             snapshot_dir,
+            client_tls: None,
         }
+    }
+
+    /// Answers [`Runtime::client_tls`] with `tls`.
+    pub fn with_client_tls(mut self, tls: crate::tls::member::ClientTls) -> Self {
+        self.client_tls = Some(tls);
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -195,6 +203,14 @@ impl Runtime for FakeRuntime {
         let mut state = self.call(RuntimeCall::Remove(name.to_owned(), keep_data), RuntimeOp::Remove)?;
         state.members.retain(|m| m.name != name);
         Ok(())
+    }
+
+    async fn client_tls(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+    ) -> Result<Option<crate::tls::member::ClientTls>, RuntimeError> {
+        Ok(self.client_tls.clone())
     }
 
     fn watch_children(

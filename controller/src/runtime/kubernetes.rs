@@ -822,6 +822,27 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
+    /// Not yet: the Secrets, mounts and flags of TLS members are the next step of the Kubernetes
+    /// runtime. A cluster that asks for TLS is refused with a clear reason rather than started
+    /// without it.
+    async fn client_tls(
+        &self,
+        _cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+    ) -> Result<Option<crate::tls::member::ClientTls>, RuntimeError> {
+        let planes = crate::tls::member::TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+        for (plane, provider) in [("client", &planes.client), ("peer", &planes.peer)] {
+            if let Some(provider) = provider {
+                return Err(RuntimeError::TlsUnsupported {
+                    plane,
+                    provider: provider.field(),
+                    runtime: "kubernetes",
+                });
+            }
+        }
+        Ok(None)
+    }
+
     /// The member Pods and PVCs (owned by their EtcdCluster, labelled with its name): a Pod
     /// deleted, failing or turning ready, a claim lost, reconciles the cluster at once.
     fn watch_children(

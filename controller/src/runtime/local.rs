@@ -2,8 +2,10 @@
 //! directory under the state directory. Members run in their own process group, so they outlive
 //! a restart (or crash) of the operator the way Pods do, and are re-adopted from their pid files.
 //!
-//! Layout: `<root>/<namespace>/<cluster>/<member>/{member.json, data/, etcd.log, etcd.pid}`, and
-//! `<root>/<namespace>/<cluster>/snapshots/` for snapshots taken before an upgrade.
+//! Layout: `<root>/<namespace>/<cluster>/<member>/{member.json, data/, etcd.log, etcd.pid}`,
+//! `<root>/<namespace>/<cluster>/snapshots/` for snapshots taken before an upgrade, and for a
+//! cluster with `spec.tls` (`auto`): `<cluster>/pki/{client-ca,peer-ca,operator}.{crt,key}` and
+//! each member's `<member>/tls/{server,peer}.{crt,key}` (keys 0600).
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -15,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{ClusterSpecView, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair};
+use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -30,6 +34,89 @@ struct MemberFile {
     /// Set once the process was started for the first time.
     #[serde(default)]
     started: bool,
+    /// The client plane serves HTTPS with a certificate of the cluster's client CA.
+    #[serde(default)]
+    client_tls: bool,
+    /// The peer plane uses mutual TLS with certificates of the cluster's peer CA.
+    #[serde(default)]
+    peer_tls: bool,
+}
+
+impl MemberFile {
+    fn client_url(&self) -> String {
+        let scheme = if self.client_tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        let scheme = if self.peer_tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.peer_port)
+    }
+}
+
+/// The TLS planes of `spec`, refused unless each uses a provider this runtime has (`auto`).
+fn local_planes(spec: &ClusterSpecView) -> Result<TlsPlanes, RuntimeError> {
+    let planes = TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+    for (plane, provider) in [("client", &planes.client), ("peer", &planes.peer)] {
+        if let Some(provider) = provider
+            && *provider != Provider::Auto
+        {
+            return Err(RuntimeError::TlsUnsupported {
+                plane,
+                provider: provider.field(),
+                runtime: "local",
+            });
+        }
+    }
+    Ok(planes)
+}
+
+fn certificates_error(what: &str) -> impl FnOnce(String) -> RuntimeError + '_ {
+    move |detail| RuntimeError::Certificates {
+        what: what.to_owned(),
+        detail,
+    }
+}
+
+/// Reads `<base>.crt` and `<base>.key`, issuing and writing them with `issue` when either is
+/// missing (the key first, 0600, so a crash in between only causes a re-issue).
+fn ensure_pair(
+    base: &Path,
+    issue: impl FnOnce() -> Result<PemPair, String>,
+) -> Result<PemPair, RuntimeError> {
+    let what = base.display().to_string();
+    let cert_path = base.with_extension("crt");
+    let key_path = base.with_extension("key");
+    if let (Ok(cert_pem), Ok(key_pem)) = (
+        std::fs::read_to_string(&cert_path),
+        std::fs::read_to_string(&key_path),
+    ) {
+        return Ok(PemPair { cert_pem, key_pem });
+    }
+    let pair = issue().map_err(certificates_error(&what))?;
+    if let Some(dir) = base.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| certificates_error(&what)(e.to_string()))?;
+    }
+    write_file(&key_path, &pair.key_pem, 0o600).map_err(|e| certificates_error(&what)(e.to_string()))?;
+    write_file(&cert_path, &pair.cert_pem, 0o644).map_err(|e| certificates_error(&what)(e.to_string()))?;
+    Ok(pair)
+}
+
+/// Writes `contents` to `path` with `mode` from the first byte (through a temporary sibling,
+/// renamed into place).
+fn write_file(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Runs members as local etcd processes.
@@ -72,6 +159,59 @@ impl LocalRuntime {
 
     fn member_dir(&self, cluster: &ClusterRef, name: &str) -> PathBuf {
         self.cluster_dir(cluster).join(name)
+    }
+
+    /// The cluster's CA of one plane (`client` or `peer`), created on first use.
+    fn ensure_ca(&self, cluster: &ClusterRef, plane: &str) -> Result<CertificateAuthority, RuntimeError> {
+        let base = self.cluster_dir(cluster).join("pki").join(format!("{plane}-ca"));
+        let name = format!("etcd-operator {} {plane} CA", cluster.key());
+        let pair = ensure_pair(&base, || {
+            CertificateAuthority::generate(&name, CA_VALIDITY)
+                .map(|ca| ca.pem().clone())
+                .map_err(|e| e.to_string())
+        })?;
+        CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
+            .map_err(certificates_error(&base.display().to_string()))
+    }
+
+    /// A member's certificates for the planes that use TLS: `<member>/tls/{server,peer}`, and
+    /// each plane's CA certificate path.
+    fn ensure_member_certificates(
+        &self,
+        cluster: &ClusterRef,
+        file: &MemberFile,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let dir = self.member_dir(cluster, &file.name).join("tls");
+        let names = [file.name.clone()];
+        let mut flags = Vec::new();
+        let pki = self.cluster_dir(cluster).join("pki");
+        if file.client_tls {
+            let ca = self.ensure_ca(cluster, "client")?;
+            ensure_pair(&dir.join("server"), || {
+                ca.issue(&member_tls::server_certificate(&file.name, &names))
+                    .map_err(|e| e.to_string())
+            })?;
+            flags.extend([
+                format!("--cert-file={}", dir.join("server.crt").display()),
+                format!("--key-file={}", dir.join("server.key").display()),
+                format!("--trusted-ca-file={}", pki.join("client-ca.crt").display()),
+                "--client-cert-auth=true".to_owned(),
+            ]);
+        }
+        if file.peer_tls {
+            let ca = self.ensure_ca(cluster, "peer")?;
+            ensure_pair(&dir.join("peer"), || {
+                ca.issue(&member_tls::peer_certificate(&file.name, &names))
+                    .map_err(|e| e.to_string())
+            })?;
+            flags.extend([
+                format!("--peer-cert-file={}", dir.join("peer.crt").display()),
+                format!("--peer-key-file={}", dir.join("peer.key").display()),
+                format!("--peer-trusted-ca-file={}", pki.join("peer-ca.crt").display()),
+                "--peer-client-cert-auth=true".to_owned(),
+            ]);
+        }
+        Ok(flags)
     }
 
     /// The etcd binary of a version, or why it cannot run here.
@@ -139,23 +279,30 @@ impl LocalRuntime {
         };
         RuntimeMember {
             name: file.name.clone(),
-            peer_url: format!("http://127.0.0.1:{}", file.peer_port),
-            client_url: format!("http://127.0.0.1:{}", file.client_port),
+            peer_url: file.peer_url(),
+            client_url: file.client_url(),
             config: file.config.clone(),
             liveness,
         }
     }
 
-    fn spawn(&self, dir: &Path, file: &MemberFile, config: &MemberConfig) -> Result<(), RuntimeError> {
+    fn spawn(
+        &self,
+        cluster: &ClusterRef,
+        dir: &Path,
+        file: &MemberFile,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
         let binary = self.binary(&config.version)?;
+        let tls_flags = self.ensure_member_certificates(cluster, file)?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("etcd.log"))
             .map_err(io("open etcd.log", &file.name))?;
         let err = log.try_clone().map_err(io("open etcd.log", &file.name))?;
-        let peer = format!("http://127.0.0.1:{}", file.peer_port);
-        let client = format!("http://127.0.0.1:{}", file.client_port);
+        let peer = file.peer_url();
+        let client = file.client_url();
         let mut cmd = tokio::process::Command::new(binary);
         cmd.arg(format!("--name={}", file.name))
             .arg(format!("--data-dir={}", dir.join("data").display()))
@@ -169,6 +316,7 @@ impl LocalRuntime {
                 config.initial_state.as_str()
             ))
             .arg(format!("--initial-cluster-token={}", config.cluster_token))
+            .args(&tls_flags)
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -215,7 +363,7 @@ impl LocalRuntime {
             crate::restore::RestoreTool::for_version(&self.binaries, &config.version).map_err(failed)?;
         let member = crate::restore::RestoreMember {
             name: file.name.clone(),
-            peer_url: format!("http://127.0.0.1:{}", file.peer_port),
+            peer_url: file.peer_url(),
             initial_cluster: config.initial_cluster_flag(),
             cluster_token: config.cluster_token.clone(),
         };
@@ -308,9 +456,10 @@ impl Runtime for LocalRuntime {
     async fn reserve(
         &self,
         cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        spec: &ClusterSpecView,
         name: &str,
     ) -> Result<RuntimeMember, RuntimeError> {
+        let planes = local_planes(spec)?;
         let dir = self.member_dir(cluster, name);
         if dir.join("member.json").is_file() {
             let file = self.read_member(&dir, name)?;
@@ -324,6 +473,8 @@ impl Runtime for LocalRuntime {
             client_port,
             config: None,
             started: false,
+            client_tls: planes.client.is_some(),
+            peer_tls: planes.peer.is_some(),
         };
         self.write_member(&dir, &file)?;
         Ok(self.to_runtime_member(&dir, &file))
@@ -357,7 +508,7 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.spawn(&dir, &file, &config)?;
+        self.spawn(cluster, &dir, &file, &config)?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -394,7 +545,7 @@ impl Runtime for LocalRuntime {
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
-        self.spawn(&dir, &file, &config)?;
+        self.spawn(cluster, &dir, &file, &config)?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -427,6 +578,28 @@ impl Runtime for LocalRuntime {
         } else {
             std::fs::remove_dir_all(&dir).map_err(io("delete member data", name))
         }
+    }
+
+    /// The operator's client certificate from the cluster's client CA (`auto` TLS).
+    async fn client_tls(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+    ) -> Result<Option<ClientTls>, RuntimeError> {
+        if local_planes(spec)?.client.is_none() {
+            return Ok(None);
+        }
+        let ca = self.ensure_ca(cluster, "client")?;
+        let base = self.cluster_dir(cluster).join("pki").join("operator");
+        let pair = ensure_pair(&base, || {
+            ca.issue(&member_tls::operator_certificate())
+                .map_err(|e| e.to_string())
+        })?;
+        Ok(Some(ClientTls {
+            ca_pem: ca.pem().cert_pem.clone(),
+            cert_pem: pair.cert_pem,
+            key_pem: pair.key_pem,
+        }))
     }
 
     /// Member processes send no events (a re-adopted process is not our child): nothing to watch.

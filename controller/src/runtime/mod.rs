@@ -58,6 +58,26 @@ pub enum RuntimeError {
         #[source]
         source: Box<crate::restore::RestoreError>,
     },
+    /// The TLS provider the spec asks for is not available in this runtime.
+    #[error(
+        "spec.tls.{plane}.{provider} is not supported by the {runtime} runtime yet; the cluster is not started without the TLS it asks for"
+    )]
+    TlsUnsupported {
+        /// `client` or `peer`.
+        plane: &'static str,
+        /// `auto`, `secretRef` or `certManager`.
+        provider: &'static str,
+        /// `local` or `kubernetes`.
+        runtime: &'static str,
+    },
+    /// The certificates of a cluster could not be made, read or written.
+    #[error("certificates of {what}: {detail}")]
+    Certificates {
+        /// Which certificates.
+        what: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// Stored member state could not be read or written.
     #[error("member state of {member}: {detail}")]
     State {
@@ -132,6 +152,14 @@ pub trait Runtime: Send + Sync + 'static {
         cluster: &ClusterRef,
         keep_data: bool,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// The operator's identity toward the cluster's members when their client plane uses TLS
+    /// (`None`: plain HTTP), creating it when the runtime issues the certificates itself.
+    fn client_tls(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+    ) -> impl Future<Output = Result<Option<crate::tls::member::ClientTls>, RuntimeError>> + Send;
 
     /// Makes the controller watch what this runtime creates for a cluster, so a change to a
     /// member (a Pod deleted, failing or turning ready) triggers its reconcile at once. A runtime

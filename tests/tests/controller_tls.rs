@@ -1,0 +1,214 @@
+//! `spec.tls` with `auto` certificates end to end in local mode: real etcd 3.5.1 members with
+//! mutual TLS on both planes, reached by the operator with its own client certificate, refused to
+//! plain-HTTP clients and to clients without a certificate of the cluster's CA, working for
+//! etcdctl with the issued certificate; a member joins over TLS and a backup is taken from TLS
+//! members.
+
+// Test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
+use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
+use serde_json::Value;
+
+fn tls_cluster(name: &str, replicas: u32, peer: bool) -> String {
+    let peer = if peer { "\n    peer: {auto: {}}" } else { "" };
+    format!(
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n  tls:\n    client: {{auto: {{}}}}{peer}\n"
+    )
+}
+
+fn available(s: &Value, replicas: i64) -> bool {
+    condition(s, "Available").is_some_and(|c| c["status"] == "True")
+        && s["readyReplicas"] == replicas
+        && s["members"].as_array().is_some_and(|m| {
+            m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
+        })
+}
+
+fn endpoints(s: &Value) -> Vec<String> {
+    s["clientEndpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn pki(op: &LocalOperator, cluster: &str) -> PathBuf {
+    op.state_dir()
+        .join("members")
+        .join("default")
+        .join(cluster)
+        .join("pki")
+}
+
+/// etcdctl at `endpoint`, with `--cacert/--cert/--key` from `tls` when given.
+fn etcdctl(endpoint: &str, tls: Option<(&Path, &Path, &Path)>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(tools::etcdctl(EtcdVersion::V3_5_1).unwrap());
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("--command-timeout=3s")
+        .arg("--dial-timeout=3s");
+    if let Some((ca, cert, key)) = tls {
+        cmd.arg(format!("--cacert={}", ca.display()))
+            .arg(format!("--cert={}", cert.display()))
+            .arg(format!("--key={}", key.display()));
+    }
+    cmd.args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test]
+async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
+    let op = LocalOperator::start().await.unwrap();
+    apply(&op, &tls_cluster("secure", 3, true)).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "secure"),
+        "3 healthy TLS members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let eps = endpoints(&s);
+    assert_eq!(eps.len(), 3);
+    assert!(eps.iter().all(|e| e.starts_with("https://127.0.0.1:")), "{eps:?}");
+
+    let dir = pki(&op, "secure");
+    let (ca, cert, key) = (
+        dir.join("client-ca.crt"),
+        dir.join("operator.crt"),
+        dir.join("operator.key"),
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "private keys are private");
+    // The issued client certificate works, on every member.
+    let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
+    let put = etcdctl(&eps[0], tls, &["put", "secret", "kept"]);
+    assert!(put.status.success(), "{}", text(&put));
+    for ep in &eps {
+        let health = etcdctl(ep, tls, &["endpoint", "health"]);
+        assert!(health.status.success(), "{ep}: {}", text(&health));
+    }
+    // Plain HTTP is refused, and so is TLS without a client certificate of the cluster's CA.
+    let plain = eps[0].replacen("https://", "http://", 1);
+    let out = etcdctl(&plain, None, &["get", "secret"]);
+    assert!(!out.status.success(), "plain HTTP answered: {}", text(&out));
+    let no_cert = Command::new(tools::etcdctl(EtcdVersion::V3_5_1).unwrap())
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", eps[0]))
+        .arg("--command-timeout=3s")
+        .arg("--dial-timeout=3s")
+        .arg(format!("--cacert={}", ca.display()))
+        .args(["get", "secret"])
+        .output()
+        .unwrap();
+    assert!(
+        !no_cert.status.success(),
+        "a client without a certificate answered: {}",
+        text(&no_cert)
+    );
+    // The peer plane is TLS too: the members advertise https peer URLs.
+    let list = etcdctl(&eps[0], tls, &["member", "list", "-w", "json"]);
+    assert!(list.status.success(), "{}", text(&list));
+    let members: Value = serde_json::from_slice(&list.stdout).unwrap();
+    for m in members["members"].as_array().unwrap() {
+        assert!(m["peerURLs"][0].as_str().unwrap().starts_with("https://"), "{m}");
+    }
+
+    // A member joins over TLS (learner, then promoted) and keeps the data.
+    kubectl(&op, &["scale", "ec", "secure", "--replicas=4"], None).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "secure"),
+        "4 healthy TLS members",
+        Duration::from_secs(120),
+        |s| available(s, 4),
+    )
+    .await
+    .unwrap();
+    let newest = endpoints(&s)
+        .into_iter()
+        .find(|e| !eps.contains(e))
+        .expect("a new member");
+    let got = etcdctl(
+        &newest,
+        tls,
+        &["get", "secret", "--print-value-only", "--consistency=s"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "kept",
+        "{}",
+        text(&got)
+    );
+
+    // A backup is taken from the TLS members with the operator's identity.
+    let backups = tempfile::tempdir().unwrap();
+    apply(
+        &op,
+        &format!(
+            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: secure-now\n  namespace: default\nspec:\n  clusterName: secure\n  destination:\n    volume:\n      path: {}\n",
+            backups.path().display()
+        ),
+    )
+    .unwrap();
+    let b = wait_for(
+        &op,
+        Watched::status("etcdbackup", "secure-now"),
+        "the backup of a TLS cluster",
+        Duration::from_secs(60),
+        |s| s["phase"] == "Succeeded" || s["phase"] == "Failed",
+    )
+    .await
+    .unwrap();
+    assert_eq!(b["phase"], "Succeeded", "{b}");
+    assert!(b["size"].as_i64().unwrap_or(0) > 0, "{b}");
+}
+
+#[tokio::test]
+async fn a_provider_the_runtime_does_not_have_is_refused_with_a_reason_and_nothing_starts() {
+    let op = LocalOperator::start().await.unwrap();
+    apply(
+        &op,
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: byo\n  namespace: default\nspec:\n  replicas: 1\n  version: 3.5.1\n  tls:\n    client:\n      secretRef: {name: my-certs}\n",
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "byo"),
+        "Degraded with the TLS reason",
+        Duration::from_secs(30),
+        |s| condition(s, "Degraded").is_some_and(|c| c["status"] == "True"),
+    )
+    .await
+    .unwrap();
+    let degraded = condition(&s, "Degraded").unwrap();
+    assert_eq!(degraded["reason"], "StepFailed", "{s}");
+    let message = degraded["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.tls.client.secretRef is not supported by the local runtime"),
+        "{message}"
+    );
+    assert!(
+        !op.state_dir()
+            .join("members")
+            .join("default")
+            .join("byo")
+            .exists(),
+        "nothing was reserved or started"
+    );
+}
