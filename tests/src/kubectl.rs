@@ -218,3 +218,11 @@ pub fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
 }
+
+/// `status.clientEndpoints` of an EtcdCluster status, as strings (empty when absent).
+pub fn client_endpoints(status: &Value) -> Vec<String> {
+    status["clientEndpoints"]
+        .as_array()
+        .map(|eps| eps.iter().filter_map(|e| e.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
+use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, kubectl, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -47,12 +47,9 @@ fn available(s: &Value, replicas: i64) -> bool {
 }
 
 fn endpoints(s: &Value) -> Vec<String> {
-    s["clientEndpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap().to_string())
-        .collect()
+    let eps = client_endpoints(s);
+    assert!(!eps.is_empty(), "no client endpoints in {s}");
+    eps
 }
 
 fn member_pids(op: &LocalOperator, name: &str) -> Vec<u32> {

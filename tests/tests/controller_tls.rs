@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
+use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, kubectl, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -28,15 +28,6 @@ fn available(s: &Value, replicas: i64) -> bool {
         && s["members"].as_array().is_some_and(|m| {
             m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
         })
-}
-
-fn endpoints(s: &Value) -> Vec<String> {
-    s["clientEndpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap().to_string())
-        .collect()
 }
 
 fn pki(op: &LocalOperator, cluster: &str) -> PathBuf {
@@ -83,7 +74,7 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
     )
     .await
     .unwrap();
-    let eps = endpoints(&s);
+    let eps = client_endpoints(&s);
     assert_eq!(eps.len(), 3);
     assert!(eps.iter().all(|e| e.starts_with("https://127.0.0.1:")), "{eps:?}");
 
@@ -140,7 +131,7 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
     )
     .await
     .unwrap();
-    let newest = endpoints(&s)
+    let newest = client_endpoints(&s)
         .into_iter()
         .find(|e| !eps.contains(e))
         .expect("a new member");

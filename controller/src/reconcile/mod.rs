@@ -268,6 +268,28 @@ fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>
     }
 }
 
+/// Reports `error` in the status of a cluster whose members cannot be touched yet (its snapshot
+/// or its TLS cannot be had) and looks again after `retry`: nothing is observed or started.
+async fn refuse_to_start(
+    api: &Api<EtcdCluster>,
+    obj: &EtcdCluster,
+    spec: &ClusterSpecView,
+    error: StepError,
+    retry: Duration,
+) -> Result<Action, ReconcileError> {
+    let outcome = Outcome {
+        error: Some(error),
+        ..Outcome::idle()
+    };
+    let observed = Observed {
+        runtime: Vec::new(),
+        etcd: None,
+        timing: Timing::default(),
+    };
+    write_status(api, obj, &status::compute(spec, &observed, &outcome)).await?;
+    Ok(Action::requeue(retry))
+}
+
 async fn apply<R: Runtime, M: MemberOps>(
     obj: &EtcdCluster,
     cluster: &ClusterRef,
@@ -293,17 +315,8 @@ async fn apply<R: Runtime, M: MemberOps>(
             Err(error) => {
                 // Never bootstrap an empty cluster in place of the restored one asked for.
                 tracing::warn!(cluster = %cluster.key(), %error, "cannot resolve the snapshot to restore");
-                let outcome = Outcome {
-                    error: Some(StepError::Restore(error)),
-                    ..Outcome::idle()
-                };
-                let observed = Observed {
-                    runtime: Vec::new(),
-                    etcd: None,
-                    timing: Timing::default(),
-                };
-                write_status(api, obj, &status::compute(&spec, &observed, &outcome)).await?;
-                return Ok(Action::requeue(Duration::from_secs(5)));
+                return refuse_to_start(api, obj, &spec, StepError::Restore(error), Duration::from_secs(5))
+                    .await;
             }
         }
     }
@@ -314,17 +327,14 @@ async fn apply<R: Runtime, M: MemberOps>(
         Ok(tls) => tls,
         Err(error) => {
             tracing::warn!(cluster = %cluster.key(), %error, "cannot set up the cluster's TLS");
-            let outcome = Outcome {
-                error: Some(StepError::Runtime(error)),
-                ..Outcome::idle()
-            };
-            let observed = Observed {
-                runtime: Vec::new(),
-                etcd: None,
-                timing: Timing::default(),
-            };
-            write_status(api, obj, &status::compute(&spec, &observed, &outcome)).await?;
-            return Ok(Action::requeue(Duration::from_secs(10)));
+            return refuse_to_start(
+                api,
+                obj,
+                &spec,
+                StepError::Runtime(error),
+                Duration::from_secs(10),
+            )
+            .await;
         }
     };
     let mut observed = Observed {
