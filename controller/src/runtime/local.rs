@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{ClusterSpecView, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+#[cfg(doc)]
+use crate::tls::ca::RENEW_BEFORE;
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
@@ -78,10 +80,13 @@ fn certificates_error(what: &str) -> impl FnOnce(String) -> RuntimeError + '_ {
     }
 }
 
-/// Reads `<base>.crt` and `<base>.key`, issuing and writing them with `issue` when either is
-/// missing (the key first, 0600, so a crash in between only causes a re-issue).
+/// Reads `<base>.crt` and `<base>.key`; issues and writes them with `issue` when either is
+/// missing, when the key is not the certificate's, or when `still_good` refuses the certificate
+/// (expired or expiring within [`RENEW_BEFORE`], or not from the CA any more). The key is written
+/// first, 0600, so a crash in between only causes another re-issue.
 fn ensure_pair(
     base: &Path,
+    still_good: impl FnOnce(&PemPair) -> Result<(), String>,
     issue: impl FnOnce() -> Result<PemPair, String>,
 ) -> Result<PemPair, RuntimeError> {
     let what = base.display().to_string();
@@ -91,7 +96,16 @@ fn ensure_pair(
         std::fs::read_to_string(&cert_path),
         std::fs::read_to_string(&key_path),
     ) {
-        return Ok(PemPair { cert_pem, key_pem });
+        let pair = PemPair { cert_pem, key_pem };
+        let checked = if pair_matches(&pair) {
+            still_good(&pair)
+        } else {
+            Err("its key does not belong to it".to_owned())
+        };
+        match checked {
+            Ok(()) => return Ok(pair),
+            Err(reason) => tracing::info!(certificate = %what, %reason, "issuing the certificate again"),
+        }
     }
     let pair = issue().map_err(certificates_error(&what))?;
     if let Some(dir) = base.parent() {
@@ -100,6 +114,25 @@ fn ensure_pair(
     write_file(&key_path, &pair.key_pem, 0o600).map_err(|e| certificates_error(&what)(e.to_string()))?;
     write_file(&cert_path, &pair.cert_pem, 0o644).map_err(|e| certificates_error(&what)(e.to_string()))?;
     Ok(pair)
+}
+
+/// Whether the pair's key is its certificate's key.
+fn pair_matches(pair: &PemPair) -> bool {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_slice(pair.cert_pem.as_bytes())
+        .is_ok_and(|cert| crate::tls::ca::key_matches_certificate(&cert, &pair.key_pem))
+}
+
+/// The names a member's serving certificate must be valid for, as rustls checks them.
+fn server_names(member: &str) -> Vec<rustls_pki_types::ServerName<'static>> {
+    let (dns, ips) = member_tls::member_names(&[member.to_owned()]);
+    dns.into_iter()
+        .filter_map(|d| rustls_pki_types::ServerName::try_from(d).ok())
+        .chain(
+            ips.into_iter()
+                .map(|ip| rustls_pki_types::ServerName::IpAddress(ip.into())),
+        )
+        .collect()
 }
 
 /// Writes `contents` to `path` with `mode` from the first byte (through a temporary sibling,
@@ -165,11 +198,16 @@ impl LocalRuntime {
     fn ensure_ca(&self, cluster: &ClusterRef, plane: &str) -> Result<CertificateAuthority, RuntimeError> {
         let base = self.cluster_dir(cluster).join("pki").join(format!("{plane}-ca"));
         let name = format!("etcd-operator {} {plane} CA", cluster.key());
-        let pair = ensure_pair(&base, || {
-            CertificateAuthority::generate(&name, CA_VALIDITY)
-                .map(|ca| ca.pem().clone())
-                .map_err(|e| e.to_string())
-        })?;
+        // A CA is never replaced silently: members trust it until they restart.
+        let pair = ensure_pair(
+            &base,
+            |_| Ok(()),
+            || {
+                CertificateAuthority::generate(&name, CA_VALIDITY)
+                    .map(|ca| ca.pem().clone())
+                    .map_err(|e| e.to_string())
+            },
+        )?;
         CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
             .map_err(certificates_error(&base.display().to_string()))
     }
@@ -183,11 +221,14 @@ impl LocalRuntime {
     ) -> Result<Vec<String>, RuntimeError> {
         let dir = self.member_dir(cluster, &file.name).join("tls");
         let names = [file.name.clone()];
+        let server_names = server_names(&file.name);
+        let now = std::time::SystemTime::now();
         let mut flags = Vec::new();
         let pki = self.cluster_dir(cluster).join("pki");
         if file.client_tls {
             let ca = self.ensure_ca(cluster, "client")?;
-            ensure_pair(&dir.join("server"), || {
+            let good = |pair: &PemPair| ca.verify_server(&pair.cert_pem, &server_names, now);
+            ensure_pair(&dir.join("server"), good, || {
                 ca.issue(&member_tls::server_certificate(&file.name, &names))
                     .map_err(|e| e.to_string())
             })?;
@@ -200,7 +241,11 @@ impl LocalRuntime {
         }
         if file.peer_tls {
             let ca = self.ensure_ca(cluster, "peer")?;
-            ensure_pair(&dir.join("peer"), || {
+            let good = |pair: &PemPair| {
+                ca.verify_server(&pair.cert_pem, &server_names, now)?;
+                ca.verify_client(&pair.cert_pem, now)
+            };
+            ensure_pair(&dir.join("peer"), good, || {
                 ca.issue(&member_tls::peer_certificate(&file.name, &names))
                     .map_err(|e| e.to_string())
             })?;
@@ -591,7 +636,9 @@ impl Runtime for LocalRuntime {
         }
         let ca = self.ensure_ca(cluster, "client")?;
         let base = self.cluster_dir(cluster).join("pki").join("operator");
-        let pair = ensure_pair(&base, || {
+        let now = std::time::SystemTime::now();
+        let good = |pair: &PemPair| ca.verify_client(&pair.cert_pem, now);
+        let pair = ensure_pair(&base, good, || {
             ca.issue(&member_tls::operator_certificate())
                 .map_err(|e| e.to_string())
         })?;
@@ -819,5 +866,62 @@ mod tests {
             Some(root.path().join("ns").join("c").join("snapshots"))
         );
         rt.teardown(&cluster(), false).await.unwrap();
+    }
+
+    fn tls_spec() -> ClusterSpecView {
+        let mut cluster = etcd_operator_api::v1alpha2::EtcdCluster::default();
+        cluster.spec.tls = Some(etcd_operator_api::v1alpha2::TlsSpec {
+            client: Some(etcd_operator_api::v1alpha2::TlsPlane {
+                auto: Some(etcd_operator_api::v1alpha2::AutoTls {}),
+                ..Default::default()
+            }),
+            peer: None,
+        });
+        ClusterSpecView::new(cluster)
+    }
+
+    #[tokio::test]
+    async fn the_operators_certificate_is_kept_while_good_and_issued_again_when_not() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let first = rt.client_tls(&cluster(), &tls_spec()).await.unwrap().unwrap();
+        let again = rt.client_tls(&cluster(), &tls_spec()).await.unwrap().unwrap();
+        assert_eq!(first, again, "a good certificate is kept");
+        let ca = CertificateAuthority::load(
+            &first.ca_pem,
+            &std::fs::read_to_string(root.path().join("ns/c/pki/client-ca.key")).unwrap(),
+        )
+        .unwrap();
+        let pki = root.path().join("ns/c/pki");
+
+        // Expiring within RENEW_BEFORE: issued again, from the same CA.
+        let short = ca
+            .issue(&crate::tls::ca::LeafSpec {
+                validity: Duration::from_secs(24 * 3600),
+                ..member_tls::operator_certificate()
+            })
+            .unwrap();
+        std::fs::write(pki.join("operator.crt"), &short.cert_pem).unwrap();
+        std::fs::write(pki.join("operator.key"), &short.key_pem).unwrap();
+        let renewed = rt.client_tls(&cluster(), &tls_spec()).await.unwrap().unwrap();
+        assert_ne!(renewed.cert_pem, short.cert_pem);
+        assert_eq!(renewed.ca_pem, first.ca_pem);
+        ca.verify_client(&renewed.cert_pem, std::time::SystemTime::now())
+            .unwrap();
+
+        // A key that is not the certificate's: issued again.
+        let other = ca.issue(&member_tls::operator_certificate()).unwrap();
+        std::fs::write(pki.join("operator.key"), &other.key_pem).unwrap();
+        let fixed = rt.client_tls(&cluster(), &tls_spec()).await.unwrap().unwrap();
+        assert!(pair_matches(&PemPair {
+            cert_pem: fixed.cert_pem.clone(),
+            key_pem: fixed.key_pem.clone()
+        }));
+        assert_ne!(fixed.cert_pem, renewed.cert_pem);
+
+        // Plain clusters have no identity and get no files.
+        let plain = LocalRuntime::new(root.path().join("plain"), binaries());
+        assert_eq!(plain.client_tls(&cluster(), &spec()).await.unwrap(), None);
+        assert!(!root.path().join("plain").exists());
     }
 }
