@@ -73,6 +73,9 @@ pub const RESTORE_FAILED_PREFIX: &str = "restore from snapshot";
 
 /// The `Degraded` reason of a failed restore.
 pub const REASON_RESTORE_FAILED: &str = "RestoreFailed";
+/// The `Degraded` reason when the members cannot be reached because the TLS handshake fails
+/// (a certificate expired, or is not from the CA the other side trusts).
+pub const REASON_TLS_HANDSHAKE_FAILED: &str = "TLSHandshakeFailed";
 /// The `Degraded` reason of any other failed step.
 pub const REASON_STEP_FAILED: &str = "StepFailed";
 
@@ -82,6 +85,7 @@ impl StepError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Restore(_) | Self::Runtime(RuntimeError::Restore { .. }) => REASON_RESTORE_FAILED,
+            Self::Member(MemberOpError::Tls { .. }) => REASON_TLS_HANDSHAKE_FAILED,
             _ => REASON_STEP_FAILED,
         }
     }
@@ -94,6 +98,7 @@ impl StepError {
             Self::Runtime(_) => "RuntimeFailed",
             Self::Member(MemberOpError::NotReadyYet { .. }) => "EtcdNotReady",
             Self::Member(MemberOpError::Timeout { .. }) => "EtcdTimeout",
+            Self::Member(MemberOpError::Tls { .. }) => REASON_TLS_HANDSHAKE_FAILED,
             Self::Member(_) | Self::LeaderUnreachable { .. } => "EtcdCallFailed",
             Self::Snapshot(_) | Self::NoSnapshotSource | Self::ReadSnapshot { .. } => "SnapshotFailed",
             Self::SendSnapshot(_) => "BackupDestinationFailed",
@@ -141,5 +146,13 @@ mod tests {
         for (e, code) in cases {
             assert_eq!((e.reason(), e.code()), ("StepFailed", code), "{e}");
         }
+        let tls = StepError::Member(MemberOpError::Tls {
+            op: "member list",
+            detail: "invalid peer certificate: UnknownIssuer".into(),
+        });
+        assert_eq!(
+            (tls.reason(), tls.code()),
+            ("TLSHandshakeFailed", "TLSHandshakeFailed")
+        );
     }
 }

@@ -203,3 +203,60 @@ async fn a_provider_the_runtime_does_not_have_is_refused_with_a_reason_and_nothi
         "nothing was reserved or started"
     );
 }
+
+#[tokio::test]
+async fn members_whose_certificates_the_operator_no_longer_trusts_are_reported_not_lost() {
+    let op = LocalOperator::start().await.unwrap();
+    apply(&op, &tls_cluster("swapped", 1, false)).unwrap();
+    wait_for(
+        &op,
+        Watched::status("ec", "swapped"),
+        "1 healthy TLS member",
+        Duration::from_secs(60),
+        |s| available(s, 1),
+    )
+    .await
+    .unwrap();
+    // Someone replaces the cluster's client CA: the operator issues itself a certificate from the
+    // new CA and trusts only it, while the member still serves a certificate of the old one.
+    let dir = pki(&op, "swapped");
+    let old = (
+        std::fs::read_to_string(dir.join("client-ca.crt")).unwrap(),
+        std::fs::read_to_string(dir.join("client-ca.key")).unwrap(),
+    );
+    let other = etcd_operator_controller::tls::ca::CertificateAuthority::generate(
+        "someone else's CA",
+        Duration::from_secs(3600 * 24 * 365),
+    )
+    .unwrap();
+    std::fs::write(dir.join("client-ca.crt"), &other.pem().cert_pem).unwrap();
+    std::fs::write(dir.join("client-ca.key"), &other.pem().key_pem).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "swapped"),
+        "Degraded TLSHandshakeFailed",
+        Duration::from_secs(60),
+        |s| condition(s, "Degraded").is_some_and(|c| c["reason"] == "TLSHandshakeFailed"),
+    )
+    .await
+    .unwrap();
+    let message = condition(&s, "Degraded").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("TLS handshake failed"), "{message}");
+    // Nothing was done to the member meanwhile: the same member serves again once the CA is back.
+    let member = s["members"].as_array().map(Vec::len);
+    std::fs::write(dir.join("client-ca.crt"), &old.0).unwrap();
+    std::fs::write(dir.join("client-ca.key"), &old.1).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "swapped"),
+        "Available again with the original CA",
+        Duration::from_secs(60),
+        |s| available(s, 1) && condition(s, "Degraded").is_some_and(|c| c["status"] == "False"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s["members"].as_array().map(Vec::len), Some(1), "was {member:?}");
+}

@@ -9,7 +9,7 @@ use crate::model::is_healthy;
 /// The members to try, best first: healthy followers, then the healthy leader. Uses the member
 /// list etcd reports (asked at `endpoints`), so a stale status cannot send us to a dead member.
 pub async fn candidates(ops: &impl MemberOps, endpoints: &[String]) -> Vec<String> {
-    let Some(view) = ops.observe(endpoints).await else {
+    let Ok(view) = ops.observe(endpoints).await else {
         return Vec::new();
     };
     let mut healthy: Vec<(bool, String)> = view

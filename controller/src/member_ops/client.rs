@@ -71,7 +71,34 @@ fn classify(op: &'static str, source: etcd_client::Error) -> MemberOpError {
             detail: status.message().to_string(),
         };
     }
+    if let Some(tls) = tls_failure(&source) {
+        return MemberOpError::Tls {
+            op,
+            detail: tls.to_string(),
+        };
+    }
     MemberOpError::Etcd { op, source }
+}
+
+/// The rustls error somewhere in `error`'s chain of causes, if the failure was a TLS handshake.
+/// Typed: the chain is walked and each cause downcast, including the error an `io::Error` wraps
+/// (tokio-rustls reports handshake failures that way), never matched as text.
+fn tls_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(inner);
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// Whether the cached client should go after this error. Any failure but etcd's own "not yet"
@@ -302,9 +329,10 @@ impl MemberOps for EtcdClient {
         }
     }
 
-    async fn observe(&self, endpoints: &[String]) -> Option<EtcdView> {
+    async fn observe(&self, endpoints: &[String]) -> Result<EtcdView, MemberOpError> {
         // One endpoint at a time: a member that has just started and does not listen yet must not
         // make the whole cluster look silent.
+        let mut last = MemberOpError::NoEndpoint { op: "member list" };
         let mut list = None;
         for endpoint in endpoints {
             let one = std::slice::from_ref(endpoint);
@@ -313,12 +341,19 @@ impl MemberOps for EtcdClient {
                 timed("member list", client.member_list()).await
             }
             .await;
-            if let Ok(answer) = self.keep_or_forget(one, result) {
-                list = Some(answer);
-                break;
+            match self.keep_or_forget(one, result) {
+                Ok(answer) => {
+                    list = Some(answer);
+                    break;
+                }
+                // A TLS failure says more than a later member's silence: keep it.
+                Err(e) if !matches!(last, MemberOpError::Tls { .. }) => last = e,
+                Err(_) => {}
             }
         }
-        let list = list?;
+        let Some(list) = list else {
+            return Err(last);
+        };
         let mut view = EtcdView {
             cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
             ..Default::default()
@@ -348,7 +383,7 @@ impl MemberOps for EtcdClient {
                 status: health,
             });
         }
-        Some(view)
+        Ok(view)
     }
 
     async fn add_learner(&self, endpoints: &[String], peer_url: &str) -> Result<u64, MemberOpError> {
@@ -525,7 +560,7 @@ mod tests {
         assert_eq!(ops.cached(), 1);
 
         drop(etcd);
-        assert!(ops.observe(&endpoints).await.is_none());
+        assert!(ops.observe(&endpoints).await.is_err());
         assert_eq!(ops.cached(), 0, "a connection that failed is not kept");
         // Nothing half-written is left behind by a failed snapshot.
         let err = ops
@@ -561,5 +596,31 @@ mod tests {
         assert_eq!(ops.clone().tls_for(&endpoints), Some(tls("b")));
         ops.use_tls(&endpoints, None);
         assert_eq!(ops.key(&endpoints), plain);
+    }
+
+    #[test]
+    fn a_tls_failure_is_found_in_the_chain_of_causes_however_deep() {
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("transport error")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let handshake = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = Wrapper(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            handshake.clone(),
+        ));
+        assert_eq!(tls_failure(&wrapped), Some(&handshake));
+        let direct = std::io::Error::new(std::io::ErrorKind::InvalidData, handshake.clone());
+        assert_eq!(tls_failure(&direct), Some(&handshake));
+        let refused = Wrapper(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(tls_failure(&refused), None);
     }
 }

@@ -16,6 +16,8 @@ use crate::tls::member::ClientTls;
 /// The operations a failure can be scripted for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// [`MemberOps::observe`] (the view is left as it is).
+    Observe,
     /// [`MemberOps::add_learner`].
     AddLearner,
     /// [`MemberOps::promote`].
@@ -211,9 +213,20 @@ impl MemberOps for FakeMemberOps {
         );
     }
 
-    async fn observe(&self, endpoints: &[String]) -> Option<EtcdView> {
-        let _ = self.record(Call::Observe(endpoints.to_vec()), None);
-        self.state().view.clone()
+    async fn observe(&self, endpoints: &[String]) -> Result<EtcdView, MemberOpError> {
+        if let Err(failure) = self.record(Call::Observe(endpoints.to_vec()), Some(Op::Observe)) {
+            return Err(match failure {
+                Failure::Member(e) => e,
+                Failure::Snapshot(e) => MemberOpError::NotReadyYet {
+                    op: "scripted",
+                    detail: e.to_string(),
+                },
+            });
+        }
+        self.state()
+            .view
+            .clone()
+            .ok_or(MemberOpError::NoEndpoint { op: "member list" })
     }
 
     async fn add_learner(&self, endpoints: &[String], peer_url: &str) -> Result<u64, MemberOpError> {

@@ -45,6 +45,15 @@ pub enum MemberOpError {
         #[source]
         source: etcd_client::Error,
     },
+    /// The TLS handshake failed: a certificate expired, is not from the expected CA, or was
+    /// refused by the other side.
+    #[error("{op}: TLS handshake failed: {detail}")]
+    Tls {
+        /// The operation.
+        op: &'static str,
+        /// What rustls said.
+        detail: String,
+    },
     /// The call did not answer in time.
     #[error("{op}: no answer within {after:?}")]
     Timeout {
@@ -146,8 +155,8 @@ pub trait MemberOps: Send + Sync + 'static {
     fn use_tls(&self, endpoints: &[String], tls: Option<&ClientTls>);
 
     /// The cluster as etcd reports it (member list from the first endpoint that answers, then
-    /// each member's own status); `None` when none answers the member list.
-    fn observe(&self, endpoints: &[String]) -> impl Future<Output = Option<EtcdView>> + Send;
+    /// each member's own status); when none answers the member list, why the last one did not.
+    fn observe(&self, endpoints: &[String]) -> impl Future<Output = Result<EtcdView, MemberOpError>> + Send;
 
     /// Adds a member as a learner; returns its ID.
     fn add_learner(

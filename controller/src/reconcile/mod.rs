@@ -343,13 +343,24 @@ async fn apply<R: Runtime, M: MemberOps>(
         timing: Timing::default(),
     };
     for _ in 0..MAX_STEPS_PER_RECONCILE {
-        observed = match observe::observe(cluster, ctx, &desired.version, client_tls.as_ref()).await {
-            Ok(o) => o,
+        match observe::observe(cluster, ctx, &desired.version, client_tls.as_ref()).await {
+            Ok((seen, None)) => observed = seen,
+            // Members that refuse the operator's certificate (or whose certificates it refuses)
+            // have not lost quorum: nothing is planned on that view, and status says why.
+            Ok((seen, Some(tls))) => {
+                tracing::warn!(cluster = %cluster.key(), error = %tls, "the members cannot be reached over TLS");
+                observed = seen;
+                outcome = Outcome {
+                    error: Some(StepError::Member(tls)),
+                    ..Outcome::idle()
+                };
+                break;
+            }
             Err(e) => {
                 outcome.error = Some(e.into());
                 break;
             }
-        };
+        }
         if let Some(roll) = desired.roll.as_mut()
             && roll.is_active_for(&desired.version)
             && plan::roll_finished(&desired.version, &observed)

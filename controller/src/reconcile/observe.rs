@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::member_ops::MemberOps;
+use crate::member_ops::{MemberOpError, MemberOps};
 use crate::model::{ClusterRef, InitialState, Liveness, is_healthy};
 use crate::plan::{self, Observed, Timing};
 use crate::runtime::{Runtime, RuntimeError};
@@ -13,13 +13,14 @@ use crate::tls::member::ClientTls;
 
 use super::Context;
 
-/// Observes the runtime and etcd, and updates the timing memory.
+/// Observes the runtime and etcd, and updates the timing memory. When no member answers because
+/// the TLS handshake fails, that failure comes back beside what was observed.
 pub(super) async fn observe<R: Runtime, M: MemberOps>(
     cluster: &ClusterRef,
     ctx: &Context<R, M>,
     version: &str,
     client_tls: Option<&ClientTls>,
-) -> Result<Observed, RuntimeError> {
+) -> Result<(Observed, Option<MemberOpError>), RuntimeError> {
     let runtime = ctx.runtime.members(cluster).await?;
     // Every member's client URL speaks TLS with the operator's identity when the plane asks for
     // it: the calls below, the steps and the backups all go through the same member operations.
@@ -30,10 +31,14 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
         .filter(|r| r.liveness == Liveness::Running)
         .map(|r| r.client_url.clone())
         .collect();
-    let etcd = if endpoints.is_empty() {
-        None
+    let (etcd, tls_failure) = if endpoints.is_empty() {
+        (None, None)
     } else {
-        ctx.members.observe(&endpoints).await
+        match ctx.members.observe(&endpoints).await {
+            Ok(view) => (Some(view), None),
+            Err(e @ MemberOpError::Tls { .. }) => (None, Some(e)),
+            Err(_) => (None, None),
+        }
     };
     let now = Instant::now();
     let mut timing = Timing::default();
@@ -87,11 +92,14 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
         }
         memory.version_wait_since = still_waiting;
     }
-    Ok(Observed {
-        runtime,
-        etcd,
-        timing,
-    })
+    Ok((
+        Observed {
+            runtime,
+            etcd,
+            timing,
+        },
+        tls_failure,
+    ))
 }
 
 #[cfg(test)]

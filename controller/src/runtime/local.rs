@@ -765,7 +765,8 @@ mod tests {
                     &crate::member_ops::EtcdClient::default(),
                     std::slice::from_ref(&m.client_url),
                 )
-                .await;
+                .await
+                .ok();
                 if v.as_ref().is_some_and(|v| v.leader != 0) {
                     break;
                 }
@@ -782,7 +783,7 @@ mod tests {
 
     async fn wait_for_version(url: &str, version: &str) -> crate::model::EtcdView {
         for _ in 0..150 {
-            if let Some(v) = crate::member_ops::MemberOps::observe(
+            if let Ok(v) = crate::member_ops::MemberOps::observe(
                 &crate::member_ops::EtcdClient::default(),
                 &[url.to_string()],
             )
