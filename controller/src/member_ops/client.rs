@@ -71,7 +71,15 @@ fn classify(op: &'static str, source: etcd_client::Error) -> MemberOpError {
             detail: status.message().to_string(),
         };
     }
-    if let Some(tls) = tls_failure(&source) {
+    // etcd-client keeps the gRPC status (which carries the transport error) as data, not as a
+    // source: start the walk from inside it.
+    let inner: &(dyn std::error::Error + 'static) = match &source {
+        etcd_client::Error::GRpcStatus(status) => status,
+        etcd_client::Error::TransportError(transport) => transport,
+        etcd_client::Error::IoError(io) => io,
+        other => other,
+    };
+    if let Some(tls) = tls_failure(inner) {
         return MemberOpError::Tls {
             op,
             detail: tls.to_string(),
@@ -622,5 +630,27 @@ mod tests {
         assert_eq!(tls_failure(&direct), Some(&handshake));
         let refused = Wrapper(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(tls_failure(&refused), None);
+        // As etcd-client hands it over: a gRPC status whose source is the transport failure.
+        let status = tonic::Status::from_error(Box::new(Wrapper(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            handshake,
+        ))));
+        let error = classify("member list", etcd_client::Error::GRpcStatus(status));
+        assert!(
+            matches!(
+                error,
+                MemberOpError::Tls {
+                    op: "member list",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("UnknownIssuer"), "{error}");
+        let plain = classify(
+            "member list",
+            etcd_client::Error::GRpcStatus(tonic::Status::unavailable("connection refused")),
+        );
+        assert!(matches!(plain, MemberOpError::Etcd { .. }), "{plain}");
     }
 }

@@ -37,7 +37,10 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
         match ctx.members.observe(&endpoints).await {
             Ok(view) => (Some(view), None),
             Err(e @ MemberOpError::Tls { .. }) => (None, Some(e)),
-            Err(_) => (None, None),
+            Err(e) => {
+                tracing::debug!(cluster = %cluster.key(), error = %e, "no member answers the member list");
+                (None, None)
+            }
         }
     };
     let now = Instant::now();
