@@ -260,3 +260,132 @@ async fn members_whose_certificates_the_operator_no_longer_trusts_are_reported_n
     .unwrap();
     assert_eq!(s["members"].as_array().map(Vec::len), Some(1), "was {member:?}");
 }
+
+#[tokio::test]
+async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster() {
+    let op = LocalOperator::start().await.unwrap();
+    let yaml = tls_cluster("old", 3, true).replace("version: 3.5.1", "version: 3.5.0");
+    apply(&op, &yaml).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "old"),
+        "3 healthy TLS members on 3.5.0",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let dir = pki(&op, "old");
+    let (ca, cert, key) = (
+        dir.join("client-ca.crt"),
+        dir.join("operator.crt"),
+        dir.join("operator.key"),
+    );
+    let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
+    let put = etcdctl(&client_endpoints(&s)[0], tls, &["put", "survives", "the-roll"]);
+    assert!(put.status.success(), "{}", text(&put));
+
+    // The roll: the pre-upgrade snapshot and every health check go over TLS.
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "ec",
+            "old",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"3.5.1"}}"#,
+        ],
+        None,
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "old"),
+        "the roll to 3.5.1 complete",
+        Duration::from_secs(240),
+        |s| {
+            available(s, 3)
+                && s["upgrade"]["phase"] == "Complete"
+                && s["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|m| m["version"] == "3.5.1")
+        },
+    )
+    .await
+    .unwrap();
+    let snapshot = s["upgrade"]["snapshot"].as_str().unwrap_or_default().to_owned();
+    assert!(snapshot.ends_with(".db"), "a pre-upgrade snapshot was taken: {s}");
+    let got = etcdctl(
+        &client_endpoints(&s)[1],
+        tls,
+        &["get", "survives", "--print-value-only"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "the-roll",
+        "{}",
+        text(&got)
+    );
+
+    // A backup of it bootstraps a new TLS cluster, with its own CA.
+    let backups = tempfile::tempdir().unwrap();
+    apply(
+        &op,
+        &format!(
+            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: old-now\n  namespace: default\nspec:\n  clusterName: old\n  destination:\n    volume:\n      path: {}\n",
+            backups.path().display()
+        ),
+    )
+    .unwrap();
+    wait_for(
+        &op,
+        Watched::status("etcdbackup", "old-now"),
+        "the backup",
+        Duration::from_secs(60),
+        |s| s["phase"] == "Succeeded",
+    )
+    .await
+    .unwrap();
+    let copy = tls_cluster("copy", 3, true).replace(
+        "  tls:",
+        "  bootstrap:\n    restore:\n      backupName: old-now\n  tls:",
+    );
+    apply(&op, &copy).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "copy"),
+        "the restored TLS cluster available",
+        Duration::from_secs(120),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let dir = pki(&op, "copy");
+    let (ca, cert, key) = (
+        dir.join("client-ca.crt"),
+        dir.join("operator.crt"),
+        dir.join("operator.key"),
+    );
+    let copy_tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
+    let got = etcdctl(
+        &client_endpoints(&s)[0],
+        copy_tls,
+        &["get", "survives", "--print-value-only"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "the-roll",
+        "{}",
+        text(&got)
+    );
+    // The two clusters do not trust each other's certificates.
+    let crossed = etcdctl(&client_endpoints(&s)[0], tls, &["get", "survives"]);
+    assert!(
+        !crossed.status.success(),
+        "the old cluster's certificate was accepted: {}",
+        text(&crossed)
+    );
+}
