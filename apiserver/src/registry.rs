@@ -142,6 +142,16 @@ fn check_resource_version(
         )),
         None | Some("") => Ok(()),
         Some(rv) if rv == stored => Ok(()),
+        // Not a version this server could have returned: invalid input, not a conflict.
+        Some(rv) if rv.parse::<u64>().is_err() => Err(invalid_one_of(
+            kind,
+            name,
+            "metadata.resourceVersion",
+            "FieldValueInvalid",
+            format!(
+                "Invalid value: {rv:?}: must be a resourceVersion returned by the server (a decimal number)"
+            ),
+        )),
         Some(_) => Err(ApiError::modified(resource, name)),
     }
 }

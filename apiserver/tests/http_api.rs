@@ -727,6 +727,48 @@ async fn invalid_objects_are_422_with_every_cause_and_store_nothing(backing: Bac
 }
 
 // ---------------------------------------------------------------------------------------------
+// resourceVersion values the server never returned
+
+async fn resource_versions_that_are_not_numbers_are_invalid_input_not_conflicts(backing: Backing) {
+    let api = Api::start(backing).await;
+    let first = api.create("a").await;
+    let before = api.stored().await;
+    for uri in [
+        format!("{}?resourceVersion=abc", obj(NS, "a")),
+        format!("{}?resourceVersion=abc", coll(NS)),
+        format!("{}?resourceVersion=-1", coll(NS)),
+    ] {
+        let r = api.get(&uri).await;
+        assert_status(&r, 400, "BadRequest", "invalid value \"");
+    }
+    // A PUT or merge patch carrying one is refused as invalid (422), not as a conflict (409).
+    let mut bad = first.clone();
+    bad["metadata"]["resourceVersion"] = json!("abc");
+    bad["spec"]["replicas"] = json!(5);
+    let r = api.put(&obj(NS, "a"), &bad).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "metadata.resourceVersion: Invalid value: \"abc\": must be a resourceVersion returned by the server",
+    );
+    assert_eq!(cause_fields(&s), ["metadata.resourceVersion"]);
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            MERGE,
+            &json!({"metadata": {"resourceVersion": "abc"}, "spec": {"replicas": 5}}).to_string(),
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "metadata.resourceVersion");
+    assert_eq!(api.stored().await, before, "nothing was written");
+    // The real one still works.
+    let mut good = first.clone();
+    good["spec"]["replicas"] = json!(5);
+    api.put(&obj(NS, "a"), &good).await.expect(200);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Concurrency and existence
 
 async fn conflicts_and_existing_names_are_409_and_missing_resource_versions_422(backing: Backing) {
@@ -2772,6 +2814,7 @@ macro_rules! both_backings {
 }
 
 both_backings!(
+    resource_versions_that_are_not_numbers_are_invalid_input_not_conflicts,
     local_authenticator_refuses_requests_without_a_client_certificate_except_health_checks,
     malformed_and_non_object_bodies_are_400_and_store_nothing,
     wrong_kind_or_api_version_is_400_and_stores_nothing,

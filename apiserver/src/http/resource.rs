@@ -253,6 +253,13 @@ async fn get(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     let (ns, name) = ns_and_name(t)?;
     let consistency = match query_value(t.query.as_deref(), "resourceVersion").as_deref() {
         Some("0") => ReadConsistency::Any,
+        // Lists and watches refuse such a value in storage; a get must not ignore it either.
+        Some(rv) if !rv.is_empty() && rv.parse::<u64>().is_err() => {
+            return Err(t.storage_error(
+                StorageError::InvalidResourceVersion { value: rv.to_owned() },
+                name,
+            ));
+        }
         _ => ReadConsistency::Consistent,
     };
     let stored = storage
