@@ -30,6 +30,37 @@ fn available(s: &Value, replicas: i64) -> bool {
         })
 }
 
+/// The operator's client identity toward `cluster`: (client CA, certificate, key) files.
+fn operator_identity(op: &LocalOperator, cluster: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = pki(op, cluster);
+    (
+        dir.join("client-ca.crt"),
+        dir.join("operator.crt"),
+        dir.join("operator.key"),
+    )
+}
+
+/// Takes a one-shot EtcdBackup `name` of `cluster` into `dir`; its status once it ended.
+async fn backup_now(op: &LocalOperator, cluster: &str, name: &str, dir: &Path) -> Value {
+    apply(
+        op,
+        &format!(
+            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  clusterName: {cluster}\n  destination:\n    volume:\n      path: {}\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    wait_for(
+        op,
+        Watched::status("etcdbackup", name),
+        "the backup to end",
+        Duration::from_secs(60),
+        |s| s["phase"] == "Succeeded" || s["phase"] == "Failed",
+    )
+    .await
+    .unwrap()
+}
+
 fn pki(op: &LocalOperator, cluster: &str) -> PathBuf {
     op.state_dir()
         .join("members")
@@ -78,12 +109,7 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
     assert_eq!(eps.len(), 3);
     assert!(eps.iter().all(|e| e.starts_with("https://127.0.0.1:")), "{eps:?}");
 
-    let dir = pki(&op, "secure");
-    let (ca, cert, key) = (
-        dir.join("client-ca.crt"),
-        dir.join("operator.crt"),
-        dir.join("operator.key"),
-    );
+    let (ca, cert, key) = operator_identity(&op, "secure");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "private keys are private");
     // The issued client certificate works, on every member.
@@ -149,23 +175,7 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
 
     // A backup is taken from the TLS members with the operator's identity.
     let backups = tempfile::tempdir().unwrap();
-    apply(
-        &op,
-        &format!(
-            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: secure-now\n  namespace: default\nspec:\n  clusterName: secure\n  destination:\n    volume:\n      path: {}\n",
-            backups.path().display()
-        ),
-    )
-    .unwrap();
-    let b = wait_for(
-        &op,
-        Watched::status("etcdbackup", "secure-now"),
-        "the backup of a TLS cluster",
-        Duration::from_secs(60),
-        |s| s["phase"] == "Succeeded" || s["phase"] == "Failed",
-    )
-    .await
-    .unwrap();
+    let b = backup_now(&op, "secure", "secure-now", backups.path()).await;
     assert_eq!(b["phase"], "Succeeded", "{b}");
     assert!(b["size"].as_i64().unwrap_or(0) > 0, "{b}");
 }
@@ -275,12 +285,7 @@ async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster()
     )
     .await
     .unwrap();
-    let dir = pki(&op, "old");
-    let (ca, cert, key) = (
-        dir.join("client-ca.crt"),
-        dir.join("operator.crt"),
-        dir.join("operator.key"),
-    );
+    let (ca, cert, key) = operator_identity(&op, "old");
     let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
     let put = etcdctl(&client_endpoints(&s)[0], tls, &["put", "survives", "the-roll"]);
     assert!(put.status.success(), "{}", text(&put));
@@ -332,23 +337,8 @@ async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster()
 
     // A backup of it bootstraps a new TLS cluster, with its own CA.
     let backups = tempfile::tempdir().unwrap();
-    apply(
-        &op,
-        &format!(
-            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: old-now\n  namespace: default\nspec:\n  clusterName: old\n  destination:\n    volume:\n      path: {}\n",
-            backups.path().display()
-        ),
-    )
-    .unwrap();
-    wait_for(
-        &op,
-        Watched::status("etcdbackup", "old-now"),
-        "the backup",
-        Duration::from_secs(60),
-        |s| s["phase"] == "Succeeded",
-    )
-    .await
-    .unwrap();
+    let b = backup_now(&op, "old", "old-now", backups.path()).await;
+    assert_eq!(b["phase"], "Succeeded", "{b}");
     let copy = tls_cluster("copy", 3, true).replace(
         "  tls:",
         "  bootstrap:\n    restore:\n      backupName: old-now\n  tls:",
@@ -363,12 +353,7 @@ async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster()
     )
     .await
     .unwrap();
-    let dir = pki(&op, "copy");
-    let (ca, cert, key) = (
-        dir.join("client-ca.crt"),
-        dir.join("operator.crt"),
-        dir.join("operator.key"),
-    );
+    let (ca, cert, key) = operator_identity(&op, "copy");
     let copy_tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
     let got = etcdctl(
         &client_endpoints(&s)[0],
