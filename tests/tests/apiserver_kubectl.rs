@@ -81,9 +81,22 @@ async fn apply_both_versions_get_columns_and_converted_yaml() {
     let wide = kubectl(&op, &["get", "ec", "-o", "wide"], None).unwrap();
     assert!(wide.lines().next().unwrap().contains("LEADER"), "{wide}");
 
-    // The same object in both versions, converted.
-    let v2 = get(&op, "etcdclusters.v1alpha2.etcd.operator.dev", "legacy").unwrap();
-    let v1 = get(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "legacy").unwrap();
+    // The same object in both versions, converted. The controller writes
+    // status while members start, so the pair is read again until no write
+    // fell between the two reads (same resourceVersion before and after).
+    let (v2, v1) = {
+        let mut attempts = 0;
+        loop {
+            let before = get(&op, "etcdclusters.v1alpha2.etcd.operator.dev", "legacy").unwrap();
+            let v1 = get(&op, "etcdclusters.v1alpha1.etcd.operator.dev", "legacy").unwrap();
+            let after = get(&op, "etcdclusters.v1alpha2.etcd.operator.dev", "legacy").unwrap();
+            attempts += 1;
+            if before["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"] || attempts == 20
+            {
+                break (after, v1);
+            }
+        }
+    };
     assert_eq!(v2["apiVersion"], "etcd.operator.dev/v1alpha2");
     assert_eq!(v1["apiVersion"], "etcd.operator.dev/v1alpha1");
     assert_eq!(v2["spec"]["replicas"], 3);
