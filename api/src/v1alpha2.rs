@@ -26,6 +26,11 @@ pub const DEFAULT_REPOSITORY: &str = "gcr.io/etcd-development/etcd";
 pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
 /// Default for `spec.backup.retention.maxCount` when neither `maxCount` nor `maxAge` is set.
 pub const DEFAULT_BACKUP_MAX_COUNT: i32 = 7;
+/// Annotation on an EtcdCluster asking for its member certificates to be issued again now: when
+/// its value changes, every member whose certificates were issued under another value gets new
+/// ones and restarts on them, one at a time with the health gate of an upgrade (see
+/// `docs/tls.md`). Any value works; a timestamp is customary.
+pub const ROTATE_CERTIFICATES_ANNOTATION: &str = "etcd.operator.dev/rotate-certificates";
 
 /// An etcd cluster managed by the operator.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

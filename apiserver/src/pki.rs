@@ -191,19 +191,11 @@ fn ensure_ca(dir: &Path) -> Result<CertificateAuthority, PkiError> {
 
 /// A CA whose own validity ends within [`RENEW_BEFORE`] cannot sign a useful leaf.
 fn check_ca_validity(cert_pem: &str) -> Result<(), String> {
-    use x509_parser::prelude::{FromDer, X509Certificate};
-    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| format!("parse: {e}"))?;
-    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| format!("parse: {e}"))?;
-    let not_after = cert.validity().not_after.timestamp();
-    let limit = SystemTime::now() + RENEW_BEFORE;
-    let limit = limit
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
-    if not_after < i64::try_from(limit).unwrap_or(i64::MAX) {
+    let not_after = etcd_operator_controller::tls::ca::not_after(cert_pem)?;
+    if not_after < SystemTime::now() + RENEW_BEFORE {
         return Err(format!(
             "the CA expires at {} (or has expired)",
-            cert.validity().not_after
+            jiff::Timestamp::try_from(not_after).map_or_else(|_| "?".to_owned(), |t| t.to_string())
         ));
     }
     Ok(())

@@ -105,6 +105,19 @@ pub struct RuntimeMember {
     pub config: Option<MemberConfig>,
     /// Process state.
     pub liveness: Liveness,
+    /// Its TLS certificates, when it uses TLS and the runtime issued them.
+    pub certificates: Option<MemberCertificates>,
+}
+
+/// What the runtime knows about a member's certificates, so the planner can decide on a
+/// rotation without reading files or Secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberCertificates {
+    /// How long the earliest-expiring of its certificates stays valid (zero once expired),
+    /// measured when the runtime observed it.
+    pub valid_for: std::time::Duration,
+    /// The on-demand rotation (annotation value) they were issued under.
+    pub rotation: Option<String>,
 }
 
 /// A member as etcd's member list reports it, joined with its status when it answered.

@@ -41,6 +41,9 @@ pub struct Desired {
     /// `spec.bootstrap.restore`, resolved: a bootstrap starts every member from this snapshot.
     /// Members joining later never do (they sync from the cluster).
     pub restore: Option<crate::restore::RestorePlan>,
+    /// The on-demand certificate rotation asked for (the rotation annotation's value): members
+    /// whose certificates were issued under another value get new ones.
+    pub certificate_rotation: Option<String>,
 }
 
 /// A rolling version change as persisted in `status.upgrade`.
@@ -95,6 +98,8 @@ pub struct Thresholds {
     /// A member restarted on a new version that is not healthy, caught up and reporting it after
     /// this long halts the roll.
     pub upgrade_timeout: Duration,
+    /// Member certificates valid for less than this are issued again (a rolling restart).
+    pub renew_before: Duration,
 }
 
 impl Default for Thresholds {
@@ -115,6 +120,7 @@ impl Default for Thresholds {
             bootstrap_timeout: Duration::from_secs(60),
             unhealthy_timeout: Duration::from_secs(120),
             upgrade_timeout,
+            renew_before: crate::tls::ca::RENEW_BEFORE,
         }
     }
 }
@@ -235,6 +241,13 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+    /// Issue a member's certificates again and restart it on them, its data kept.
+    RenewCertificates {
+        /// Member name.
+        name: String,
+        /// Why.
+        reason: RenewalReason,
+    },
     /// Delete every member: a bootstrap that never formed a cluster, retried from scratch.
     WipeBootstrap {
         /// Why.
@@ -247,6 +260,33 @@ pub enum Step {
     },
     /// Nothing to do: the cluster matches the spec.
     Idle,
+}
+
+/// Why a member's certificates are issued again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenewalReason {
+    /// They expire within the renewal window (or have expired).
+    Expiring {
+        /// How long they were still valid.
+        valid_for: Duration,
+    },
+    /// The rotation annotation asks for certificates issued under another value.
+    Requested {
+        /// The annotation's value.
+        rotation: String,
+    },
+}
+
+impl std::fmt::Display for RenewalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Expiring { valid_for } if valid_for.is_zero() => write!(f, "its certificates expired"),
+            Self::Expiring { valid_for } => {
+                write!(f, "its certificates expire in {}h", valid_for.as_secs() / 3600)
+            }
+            Self::Requested { rotation } => write!(f, "rotation {rotation:?} was requested"),
+        }
+    }
 }
 
 /// Why the planner waits. Each has a stable [`code`](WaitReason::code) for conditions, Events
@@ -291,6 +331,11 @@ pub enum WaitReason {
     },
     /// The roll must restart the leader and no healthy voter can take over first.
     NoLeaderSuccessorForRoll,
+    /// A certificate rotation restarts the next member only when every voter is healthy.
+    UnhealthyBeforeRenewal {
+        /// The member waiting for its new certificates.
+        name: String,
+    },
     /// A member restarted on the target version is not yet healthy, caught up and on it.
     VerifyingVersion {
         /// The member.
@@ -322,7 +367,8 @@ impl WaitReason {
             Self::LearnerCatchingUp { .. } => "LearnerCatchingUp",
             Self::UnhealthyBeforeScaleUp
             | Self::UnhealthyBeforeScaleDown
-            | Self::UnhealthyBeforeRollStep { .. } => "WaitingForHealthyMembers",
+            | Self::UnhealthyBeforeRollStep { .. }
+            | Self::UnhealthyBeforeRenewal { .. } => "WaitingForHealthyMembers",
             Self::NoLeaderSuccessor | Self::NoLeaderSuccessorForRoll => "NoLeaderSuccessor",
             Self::MembersNotHealthy => "MembersNotHealthy",
             Self::VerifyingVersion { .. } => "VerifyingVersion",
@@ -377,6 +423,10 @@ impl std::fmt::Display for WaitReason {
             Self::NoLeaderSuccessorForRoll => write!(
                 f,
                 "no healthy member to move leadership to before restarting the leader"
+            ),
+            Self::UnhealthyBeforeRenewal { name } => write!(
+                f,
+                "waiting for every member to be healthy before restarting {name} on new certificates"
             ),
             Self::VerifyingVersion {
                 name,
@@ -642,6 +692,9 @@ pub fn plan(
     if let Some(step) = plan_roll(desired, etcd, observed, held) {
         return step;
     }
+    if let Some(step) = plan_certificate_renewal(desired, etcd, observed, thresholds) {
+        return step;
+    }
     if etcd.healthy_voters() < voters.len() {
         return Step::Wait {
             reason: WaitReason::MembersNotHealthy,
@@ -878,6 +931,73 @@ fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Opti
     })
 }
 
+/// Members whose certificates expire within [`Thresholds::renew_before`] or were issued under
+/// another rotation than the one asked for: one at a time, followers before the leader (which
+/// hands leadership over first), each only when every voter is healthy, as in a version roll.
+/// Renewal restarts the member on its own data, so a member that fails to come back is handled
+/// by the dead-member rules like any crashed member.
+fn plan_certificate_renewal(
+    desired: &Desired,
+    etcd: &EtcdView,
+    observed: &Observed,
+    thresholds: &Thresholds,
+) -> Option<Step> {
+    let due: Vec<(&EtcdMember, &RuntimeMember, RenewalReason)> = etcd
+        .members
+        .iter()
+        .filter_map(|m| {
+            let r = runtime_for(observed, m)?;
+            let certs = r.certificates.as_ref()?;
+            let reason = if certs.valid_for < thresholds.renew_before {
+                RenewalReason::Expiring {
+                    valid_for: certs.valid_for,
+                }
+            } else {
+                let wanted = desired.certificate_rotation.as_ref()?;
+                if certs.rotation.as_ref() == Some(wanted) {
+                    return None;
+                }
+                RenewalReason::Requested {
+                    rotation: wanted.clone(),
+                }
+            };
+            Some((m, r, reason))
+        })
+        .collect();
+    let (m, r, reason) = due
+        .iter()
+        .find(|(m, _, _)| m.id != etcd.leader)
+        .or_else(|| due.first())?;
+    // An expired certificate cannot wait for health: a member that no longer talks to its
+    // peers never turns healthy, and renewing it is what brings it back.
+    let expired = matches!(reason, RenewalReason::Expiring { valid_for } if valid_for.is_zero());
+    if !expired && etcd.healthy_voters() < etcd.voters().count() {
+        return Some(Step::Wait {
+            reason: WaitReason::UnhealthyBeforeRenewal { name: r.name.clone() },
+        });
+    }
+    if m.id == etcd.leader && !expired {
+        let to = etcd.voters().find(|v| v.id != m.id && is_healthy(v));
+        return Some(match to {
+            Some(to) => Step::MoveLeader {
+                from: m.id,
+                to: to.id,
+            },
+            None if etcd.voters().count() == 1 => Step::RenewCertificates {
+                name: r.name.clone(),
+                reason: reason.clone(),
+            },
+            None => Step::Wait {
+                reason: WaitReason::NoLeaderSuccessorForRoll,
+            },
+        });
+    }
+    Some(Step::RenewCertificates {
+        name: r.name.clone(),
+        reason: reason.clone(),
+    })
+}
+
 /// Whether removing `m` leaves enough healthy voters for quorum of the smaller cluster.
 fn can_remove(etcd: &EtcdView, m: &EtcdMember) -> bool {
     if m.learner {
@@ -1020,6 +1140,7 @@ mod tests {
             paused: false,
             roll: None,
             restore: None,
+            certificate_rotation: None,
         }
     }
 
@@ -1041,6 +1162,7 @@ mod tests {
                 restore: None,
             }),
             liveness,
+            certificates: None,
         }
     }
 

@@ -3,7 +3,9 @@
 //! status agree on what was asked. Objects reach the controller validated by the API server;
 //! this only fills in what the user left out. Pure.
 
-use etcd_operator_api::v1alpha2::{DEFAULT_REPLICAS, EtcdCluster, StorageSpec};
+use etcd_operator_api::v1alpha2::{
+    DEFAULT_REPLICAS, EtcdCluster, ROTATE_CERTIFICATES_ANNOTATION, StorageSpec,
+};
 use etcd_operator_api::versions::DEFAULT_ETCD_VERSION;
 
 /// An EtcdCluster as the controller sees it.
@@ -19,6 +21,9 @@ pub struct ClusterSpecView {
     pub paused: bool,
     /// `spec.storage` with its defaults (medium, size).
     pub storage: StorageSpec,
+    /// The value of the [`ROTATE_CERTIFICATES_ANNOTATION`]: the on-demand rotation member
+    /// certificates must have been issued under (`None`: none asked for).
+    pub certificate_rotation: Option<String>,
 }
 
 impl ClusterSpecView {
@@ -34,12 +39,20 @@ impl ClusterSpecView {
             .unwrap_or_else(|| DEFAULT_ETCD_VERSION.to_string());
         let paused = spec.paused.unwrap_or(false);
         let storage = etcd_operator_api::defaults::effective_storage(spec);
+        let certificate_rotation = cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ROTATE_CERTIFICATES_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned();
         Self {
             cluster,
             replicas,
             version,
             paused,
             storage,
+            certificate_rotation,
         }
     }
 }
@@ -76,5 +89,22 @@ mod tests {
         let mut zero = EtcdCluster::default();
         zero.spec.replicas = Some(0);
         assert_eq!(ClusterSpecView::new(zero).replicas, 1);
+    }
+
+    #[test]
+    fn the_rotation_annotation_is_read_and_an_empty_one_asks_for_nothing() {
+        assert_eq!(
+            ClusterSpecView::new(EtcdCluster::default()).certificate_rotation,
+            None
+        );
+        let mut c = EtcdCluster::default();
+        c.metadata.annotations =
+            Some([(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), "2026-11-25".to_owned())].into());
+        assert_eq!(
+            ClusterSpecView::new(c.clone()).certificate_rotation.as_deref(),
+            Some("2026-11-25")
+        );
+        c.metadata.annotations = Some([(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), String::new())].into());
+        assert_eq!(ClusterSpecView::new(c).certificate_rotation, None);
     }
 }

@@ -150,6 +150,10 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "Upgrading",
             format!("restarting member {name} on etcd {to} (was {from})"),
         ),
+        Step::RenewCertificates { name, reason } => (
+            "RotatingCertificates",
+            format!("restarting member {name} on new certificates: {reason}"),
+        ),
         Step::RollBack { name, to, reason, .. } => (
             "UpgradeRolledBack",
             format!("{reason}; starting {name} again on etcd {to}"),

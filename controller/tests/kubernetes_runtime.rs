@@ -520,6 +520,7 @@ fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
         client_url: client_url(name),
         config,
         liveness: Liveness::Reserved,
+        certificates: None,
     }
 }
 
@@ -1383,6 +1384,7 @@ async fn members_are_classified_running_gone_or_reserved() {
         client_url: client_url(name),
         config: Some(cfg.clone()),
         liveness,
+        certificates: None,
     };
     let gone = |reason: String, restartable: bool| Liveness::Gone { reason, restartable };
     assert_eq!(

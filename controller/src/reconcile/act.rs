@@ -123,6 +123,10 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 Err(e) => return Err(e.into()),
             }
         }
+        Step::RenewCertificates { name, reason } => {
+            ctx.runtime.renew_certificates(cluster, spec, name).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
+        }
         Step::RollBack {
             name,
             from,
@@ -273,6 +277,7 @@ mod tests {
             client_url: format!("http://{name}:2379"),
             config: Some(config("3.5.0")),
             liveness: Liveness::Running,
+            certificates: None,
         }
     }
 

@@ -222,6 +222,7 @@ fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
         paused: spec.paused,
         roll: status::roll_record(obj.status.as_ref()),
         restore: None,
+        certificate_rotation: spec.certificate_rotation.clone(),
     }
 }
 
@@ -401,6 +402,7 @@ async fn apply<R: Runtime, M: MemberOps>(
                 | Step::AddLearner { .. }
                 | Step::MoveLeader { .. }
                 | Step::ChangeVersion { .. }
+                | Step::RenewCertificates { .. }
         ) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -120,6 +120,7 @@ mod tests {
             client_url: format!("https://{name}:2379"),
             config: None,
             liveness,
+            certificates: None,
         }
     }
 

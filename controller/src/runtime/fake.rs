@@ -18,6 +18,8 @@ pub enum RuntimeCall {
     Start(String, String),
     /// `change_version(name, version)`.
     ChangeVersion(String, String),
+    /// `renew_certificates(name)` under the rotation asked for.
+    RenewCertificates(String, Option<String>),
     /// `stop(name)`.
     Stop(String),
     /// `remove(name, keep_data)`.
@@ -35,6 +37,8 @@ pub enum RuntimeOp {
     Start,
     /// [`Runtime::change_version`].
     ChangeVersion,
+    /// [`Runtime::renew_certificates`].
+    RenewCertificates,
     /// [`Runtime::stop`].
     Stop,
     /// [`Runtime::remove`].
@@ -141,6 +145,7 @@ impl Runtime for FakeRuntime {
             client_url: format!("http://{name}:2379"),
             config: None,
             liveness: Liveness::Reserved,
+            certificates: None,
         };
         state.members.push(m.clone());
         Ok(m)
@@ -182,6 +187,25 @@ impl Runtime for FakeRuntime {
         if config.version != version {
             config.previous_version = Some(std::mem::replace(&mut config.version, version.to_owned()));
         }
+        m.liveness = Liveness::Running;
+        Ok(())
+    }
+
+    async fn renew_certificates(
+        &self,
+        _cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.call(
+            RuntimeCall::RenewCertificates(name.to_owned(), spec.certificate_rotation.clone()),
+            RuntimeOp::RenewCertificates,
+        )?;
+        let m = member(&mut state, name)?;
+        m.certificates = Some(crate::model::MemberCertificates {
+            valid_for: crate::tls::ca::LEAF_VALIDITY,
+            rotation: spec.certificate_rotation.clone(),
+        });
         m.liveness = Liveness::Running;
         Ok(())
     }

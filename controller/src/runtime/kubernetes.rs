@@ -354,6 +354,7 @@ impl KubernetesRuntime {
             client_url: resources::client_url(cluster, name),
             config,
             liveness,
+            certificates: None,
         }))
     }
 
@@ -617,6 +618,7 @@ impl Runtime for KubernetesRuntime {
             client_url: resources::client_url(cluster, name),
             config,
             liveness: Liveness::Reserved,
+            certificates: None,
         })
     }
 
@@ -752,6 +754,21 @@ impl Runtime for KubernetesRuntime {
         )
         .await;
         Ok(())
+    }
+
+    /// Member TLS is not applied by this runtime yet (clusters asking for it are refused before
+    /// anything is created), so no member has certificates to renew.
+    async fn renew_certificates(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        _name: &str,
+    ) -> Result<(), RuntimeError> {
+        Err(RuntimeError::TlsUnsupported {
+            plane: "client",
+            provider: "auto",
+            runtime: "kubernetes",
+        })
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {

@@ -17,9 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ClusterSpecView, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
-#[cfg(doc)]
-use crate::tls::ca::RENEW_BEFORE;
-use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair};
+use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, RENEW_BEFORE};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -213,11 +211,14 @@ impl LocalRuntime {
     }
 
     /// A member's certificates for the planes that use TLS: `<member>/tls/{server,peer}`, and
-    /// each plane's CA certificate path.
+    /// each plane's CA certificate path. Certificates issued under another on-demand rotation
+    /// than `rotation` (when one is asked for) are issued again, and `rotation` is recorded
+    /// beside them (`<member>/tls/rotation`) once they are written.
     fn ensure_member_certificates(
         &self,
         cluster: &ClusterRef,
         file: &MemberFile,
+        rotation: Option<&str>,
     ) -> Result<Vec<String>, RuntimeError> {
         let dir = self.member_dir(cluster, &file.name).join("tls");
         let names = [file.name.clone()];
@@ -225,9 +226,25 @@ impl LocalRuntime {
         let now = std::time::SystemTime::now();
         let mut flags = Vec::new();
         let pki = self.cluster_dir(cluster).join("pki");
+        let rotation_file = dir.join("rotation");
+        let recorded = std::fs::read_to_string(&rotation_file).ok();
+        let rotate = rotation.is_some_and(|r| recorded.as_deref() != Some(r));
+        let requested = |pair: &PemPair, check: &dyn Fn(&PemPair) -> Result<(), String>| {
+            if rotate {
+                return Err(format!(
+                    "rotation {:?} was requested",
+                    rotation.unwrap_or_default()
+                ));
+            }
+            check(pair)
+        };
         if file.client_tls {
             let ca = self.ensure_ca(cluster, "client")?;
-            let good = |pair: &PemPair| ca.verify_server(&pair.cert_pem, &server_names, now);
+            let good = |pair: &PemPair| {
+                requested(pair, &|p: &PemPair| {
+                    ca.verify_server(&p.cert_pem, &server_names, now)
+                })
+            };
             ensure_pair(&dir.join("server"), good, || {
                 ca.issue(&member_tls::server_certificate(&file.name, &names))
                     .map_err(|e| e.to_string())
@@ -242,8 +259,10 @@ impl LocalRuntime {
         if file.peer_tls {
             let ca = self.ensure_ca(cluster, "peer")?;
             let good = |pair: &PemPair| {
-                ca.verify_server(&pair.cert_pem, &server_names, now)?;
-                ca.verify_client(&pair.cert_pem, now)
+                requested(pair, &|p: &PemPair| {
+                    ca.verify_server(&p.cert_pem, &server_names, now)?;
+                    ca.verify_client(&p.cert_pem, now)
+                })
             };
             ensure_pair(&dir.join("peer"), good, || {
                 ca.issue(&member_tls::peer_certificate(&file.name, &names))
@@ -256,7 +275,32 @@ impl LocalRuntime {
                 "--peer-client-cert-auth=true".to_owned(),
             ]);
         }
+        if let Some(rotation) = rotation.filter(|_| rotate && (file.client_tls || file.peer_tls)) {
+            write_file(&rotation_file, rotation, 0o644)
+                .map_err(|e| certificates_error(&rotation_file.display().to_string())(e.to_string()))?;
+        }
         Ok(flags)
+    }
+
+    /// What the member's certificates on disk say: the earliest expiry and the rotation they
+    /// were issued under (`None` for a member without TLS or not issued yet).
+    fn member_certificates(&self, dir: &Path, file: &MemberFile) -> Option<crate::model::MemberCertificates> {
+        let tls = dir.join("tls");
+        let planes = [(file.client_tls, "server.crt"), (file.peer_tls, "peer.crt")];
+        let mut earliest: Option<std::time::SystemTime> = None;
+        for (_, cert) in planes.iter().filter(|(on, _)| *on) {
+            let pem = std::fs::read_to_string(tls.join(cert)).ok()?;
+            // An unreadable certificate counts as expired: renewing it is the remedy.
+            let at = crate::tls::ca::not_after(&pem).unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        }
+        let valid_for = earliest?
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        Some(crate::model::MemberCertificates {
+            valid_for,
+            rotation: std::fs::read_to_string(tls.join("rotation")).ok(),
+        })
     }
 
     /// The etcd binary of a version, or why it cannot run here.
@@ -328,18 +372,21 @@ impl LocalRuntime {
             client_url: file.client_url(),
             config: file.config.clone(),
             liveness,
+            certificates: self.member_certificates(dir, file),
         }
     }
 
     fn spawn(
         &self,
         cluster: &ClusterRef,
+        spec: &ClusterSpecView,
         dir: &Path,
         file: &MemberFile,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
         let binary = self.binary(&config.version)?;
-        let tls_flags = self.ensure_member_certificates(cluster, file)?;
+        let tls_flags =
+            self.ensure_member_certificates(cluster, file, spec.certificate_rotation.as_deref())?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -528,7 +575,7 @@ impl Runtime for LocalRuntime {
     async fn start(
         &self,
         cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        spec: &ClusterSpecView,
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
@@ -553,7 +600,7 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.spawn(cluster, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config)?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -561,7 +608,7 @@ impl Runtime for LocalRuntime {
     async fn change_version(
         &self,
         cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        spec: &ClusterSpecView,
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
@@ -590,7 +637,44 @@ impl Runtime for LocalRuntime {
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
-        self.spawn(cluster, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config)?;
+        file.started = true;
+        self.write_member(&dir, &file)
+    }
+
+    async fn renew_certificates(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: name.to_string(),
+            });
+        }
+        let mut file = self.read_member(&dir, name)?;
+        let Some(config) = file.config.clone() else {
+            return Err(RuntimeError::State {
+                member: name.to_string(),
+                detail: "it was never started, so it has no certificates to renew".into(),
+            });
+        };
+        let current = self.member_certificates(&dir, &file).is_none_or(|c| {
+            c.valid_for >= RENEW_BEFORE
+                && spec
+                    .certificate_rotation
+                    .as_ref()
+                    .is_none_or(|r| c.rotation.as_ref() == Some(r))
+        });
+        if current && running_pid(&dir).is_some() {
+            return Ok(());
+        }
+        // etcd reads its certificates at start: stop, then start on the new ones (issued by
+        // `spawn` since the old ones are expiring or carry another rotation).
+        self.stop_process(&dir, name).await;
+        self.spawn(cluster, spec, &dir, &file, &config)?;
         file.started = true;
         self.write_member(&dir, &file)
     }

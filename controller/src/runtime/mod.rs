@@ -129,6 +129,17 @@ pub trait Runtime: Send + Sync + 'static {
         version: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
+    /// Issues the member's certificates again (under `spec.certificate_rotation`, which the
+    /// member reports back in [`crate::model::MemberCertificates::rotation`]) and restarts it on
+    /// them with its data kept. Idempotent: certificates that are still good for the renewal
+    /// window and carry the asked rotation are kept, and the call only makes sure the member runs.
+    fn renew_certificates(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
     /// Stops the member and keeps its data and configuration (it is `Gone`, restartable).
     fn stop(&self, cluster: &ClusterRef, name: &str)
     -> impl Future<Output = Result<(), RuntimeError>> + Send;

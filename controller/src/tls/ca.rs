@@ -310,6 +310,15 @@ pub fn key_matches_certificate(cert: &CertificateDer<'_>, key_pem: &str) -> bool
     rustls::sign::CertifiedKey::from_der(vec![cert.clone().into_owned()], key, &provider).is_ok()
 }
 
+/// When the (first) certificate in `cert_pem` stops being valid.
+pub fn not_after(cert_pem: &str) -> Result<SystemTime, String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| format!("parse: {e}"))?;
+    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| format!("parse: {e}"))?;
+    let seconds = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or_default();
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds))
+}
+
 /// Sets `not_before` to yesterday (tolerating clock skew) and `not_after` to now + `validity`, at
 /// day precision (what `rcgen::date_time_ymd` offers without a direct dependency on `time`).
 fn set_validity(
