@@ -1743,6 +1743,159 @@ mod tests {
         assert!(matches!(run(&d, &o2), Step::Wait { .. }));
     }
 
+    fn with_certificates(mut r: RuntimeMember, valid_days: u64, rotation: Option<&str>) -> RuntimeMember {
+        r.certificates = Some(crate::model::MemberCertificates {
+            valid_for: Duration::from_secs(valid_days * 24 * 3600),
+            rotation: rotation.map(str::to_owned),
+        });
+        r
+    }
+
+    /// Three healthy members with certificates valid for `days`, leader b.
+    fn certified(days: [u64; 3], rotation: Option<&str>) -> Observed {
+        Observed {
+            runtime: ["a", "b", "c"]
+                .iter()
+                .zip(days)
+                .map(|(n, d)| {
+                    with_certificates(
+                        runtime(n, Liveness::Running, Some(InitialState::New)),
+                        d,
+                        rotation,
+                    )
+                })
+                .collect(),
+            etcd: view(
+                vec![
+                    member(1, "a", false, true),
+                    member(2, "b", false, true),
+                    member(3, "c", false, true),
+                ],
+                2,
+            ),
+            timing: Timing::default(),
+        }
+    }
+
+    #[test]
+    fn expiring_certificates_are_renewed_follower_first_each_only_when_all_are_healthy() {
+        let d = desired(3);
+        // Good for a year: nothing to do.
+        assert_eq!(run(&d, &certified([365, 365, 365], None)), Step::Idle);
+        // Members without TLS are never renewed.
+        let mut plain = certified([365, 365, 365], None);
+        for r in &mut plain.runtime {
+            r.certificates = None;
+        }
+        assert_eq!(run(&d, &plain), Step::Idle);
+
+        // Within the renewal window (30 days): the follower first although the leader expires sooner.
+        let o = certified([365, 5, 20], None);
+        assert_eq!(
+            run(&d, &o),
+            Step::RenewCertificates {
+                name: "c".into(),
+                reason: RenewalReason::Expiring {
+                    valid_for: Duration::from_secs(20 * 24 * 3600)
+                },
+            }
+        );
+        // Not while a member is unhealthy (the one restarted last, say).
+        let mut sick = o.clone();
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        let Step::Wait { reason } = run(&d, &sick) else {
+            panic!("expected a wait: {:?}", run(&d, &sick))
+        };
+        assert_eq!(reason, WaitReason::UnhealthyBeforeRenewal { name: "c".into() });
+        assert_eq!(reason.code(), "WaitingForHealthyMembers");
+        assert!(!reason.degrades());
+
+        // Only the leader is left: leadership moves first, then it is renewed.
+        let o = certified([365, 5, 365], None);
+        let Step::MoveLeader { from: 2, to } = run(&d, &o) else {
+            panic!("expected move leader: {:?}", run(&d, &o))
+        };
+        assert!(to == 1 || to == 3);
+        let mut moved = o.clone();
+        if let Some(v) = moved.etcd.as_mut() {
+            v.leader = 1;
+        }
+        assert!(matches!(run(&d, &moved), Step::RenewCertificates { ref name, .. } if name == "b"));
+        // No healthy successor: wait rather than restart the leader.
+        let mut alone = o.clone();
+        if let Some(v) = alone.etcd.as_mut() {
+            v.members[0].status = None;
+            v.members[2].status = None;
+        }
+        assert!(matches!(run(&d, &alone), Step::Wait { .. }));
+    }
+
+    #[test]
+    fn an_expired_certificate_is_renewed_even_while_members_are_unhealthy() {
+        // An expired peer certificate keeps the member from its peers: it never turns healthy
+        // on its own, and renewing it is the remedy.
+        let mut o = certified([365, 365, 0], None);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        let step = run(&desired(3), &o);
+        assert_eq!(
+            step,
+            Step::RenewCertificates {
+                name: "c".into(),
+                reason: RenewalReason::Expiring {
+                    valid_for: Duration::ZERO
+                },
+            }
+        );
+        let Step::RenewCertificates { reason, .. } = step else {
+            unreachable!()
+        };
+        assert_eq!(reason.to_string(), "its certificates expired");
+    }
+
+    #[test]
+    fn a_requested_rotation_renews_members_issued_under_another_value_only() {
+        let mut d = desired(3);
+        d.certificate_rotation = Some("r1".into());
+        // Issued before any rotation was asked for: all are due, followers first.
+        let o = certified([365, 365, 365], None);
+        let step = run(&d, &o);
+        assert_eq!(
+            step,
+            Step::RenewCertificates {
+                name: "a".into(),
+                reason: RenewalReason::Requested {
+                    rotation: "r1".into()
+                },
+            }
+        );
+        // a and c done: the leader hands over, then goes.
+        let mut o = certified([365, 365, 365], Some("r1"));
+        o.runtime[1] = with_certificates(
+            runtime("b", Liveness::Running, Some(InitialState::New)),
+            365,
+            Some("r0"),
+        );
+        assert!(matches!(run(&d, &o), Step::MoveLeader { from: 2, .. }));
+        // Everything under r1: settled.
+        assert_eq!(run(&d, &certified([365, 365, 365], Some("r1"))), Step::Idle);
+        // A version roll goes first; the rotation waits for it.
+        let mut upgrading = d.clone();
+        upgrading.version = "3.5.2".into();
+        assert!(matches!(run(&upgrading, &o), Step::SnapshotBeforeUpgrade { .. }));
+        // Paused: nothing.
+        d.paused = true;
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::Paused
+            }
+        ));
+    }
+
     #[test]
     fn the_roll_goes_follower_by_follower_then_moves_leadership_then_the_leader() {
         let d = upgrading("3.5.1");

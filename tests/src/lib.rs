@@ -15,6 +15,7 @@ pub mod ports;
 pub mod process;
 pub mod s3;
 pub mod tools;
+pub mod writer;
 
 pub use etcd::TestEtcd;
 pub use operator::LocalOperator;

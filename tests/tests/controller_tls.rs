@@ -1,8 +1,8 @@
 //! `spec.tls` with `auto` certificates end to end in local mode: real etcd 3.5.1 members with
 //! mutual TLS on both planes, reached by the operator with its own client certificate, refused to
 //! plain-HTTP clients and to clients without a certificate of the cluster's CA, working for
-//! etcdctl with the issued certificate; a member joins over TLS and a backup is taken from TLS
-//! members.
+//! etcdctl with the issued certificate; scaling, replacement, upgrades, backups and restores
+//! over TLS; certificates rotated on demand under a continuous writer.
 
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -59,6 +59,33 @@ async fn backup_now(op: &LocalOperator, cluster: &str, name: &str, dir: &Path) -
     )
     .await
     .unwrap()
+}
+
+fn member_dir(op: &LocalOperator, cluster: &str, member: &str) -> PathBuf {
+    op.state_dir()
+        .join("members")
+        .join("default")
+        .join(cluster)
+        .join(member)
+}
+
+/// The pid recorded for a member's etcd process.
+fn member_pid(dir: &Path) -> i32 {
+    std::fs::read_to_string(dir.join("etcd.pid"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn kill_member(dir: &Path) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(member_pid(dir)),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 }
 
 fn pki(op: &LocalOperator, cluster: &str) -> PathBuf {
@@ -146,14 +173,14 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
         assert!(m["peerURLs"][0].as_str().unwrap().starts_with("https://"), "{m}");
     }
 
-    // A member joins over TLS (learner, then promoted) and keeps the data.
-    kubectl(&op, &["scale", "ec", "secure", "--replicas=4"], None).unwrap();
+    // Scale 3 -> 5 -> 3 over TLS: members join as learners and are promoted, then two go.
+    kubectl(&op, &["scale", "ec", "secure", "--replicas=5"], None).unwrap();
     let s = wait_for(
         &op,
         Watched::status("ec", "secure"),
-        "4 healthy TLS members",
-        Duration::from_secs(120),
-        |s| available(s, 4),
+        "5 healthy TLS members",
+        Duration::from_secs(150),
+        |s| available(s, 5),
     )
     .await
     .unwrap();
@@ -172,6 +199,48 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
         "{}",
         text(&got)
     );
+    kubectl(&op, &["scale", "ec", "secure", "--replicas=3"], None).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "secure"),
+        "back to 3 healthy TLS members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+
+    // A member killed with its data destroyed is replaced by a fresh one with its own
+    // certificates from the same CA.
+    let victim = s["members"][0]["name"].as_str().unwrap().to_owned();
+    let dir = member_dir(&op, "secure", &victim);
+    kill_member(&dir);
+    std::fs::remove_dir_all(dir.join("data")).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "secure"),
+        "the killed member replaced over TLS",
+        Duration::from_secs(120),
+        |s| {
+            available(s, 3)
+                && !s["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["name"] == victim.as_str())
+        },
+    )
+    .await
+    .unwrap();
+    for ep in client_endpoints(&s) {
+        let got = etcdctl(&ep, tls, &["get", "secret", "--print-value-only"]);
+        assert_eq!(
+            String::from_utf8_lossy(&got.stdout).trim(),
+            "kept",
+            "{ep}: {}",
+            text(&got)
+        );
+    }
 
     // A backup is taken from the TLS members with the operator's identity.
     let backups = tempfile::tempdir().unwrap();
@@ -373,4 +442,159 @@ async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster()
         "the old cluster's certificate was accepted: {}",
         text(&crossed)
     );
+}
+
+/// The operator's identity toward `cluster` as etcd-client TLS options, for a test's own client.
+fn client_options(op: &LocalOperator, cluster: &str) -> etcd_client::TlsOptions {
+    let (ca, cert, key) = operator_identity(op, cluster);
+    etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(std::fs::read(ca).unwrap()))
+        .identity(etcd_client::Identity::from_pem(
+            std::fs::read(cert).unwrap(),
+            std::fs::read(key).unwrap(),
+        ))
+}
+
+/// A member's certificates and process as they are now: (server.crt, peer.crt, pid).
+fn member_certificates(dir: &Path) -> (String, String, i32) {
+    (
+        std::fs::read_to_string(dir.join("tls").join("server.crt")).unwrap(),
+        std::fs::read_to_string(dir.join("tls").join("peer.crt")).unwrap(),
+        member_pid(dir),
+    )
+}
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_write() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+    let op = LocalOperator::start().await.unwrap();
+    apply(&op, &tls_cluster("rot", 3, true)).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "rot"),
+        "3 healthy TLS members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let eps = client_endpoints(&s);
+    let names: Vec<String> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    let before: Vec<_> = names
+        .iter()
+        .map(|n| member_certificates(&member_dir(&op, "rot", n)))
+        .collect();
+
+    // A continuous writer with the operator's identity, and a sampler asking every member for
+    // its status every 100 ms: the most members that did not answer at the same moment.
+    let stop = Arc::new(AtomicBool::new(false));
+    let tls = client_options(&op, "rot");
+    let writer = etcd_operator_tests::writer::start_writer(eps.clone(), Some(tls.clone()), stop.clone());
+    let most_down = Arc::new(AtomicI64::new(0));
+    let sampler = {
+        let (stop, most_down, eps, tls) = (stop.clone(), most_down.clone(), eps.clone(), tls.clone());
+        tokio::spawn(async move {
+            let options = etcd_client::ConnectOptions::new()
+                .with_tls(tls)
+                .with_connect_timeout(Duration::from_millis(500))
+                .with_timeout(Duration::from_millis(500));
+            while !stop.load(Ordering::SeqCst) {
+                let mut down = 0;
+                for ep in &eps {
+                    let answered = match etcd_client::Client::connect([ep], Some(options.clone())).await {
+                        Ok(mut c) => c.status().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    down += i64::from(!answered);
+                }
+                most_down.fetch_max(down, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let started = std::time::Instant::now();
+    kubectl(
+        &op,
+        &[
+            "annotate",
+            "ec",
+            "rot",
+            "etcd.operator.dev/rotate-certificates=2026-11-25T13:00:00Z",
+        ],
+        None,
+    )
+    .unwrap();
+    let rotated = |op: &LocalOperator| {
+        names.iter().all(|n| {
+            std::fs::read_to_string(member_dir(op, "rot", n).join("tls").join("rotation"))
+                .ok()
+                .as_deref()
+                == Some("2026-11-25T13:00:00Z")
+        })
+    };
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "rot"),
+        "every member restarted on new certificates",
+        Duration::from_secs(180),
+        |s| available(s, 3) && rotated(&op),
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    // Let the writer see the last restarted member serve, then stop it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let writes = writer.await.unwrap();
+    sampler.await.unwrap();
+    println!(
+        "rotation of 3 members: {:.1}s; {} writes acknowledged, {} failed attempts; longest gap between successful writes: {} ms; most members down at once: {}",
+        took.as_secs_f64(),
+        writes.acknowledged.len(),
+        writes.failures,
+        writes.longest_gap.as_millis(),
+        most_down.load(Ordering::SeqCst)
+    );
+    assert!(
+        writes.acknowledged.len() > 10,
+        "the writer hardly wrote ({} writes)",
+        writes.acknowledged.len()
+    );
+    assert_eq!(
+        most_down.load(Ordering::SeqCst),
+        1,
+        "the sampler saw a restarted member down, and never two at a time"
+    );
+    assert_eq!(condition(&s, "Degraded").unwrap()["status"], "False", "{s}");
+    // Every member got new certificates and was restarted on them; same members, same data.
+    for (name, (server, peer, pid)) in names.iter().zip(&before) {
+        let (new_server, new_peer, new_pid) = member_certificates(&member_dir(&op, "rot", name));
+        assert_ne!(&new_server, server, "{name}: serving certificate not renewed");
+        assert_ne!(&new_peer, peer, "{name}: peer certificate not renewed");
+        assert_ne!(new_pid, *pid, "{name}: not restarted on its new certificates");
+    }
+    assert_eq!(client_endpoints(&s), eps, "the same members serve");
+    etcd_operator_tests::writer::assert_no_write_lost(&eps, Some(&tls), &writes).await;
+
+    // Asked again with the same value, nothing restarts.
+    let pids: Vec<i32> = names
+        .iter()
+        .map(|n| member_pid(&member_dir(&op, "rot", n)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let again: Vec<i32> = names
+        .iter()
+        .map(|n| member_pid(&member_dir(&op, "rot", n)))
+        .collect();
+    assert_eq!(pids, again, "members restarted without a new rotation");
 }

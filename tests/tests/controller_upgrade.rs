@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::Client;
 use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, output, status, wait_for};
 use etcd_operator_tests::operator::OperatorOptions;
+use etcd_operator_tests::writer::{Writes, assert_no_write_lost, start_writer};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -72,25 +73,6 @@ fn recorded_versions(dir: &Path) -> Vec<String> {
             })
             .collect()
         })
-        .unwrap_or_default()
-}
-
-/// What the continuous writer saw.
-struct Writes {
-    acknowledged: Vec<String>,
-    /// The longest time between two successful writes.
-    longest_gap: Duration,
-    /// When the longest gap began and ended (Unix seconds).
-    longest_gap_at: (f64, f64),
-    failures: usize,
-    /// Each failed attempt: when it started and ended (Unix seconds) and why.
-    failure_log: Vec<(f64, f64, String)>,
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
         .unwrap_or_default()
 }
 
@@ -159,90 +141,6 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// Puts `w-<n>` = `<n>` one after another through one client holding every endpoint, until
-/// `stop`; records the acknowledged keys and the longest time without a successful write.
-fn start_writer(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Writes> {
-    tokio::spawn(async move {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(Duration::from_secs(2));
-        let mut client = Client::connect(&endpoints, Some(options)).await.unwrap();
-        let mut writes = Writes {
-            acknowledged: Vec::new(),
-            longest_gap: Duration::ZERO,
-            longest_gap_at: (0.0, 0.0),
-            failures: 0,
-            failure_log: Vec::new(),
-        };
-        let mut last_success = Instant::now();
-        let mut last_success_unix = unix_now();
-        let mut n = 0u64;
-        while !stop.load(Ordering::SeqCst) {
-            n += 1;
-            let key = format!("w-{n:08}");
-            let began = unix_now();
-            match tokio::time::timeout(
-                Duration::from_secs(3),
-                client.put(key.as_str(), n.to_string(), None),
-            )
-            .await
-            {
-                Ok(Ok(_)) => {
-                    let now = Instant::now();
-                    if now - last_success > writes.longest_gap {
-                        writes.longest_gap = now - last_success;
-                        writes.longest_gap_at = (last_success_unix, unix_now());
-                    }
-                    last_success = now;
-                    last_success_unix = unix_now();
-                    writes.acknowledged.push(key);
-                }
-                Ok(Err(e)) => {
-                    writes.failures += 1;
-                    writes.failure_log.push((began, unix_now(), e.to_string()));
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(_) => {
-                    writes.failures += 1;
-                    writes
-                        .failure_log
-                        .push((began, unix_now(), "no answer in 3 s".into()));
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-        writes.longest_gap = writes.longest_gap.max(Instant::now() - last_success);
-        writes
-    })
-}
-
-/// Every acknowledged key reads back (linearizable) with its value.
-async fn assert_no_write_lost(endpoints: &[String], writes: &Writes) {
-    let mut client = Client::connect(endpoints, None).await.unwrap();
-    let all = client
-        .get("w-", Some(etcd_client::GetOptions::new().with_prefix()))
-        .await
-        .unwrap();
-    let stored: std::collections::HashMap<String, String> = all
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_string(),
-                kv.value_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    for key in &writes.acknowledged {
-        let n: u64 = key.trim_start_matches("w-").parse().unwrap();
-        assert_eq!(
-            stored.get(key).map(String::as_str),
-            Some(n.to_string().as_str()),
-            "acknowledged write {key} lost"
-        );
-    }
-}
-
 /// `HashKV` at one revision on every member agrees.
 async fn assert_hash_kv_agrees(endpoints: &[String]) {
     let mut client = Client::connect(endpoints, None).await.unwrap();
@@ -291,7 +189,7 @@ async fn roll_under_writer(op: &mut LocalOperator, name: &str, from: &str, to: &
     .unwrap();
     let eps = endpoints(&s);
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = start_writer(eps.clone(), stop.clone());
+    let writer = start_writer(eps.clone(), None, stop.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let started = Instant::now();
@@ -359,7 +257,7 @@ async fn roll_under_writer(op: &mut LocalOperator, name: &str, from: &str, to: &
     );
     assert!(std::fs::metadata(&snapshot).unwrap().len() > 0);
     let eps = endpoints(&s);
-    assert_no_write_lost(&eps, &writes).await;
+    assert_no_write_lost(&eps, None, &writes).await;
     assert_hash_kv_agrees(&eps).await;
 }
 

@@ -808,6 +808,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_certificate_renewal_goes_to_the_runtime_under_the_asked_rotation() {
+        let ctx = setup();
+        let mut cluster = EtcdCluster::default();
+        cluster.metadata.annotations = Some(
+            [(
+                etcd_operator_api::v1alpha2::ROTATE_CERTIFICATES_ANNOTATION.to_owned(),
+                "r2".to_owned(),
+            )]
+            .into(),
+        );
+        let renew = Step::RenewCertificates {
+            name: "c".into(),
+            reason: crate::plan::RenewalReason::Requested {
+                rotation: "r2".into(),
+            },
+        };
+        let (result, roll) = run_with(&ctx, renew.clone(), &ClusterSpecView::new(cluster), rolling()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(roll, rolling(), "a renewal leaves a roll record as it was");
+        assert_eq!(
+            ctx.runtime.calls(),
+            vec![RuntimeCall::RenewCertificates("c".into(), Some("r2".into()))]
+        );
+        let c = ctx.runtime.held().into_iter().find(|m| m.name == "c").unwrap();
+        assert_eq!(c.certificates.unwrap().rotation.as_deref(), Some("r2"));
+
+        // The runtime's failure is the step's, typed.
+        ctx.runtime.fail_next(
+            RuntimeOp::RenewCertificates,
+            RuntimeError::Certificates {
+                what: "c".into(),
+                detail: "disk full".into(),
+            },
+        );
+        let (result, _) = run(&ctx, renew).await;
+        let Err(StepError::Runtime(RuntimeError::Certificates { detail, .. })) = result else {
+            panic!("expected the certificate error: {result:?}")
+        };
+        assert_eq!(detail, "disk full");
+    }
+
+    #[tokio::test]
     async fn a_rollback_or_a_halt_records_the_member_and_why() {
         let ctx = setup();
         let back = Step::RollBack {

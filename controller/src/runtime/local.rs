@@ -1009,4 +1009,108 @@ mod tests {
         assert_eq!(plain.client_tls(&cluster(), &spec()).await.unwrap(), None);
         assert!(!root.path().join("plain").exists());
     }
+
+    /// The recorded pid of a member's etcd.
+    fn pid_of(root: &Path, name: &str) -> String {
+        std::fs::read_to_string(root.join("ns/c").join(name).join("etcd.pid")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn certificates_are_renewed_when_expiring_or_rotated_and_the_member_restarts_on_them() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let spec = tls_spec();
+        let m = rt.reserve(&cluster(), &spec, "c-rrrrr").await.unwrap();
+        // Reserved, never started: no certificates yet.
+        assert_eq!(m.certificates, None);
+        let config = MemberConfig {
+            version: "3.5.1".into(),
+            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+            previous_version: None,
+            restore: None,
+        };
+        rt.start(&cluster(), &spec, &m.name, &config).await.unwrap();
+        let seen = rt.members(&cluster()).await.unwrap().remove(0);
+        let certs = seen.certificates.unwrap();
+        assert!(certs.valid_for > RENEW_BEFORE, "{certs:?}");
+        assert_eq!(certs.rotation, None);
+
+        // Current certificates and a running member: nothing happens.
+        let pid = pid_of(root.path(), &m.name);
+        let tls = root.path().join("ns/c/c-rrrrr/tls");
+        let server = std::fs::read_to_string(tls.join("server.crt")).unwrap();
+        rt.renew_certificates(&cluster(), &spec, &m.name).await.unwrap();
+        assert_eq!(pid_of(root.path(), &m.name), pid);
+        assert_eq!(std::fs::read_to_string(tls.join("server.crt")).unwrap(), server);
+
+        // Expiring in a day: reported, then issued again and the member restarted.
+        let ca = CertificateAuthority::load(
+            &std::fs::read_to_string(root.path().join("ns/c/pki/client-ca.crt")).unwrap(),
+            &std::fs::read_to_string(root.path().join("ns/c/pki/client-ca.key")).unwrap(),
+        )
+        .unwrap();
+        let short = ca
+            .issue(&crate::tls::ca::LeafSpec {
+                validity: Duration::from_secs(24 * 3600),
+                ..member_tls::server_certificate(&m.name, std::slice::from_ref(&m.name))
+            })
+            .unwrap();
+        std::fs::write(tls.join("server.crt"), &short.cert_pem).unwrap();
+        std::fs::write(tls.join("server.key"), &short.key_pem).unwrap();
+        let seen = rt.members(&cluster()).await.unwrap().remove(0);
+        assert!(seen.certificates.unwrap().valid_for <= Duration::from_secs(24 * 3600));
+        rt.renew_certificates(&cluster(), &spec, &m.name).await.unwrap();
+        let renewed = std::fs::read_to_string(tls.join("server.crt")).unwrap();
+        assert_ne!(renewed, short.cert_pem);
+        assert_ne!(
+            pid_of(root.path(), &m.name),
+            pid,
+            "restarted on the new certificate"
+        );
+        let seen = rt.members(&cluster()).await.unwrap().remove(0);
+        assert_eq!(seen.liveness, Liveness::Running);
+        assert!(seen.certificates.unwrap().valid_for > RENEW_BEFORE);
+
+        // A rotation asked for: issued again under it, recorded, restarted; asked again: kept.
+        let mut rotated = spec.cluster.clone();
+        rotated.metadata.annotations = Some(
+            [(
+                etcd_operator_api::v1alpha2::ROTATE_CERTIFICATES_ANNOTATION.to_owned(),
+                "r1".to_owned(),
+            )]
+            .into(),
+        );
+        let rotated = ClusterSpecView::new(rotated);
+        let pid = pid_of(root.path(), &m.name);
+        rt.renew_certificates(&cluster(), &rotated, &m.name)
+            .await
+            .unwrap();
+        assert_ne!(std::fs::read_to_string(tls.join("server.crt")).unwrap(), renewed);
+        assert_ne!(pid_of(root.path(), &m.name), pid);
+        let seen = rt.members(&cluster()).await.unwrap().remove(0);
+        assert_eq!(seen.certificates.unwrap().rotation.as_deref(), Some("r1"));
+        let pid = pid_of(root.path(), &m.name);
+        rt.renew_certificates(&cluster(), &rotated, &m.name)
+            .await
+            .unwrap();
+        assert_eq!(
+            pid_of(root.path(), &m.name),
+            pid,
+            "the same rotation is not done twice"
+        );
+
+        // Unknown and never-started members are errors, not silent successes.
+        assert!(matches!(
+            rt.renew_certificates(&cluster(), &spec, "c-nobody").await,
+            Err(RuntimeError::UnknownMember { .. })
+        ));
+        rt.reserve(&cluster(), &spec, "c-unstarted").await.unwrap();
+        assert!(matches!(
+            rt.renew_certificates(&cluster(), &spec, "c-unstarted").await,
+            Err(RuntimeError::State { .. })
+        ));
+        rt.teardown(&cluster(), false).await.unwrap();
+    }
 }

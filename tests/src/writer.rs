@@ -1,0 +1,131 @@
+//! A continuous etcd writer for roll tests (upgrades, certificate rotation): puts `w-<n>` = `<n>`
+//! one after another through one client holding every endpoint, records which writes etcd
+//! acknowledged and the longest time without one, and checks afterwards that none was lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, GetOptions, TlsOptions};
+
+/// What the continuous writer saw.
+#[derive(Debug, Default)]
+pub struct Writes {
+    /// Keys whose put etcd acknowledged, in order.
+    pub acknowledged: Vec<String>,
+    /// The longest time between two successful writes.
+    pub longest_gap: Duration,
+    /// When the longest gap began and ended (Unix seconds).
+    pub longest_gap_at: (f64, f64),
+    /// Failed attempts.
+    pub failures: usize,
+    /// Each failed attempt: when it started and ended (Unix seconds) and why.
+    pub failure_log: Vec<(f64, f64, String)>,
+}
+
+/// Seconds since the Unix epoch, for lining up the writer's log with the operator's.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+/// Client options with short timeouts, and TLS when given.
+fn options(tls: Option<&TlsOptions>) -> ConnectOptions {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(2));
+    match tls {
+        Some(tls) => options.with_tls(tls.clone()),
+        None => options,
+    }
+}
+
+/// Starts the writer against `endpoints` (with `tls` for https endpoints); it runs until `stop`.
+///
+/// # Panics
+/// When the first connection cannot be made (a test failure).
+pub fn start_writer(
+    endpoints: Vec<String>,
+    tls: Option<TlsOptions>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Writes> {
+    tokio::spawn(async move {
+        #[allow(clippy::unwrap_used)]
+        let mut client = Client::connect(&endpoints, Some(options(tls.as_ref())))
+            .await
+            .unwrap();
+        let mut writes = Writes::default();
+        let mut last_success = Instant::now();
+        let mut last_success_unix = unix_now();
+        let mut n = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            n += 1;
+            let key = format!("w-{n:08}");
+            let began = unix_now();
+            match tokio::time::timeout(
+                Duration::from_secs(3),
+                client.put(key.as_str(), n.to_string(), None),
+            )
+            .await
+            {
+                Ok(Ok(_)) => {
+                    let now = Instant::now();
+                    if now - last_success > writes.longest_gap {
+                        writes.longest_gap = now - last_success;
+                        writes.longest_gap_at = (last_success_unix, unix_now());
+                    }
+                    last_success = now;
+                    last_success_unix = unix_now();
+                    writes.acknowledged.push(key);
+                }
+                Ok(Err(e)) => {
+                    writes.failures += 1;
+                    writes.failure_log.push((began, unix_now(), e.to_string()));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(_) => {
+                    writes.failures += 1;
+                    writes
+                        .failure_log
+                        .push((began, unix_now(), "no answer in 3 s".into()));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        writes.longest_gap = writes.longest_gap.max(Instant::now() - last_success);
+        writes
+    })
+}
+
+/// Every acknowledged key reads back (linearizable) with its value.
+///
+/// # Panics
+/// When one is missing or wrong, or etcd cannot be read (a test failure).
+#[allow(clippy::unwrap_used, clippy::panic)]
+pub async fn assert_no_write_lost(endpoints: &[String], tls: Option<&TlsOptions>, writes: &Writes) {
+    let mut client = Client::connect(endpoints, Some(options(tls))).await.unwrap();
+    let all = client
+        .get("w-", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let stored: std::collections::HashMap<String, String> = all
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                kv.value_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for key in &writes.acknowledged {
+        let n: u64 = key.trim_start_matches("w-").parse().unwrap();
+        assert_eq!(
+            stored.get(key).map(String::as_str),
+            Some(n.to_string().as_str()),
+            "acknowledged write {key} lost"
+        );
+    }
+}
