@@ -998,6 +998,24 @@ fn plan_certificate_renewal(
     })
 }
 
+/// The one step taken when no member can be reached over TLS: renewing a member whose own
+/// certificates have expired (members left stopped for longer than their certificates last come
+/// back this way, one at a time). Anything else waits for a view of the cluster.
+pub fn renew_expired(desired: &Desired, observed: &Observed) -> Option<Step> {
+    if desired.paused {
+        return None;
+    }
+    observed.runtime.iter().find_map(|r| {
+        let certs = r.certificates.as_ref()?;
+        (certs.valid_for.is_zero() && r.liveness == Liveness::Running).then(|| Step::RenewCertificates {
+            name: r.name.clone(),
+            reason: RenewalReason::Expiring {
+                valid_for: Duration::ZERO,
+            },
+        })
+    })
+}
+
 /// Whether removing `m` leaves enough healthy voters for quorum of the smaller cluster.
 fn can_remove(etcd: &EtcdView, m: &EtcdMember) -> bool {
     if m.learner {
@@ -1854,6 +1872,35 @@ mod tests {
             unreachable!()
         };
         assert_eq!(reason.to_string(), "its certificates expired");
+    }
+
+    #[test]
+    fn without_a_view_over_tls_only_expired_running_members_are_renewed() {
+        let d = desired(3);
+        let mut o = certified([365, 0, 0], None);
+        o.etcd = None;
+        assert_eq!(
+            renew_expired(&d, &o),
+            Some(Step::RenewCertificates {
+                name: "b".into(),
+                reason: RenewalReason::Expiring {
+                    valid_for: Duration::ZERO
+                },
+            })
+        );
+        // A stopped member is started by the usual rules, on certificates issued at start.
+        o.runtime[1].liveness = Liveness::Gone {
+            reason: "exited".into(),
+            restartable: true,
+        };
+        assert!(
+            matches!(renew_expired(&d, &o), Some(Step::RenewCertificates { ref name, .. }) if name == "c")
+        );
+        // Nothing expired (another CA, say): nothing to do here.
+        assert_eq!(renew_expired(&d, &certified([365, 1, 365], None)), None);
+        let mut paused = d.clone();
+        paused.paused = true;
+        assert_eq!(renew_expired(&paused, &o), None);
     }
 
     #[test]

@@ -598,3 +598,102 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
         .collect();
     assert_eq!(pids, again, "members restarted without a new rotation");
 }
+
+/// Replaces a member's serving and peer certificates with ones from the cluster's own CAs that
+/// expired at midnight (UTC) today, as if the cluster had been left alone for a year.
+fn expire_member_certificates(op: &LocalOperator, cluster: &str, member: &str) {
+    use etcd_operator_controller::tls::ca::{CertificateAuthority, LeafSpec};
+    use etcd_operator_controller::tls::member::{peer_certificate, server_certificate};
+    let ca = |plane: &str| {
+        let dir = pki(op, cluster);
+        CertificateAuthority::load(
+            &std::fs::read_to_string(dir.join(format!("{plane}-ca.crt"))).unwrap(),
+            &std::fs::read_to_string(dir.join(format!("{plane}-ca.key"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let names = [member.to_owned()];
+    let tls = member_dir(op, cluster, member).join("tls");
+    for (file, plane, spec) in [
+        ("server", "client", server_certificate(member, &names)),
+        ("peer", "peer", peer_certificate(member, &names)),
+    ] {
+        let expired = ca(plane)
+            .issue(&LeafSpec {
+                validity: Duration::ZERO,
+                ..spec
+            })
+            .unwrap();
+        let not_after = etcd_operator_controller::tls::ca::not_after(&expired.cert_pem).unwrap();
+        assert!(
+            not_after <= std::time::SystemTime::now(),
+            "the certificate has expired"
+        );
+        std::fs::write(tls.join(format!("{file}.key")), &expired.key_pem).unwrap();
+        std::fs::write(tls.join(format!("{file}.crt")), &expired.cert_pem).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn members_whose_certificates_expired_get_new_ones_and_the_cluster_comes_back() {
+    let op = LocalOperator::start().await.unwrap();
+    apply(&op, &tls_cluster("lapsed", 3, true)).unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "lapsed"),
+        "3 healthy TLS members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let (ca, cert, key) = operator_identity(&op, "lapsed");
+    let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
+    let eps = client_endpoints(&s);
+    let put = etcdctl(&eps[0], tls, &["put", "outlives", "the-certificates"]);
+    assert!(put.status.success(), "{}", text(&put));
+    let names: Vec<String> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+
+    // Every member's certificates expire at once (etcd reads them at every handshake).
+    for name in &names {
+        expire_member_certificates(&op, "lapsed", name);
+    }
+    let out = etcdctl(&eps[0], tls, &["get", "outlives"]);
+    assert!(
+        !out.status.success(),
+        "a member with an expired certificate answered: {}",
+        text(&out)
+    );
+    let fresh = |op: &LocalOperator| {
+        names.iter().all(|n| {
+            let pem =
+                std::fs::read_to_string(member_dir(op, "lapsed", n).join("tls").join("server.crt")).unwrap();
+            etcd_operator_controller::tls::ca::not_after(&pem)
+                .is_ok_and(|t| t > std::time::SystemTime::now() + Duration::from_secs(300 * 24 * 3600))
+        })
+    };
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "lapsed"),
+        "every member on new certificates and the cluster available",
+        Duration::from_secs(120),
+        |s| available(s, 3) && fresh(&op),
+    )
+    .await
+    .unwrap();
+    assert_eq!(client_endpoints(&s), eps, "the same members, renewed in place");
+    for ep in &eps {
+        let got = etcdctl(ep, tls, &["get", "outlives", "--print-value-only"]);
+        assert_eq!(
+            String::from_utf8_lossy(&got.stdout).trim(),
+            "the-certificates",
+            "{ep}: {}",
+            text(&got)
+        );
+    }
+}

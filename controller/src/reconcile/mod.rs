@@ -348,12 +348,23 @@ async fn apply<R: Runtime, M: MemberOps>(
             Ok((seen, None)) => observed = seen,
             // Members that refuse the operator's certificate (or whose certificates it refuses)
             // have not lost quorum: nothing is planned on that view, and status says why.
+            // The one exception: a member whose own certificates expired gets new ones.
             Ok((seen, Some(tls))) => {
                 tracing::warn!(cluster = %cluster.key(), error = %tls, "the members cannot be reached over TLS");
                 observed = seen;
-                outcome = Outcome {
-                    error: Some(StepError::Member(tls)),
-                    ..Outcome::idle()
+                outcome = match plan::renew_expired(&desired, &observed) {
+                    Some(step) => {
+                        let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
+                        Outcome {
+                            step,
+                            error: result.err(),
+                            roll: None,
+                        }
+                    }
+                    None => Outcome {
+                        error: Some(StepError::Member(tls)),
+                        ..Outcome::idle()
+                    },
                 };
                 break;
             }
