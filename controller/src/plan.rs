@@ -1135,6 +1135,27 @@ fn plan_without_etcd(
         return Step::Start { members: not_running };
     }
     if desired.formed_before {
+        // A full outage (every process gone: a host reboot, every Pod deleted): members whose
+        // data survived are started again together, each on its own data and configuration, so
+        // the cluster comes back with its ID and data. Nothing is wiped or replaced here.
+        let held = held_member(desired, observed);
+        let restartable: Vec<(String, MemberConfig)> = observed
+            .runtime
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.liveness,
+                    Liveness::Gone {
+                        restartable: true,
+                        ..
+                    }
+                ) && Some(r.name.as_str()) != held
+            })
+            .filter_map(|r| Some((r.name.clone(), r.config.clone()?)))
+            .collect();
+        if !restartable.is_empty() {
+            return Step::Start { members: restartable };
+        }
         return Step::Wait {
             reason: WaitReason::QuorumLost,
         };
@@ -1872,6 +1893,64 @@ mod tests {
             unreachable!()
         };
         assert_eq!(reason.to_string(), "its certificates expired");
+    }
+
+    #[test]
+    fn after_a_full_outage_every_member_with_its_data_starts_again_together() {
+        let mut d = desired(3);
+        d.formed_before = true;
+        let gone = |name: &str, restartable: bool| {
+            runtime(
+                name,
+                Liveness::Gone {
+                    reason: "exited".into(),
+                    restartable,
+                },
+                Some(InitialState::New),
+            )
+        };
+        let o = Observed {
+            runtime: vec![gone("a", true), gone("b", true), gone("c", false)],
+            etcd: None,
+            timing: Timing::default(),
+        };
+        let Step::Start { members } = run(&d, &o) else {
+            panic!("expected a start: {:?}", run(&d, &o))
+        };
+        let names: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", "b"],
+            "the member without data is left to the replacement rules"
+        );
+        // Each starts on its own recorded configuration.
+        assert_eq!(Some(&members[0].1), o.runtime[0].config.as_ref());
+
+        // Running members that do not answer, and nothing to start: quorum is lost; wait.
+        let o = Observed {
+            runtime: vec![gone("a", false), running(&["b"]).remove(0)],
+            etcd: None,
+            timing: Timing::default(),
+        };
+        assert_eq!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::QuorumLost
+            }
+        );
+        // Paused: nothing starts.
+        d.paused = true;
+        let o = Observed {
+            runtime: vec![gone("a", true)],
+            etcd: None,
+            timing: Timing::default(),
+        };
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::Paused
+            }
+        ));
     }
 
     #[test]

@@ -1,0 +1,143 @@
+//! Day-2 operations end to end with the local runtime and real etcd 3.5.1: a cluster whose
+//! members all went down (killed at once, or a "host reboot" that also took the operator) comes
+//! back with its cluster ID and data.
+
+// Test code: a failed unwrap is a test failure with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, wait_for};
+use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
+use serde_json::Value;
+
+fn cluster_yaml(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n"
+    )
+}
+
+fn available(s: &Value, replicas: i64) -> bool {
+    condition(s, "Available").is_some_and(|c| c["status"] == "True")
+        && s["readyReplicas"] == replicas
+        && s["members"].as_array().is_some_and(|m| {
+            m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
+        })
+}
+
+fn etcdctl(endpoint: &str, args: &[&str]) -> std::process::Output {
+    Command::new(tools::etcdctl(EtcdVersion::V3_5_1).unwrap())
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("--command-timeout=3s")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn cluster_dir(op: &LocalOperator, name: &str) -> PathBuf {
+    op.state_dir().join("members").join("default").join(name)
+}
+
+/// The recorded pid of every member process of the cluster that runs.
+fn member_pids(op: &LocalOperator, name: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir(cluster_dir(op, name))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path().join("etcd.pid")).ok()?;
+            let pid: u32 = text.split_whitespace().next()?.parse().ok()?;
+            etcd_operator_tests::leftovers::is_running(pid).then_some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// SIGKILLs every member process of the cluster; returns their pids.
+fn kill_every_member(op: &LocalOperator, name: &str) -> Vec<u32> {
+    let pids = member_pids(op, name);
+    for pid in &pids {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(*pid).unwrap()),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    pids
+}
+
+/// Brings up a 3-member cluster with one key in it; its status.
+async fn three_members_with_a_key(op: &LocalOperator, name: &str) -> Value {
+    apply(op, &cluster_yaml(name, 3)).unwrap();
+    let s = wait_for(
+        op,
+        Watched::status("ec", name),
+        "3 healthy members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let out = etcdctl(&client_endpoints(&s)[0], &["put", "survives", "the-outage"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(s["clusterID"].is_string(), "{s}");
+    s
+}
+
+/// Waits until every member runs as a new process (none of `killed`) and the cluster is
+/// available again, then checks it has the same ID and every member serves the key.
+async fn back_with_the_same_id_and_data(op: &LocalOperator, name: &str, before: &Value, killed: &[u32]) {
+    let s = wait_for(
+        op,
+        Watched::status("ec", name),
+        "the cluster back after the outage",
+        Duration::from_secs(90),
+        |s| {
+            let now = member_pids(op, name);
+            available(s, 3) && now.len() == 3 && now.iter().all(|p| !killed.contains(p))
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s["clusterID"], before["clusterID"],
+        "the same cluster, not a new one"
+    );
+    assert_eq!(
+        client_endpoints(&s),
+        client_endpoints(before),
+        "the same members, restarted on their data"
+    );
+    for ep in client_endpoints(&s) {
+        let out = etcdctl(&ep, &["get", "survives", "--print-value-only"]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "the-outage",
+            "{ep}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_member_killed_at_once_comes_back_with_its_id_and_data() {
+    let op = LocalOperator::start().await.unwrap();
+    let before = three_members_with_a_key(&op, "outage").await;
+    let killed = kill_every_member(&op, "outage");
+    assert_eq!(killed.len(), 3);
+    back_with_the_same_id_and_data(&op, "outage", &before, &killed).await;
+}
+
+#[tokio::test]
+async fn a_host_reboot_that_took_the_operator_too_brings_the_cluster_back() {
+    let mut op = LocalOperator::start().await.unwrap();
+    let before = three_members_with_a_key(&op, "reboot").await;
+    op.crash();
+    let killed = kill_every_member(&op, "reboot");
+    assert_eq!(killed.len(), 3);
+    op.start_again().await.unwrap();
+    back_with_the_same_id_and_data(&op, "reboot", &before, &killed).await;
+}
