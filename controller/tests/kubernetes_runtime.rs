@@ -504,6 +504,34 @@ impl ApiServerVerifier {
         event.reply(StatusCode::CREATED, &body);
     }
 
+    /// `remove` deletes the member's cert-manager Certificates (404: cert-manager is not
+    /// installed) and then its Secrets, by the member's labels.
+    async fn delete_member_certificates(&mut self, member: &str, cert_manager: bool) {
+        let selector = format!(
+            "labelSelector=etcd.operator.dev%2Fcluster%3D{NAME}%2Cetcd.operator.dev%2Fmember%3D{member}"
+        );
+        let empty = |kind: &str| json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []});
+        let certificates = self
+            .expect(
+                Method::DELETE,
+                &format!("/apis/cert-manager.io/v1/namespaces/{NS}/certificates?&{selector}"),
+                Some(JSON),
+            )
+            .await;
+        if cert_manager {
+            certificates.reply(StatusCode::OK, &empty("CertificateList"));
+        } else {
+            certificates.not_found("the server could not find the requested resource");
+        }
+        self.expect(
+            Method::DELETE,
+            &format!("/api/v1/namespaces/{NS}/secrets?&{selector}"),
+            Some(JSON),
+        )
+        .await
+        .reply(StatusCode::OK, &empty("SecretList"));
+    }
+
     async fn delete(&mut self, path: &str, answer: Option<Value>) {
         let delete = self.expect(Method::DELETE, &format!("{path}?"), Some(JSON)).await;
         match answer {
@@ -1142,6 +1170,7 @@ async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
                 Some(pvc(&c2, Some(&boot2), true)),
             )
             .await;
+            api.delete_member_certificates(&c2, true).await;
             // The PDB follows the members that remain: two, quorum 2.
             api.list_members(
                 vec![
@@ -1177,6 +1206,7 @@ async fn removing_an_already_removed_member_succeeds() {
                 None,
             )
             .await;
+            api.delete_member_certificates(&c2, false).await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(1).await;
             api.event("MemberRemoved", &format!("Removed member {c2}")).await;
@@ -1210,6 +1240,7 @@ async fn removing_a_member_but_keeping_its_data_releases_the_volume_claim() {
                 }})
             );
             release.reply(StatusCode::OK, &pvc(&c2, None, false));
+            api.delete_member_certificates(&c2, false).await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(1).await;
             api.event(
@@ -1595,40 +1626,4 @@ fn golden_services() {
 #[test]
 fn golden_pdb() {
     golden("pdb", &resources::build_pdb(&cluster_ref(), 3));
-}
-
-#[tokio::test]
-async fn a_cluster_asking_for_tls_is_refused_before_any_api_call() {
-    use etcd_operator_api::v1alpha2::{AutoTls, TlsPlane, TlsSpec};
-    let mut spec = disk_spec(3);
-    spec.cluster.spec.tls = Some(TlsSpec {
-        client: None,
-        peer: Some(TlsPlane {
-            auto: Some(AutoTls {}),
-            ..Default::default()
-        }),
-    });
-    let spec = ClusterSpecView::new(spec.cluster);
-    let err = scenario(
-        async |_| {},
-        async |runtime| runtime.client_tls(&cluster_ref(), &spec).await.unwrap_err(),
-    )
-    .await;
-    assert!(
-        matches!(
-            err,
-            RuntimeError::TlsUnsupported {
-                plane: "peer",
-                provider: "auto",
-                runtime: "kubernetes"
-            }
-        ),
-        "{err}"
-    );
-    let plain = scenario(
-        async |_| {},
-        async |runtime| runtime.client_tls(&cluster_ref(), &disk_spec(3)).await.unwrap(),
-    )
-    .await;
-    assert_eq!(plain, None);
 }
