@@ -600,8 +600,15 @@ impl KubernetesRuntime {
     }
 
     /// Reports a Warning Event on the EtcdCluster; a failure is logged, never returned.
-    async fn publish_warning(&self, cluster: &ClusterRef, reason: &str, action: &str, note: String) {
-        self.record(cluster, EventType::Warning, reason, action, note, None)
+    async fn publish_warning(
+        &self,
+        cluster: &ClusterRef,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.record(cluster, EventType::Warning, reason, action, note, related)
             .await;
     }
 

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use etcd_operator_api::naming::MEMBER_LABEL;
 use etcd_operator_api::v1alpha2::IssuerReference;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rustls_pki_types::ServerName;
@@ -182,6 +182,18 @@ fn secret_problem(secret: &Secret) -> Option<String> {
     (!key_matches(&pair)).then(|| format!("has a {TLS_KEY_KEY} that is not the key of its {TLS_CERT_KEY}"))
 }
 
+/// A Secret of the cluster as the related object of an Event (Events about different Secrets
+/// stay apart instead of being counted as one series).
+fn secret_reference(cluster: &ClusterRef, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Secret".to_owned()),
+        name: Some(name.to_owned()),
+        namespace: Some(cluster.namespace.clone()),
+        ..ObjectReference::default()
+    }
+}
+
 fn certificates_error(what: String) -> impl FnOnce(String) -> RuntimeError {
     move |detail| RuntimeError::Certificates { what, detail }
 }
@@ -230,6 +242,7 @@ impl KubernetesRuntime {
                 "CertificateAuthorityMissing",
                 "IssueCertificates",
                 detail.clone(),
+                Some(secret_reference(cluster, &name)),
             )
             .await;
             return Err(RuntimeError::Certificates { what, detail });
@@ -250,7 +263,7 @@ impl KubernetesRuntime {
                     "CertificateAuthorityCreated",
                     "IssueCertificates",
                     format!("Created the {} plane's CA in Secret {name}", plane.as_str()),
-                    None,
+                    Some(secret_reference(cluster, &name)),
                 )
                 .await;
                 Ok(ca)
@@ -292,6 +305,7 @@ impl KubernetesRuntime {
                     "CertificatesInvalid",
                     "IssueCertificates",
                     detail.clone(),
+                    Some(secret_reference(cluster, name)),
                 )
                 .await;
                 Err(RuntimeError::Certificates {
@@ -407,7 +421,7 @@ impl KubernetesRuntime {
             "CertificatesIssued",
             "IssueCertificates",
             format!("Issued certificates for member {name} into Secret {secret_name}: {reason}"),
-            None,
+            Some(secret_reference(cluster, &secret_name)),
         )
         .await;
         Ok(Some(reason))
@@ -445,6 +459,7 @@ impl KubernetesRuntime {
                     "CertificatesMissing",
                     "CheckCertificates",
                     error.to_string(),
+                    Some(secret_reference(cluster, secret_name)),
                 )
                 .await;
                 Err(error)
@@ -520,6 +535,7 @@ impl KubernetesRuntime {
                 "CertificatesInvalid",
                 "CheckCertificates",
                 error.to_string(),
+                Some(secret_reference(cluster, &secret_name)),
             )
             .await;
             return Err(error);
