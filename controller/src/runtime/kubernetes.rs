@@ -1092,6 +1092,12 @@ impl Runtime for KubernetesRuntime {
             "delete the PodDisruptionBudget",
         )?;
         self.with_memory(cluster, BTreeMap::clear);
+        // The CA and member Secrets and cert-manager Certificates are owned by the EtcdCluster:
+        // the garbage collector removes them with it. The operator's identity goes now.
+        self.identities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&cluster.key());
         info!(cluster = %cluster.key(), keep_data, "tore down the cluster's Pods, volume claims, Services and PodDisruptionBudget");
         Ok(())
     }
