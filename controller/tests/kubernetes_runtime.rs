@@ -2484,6 +2484,79 @@ mod tls {
     }
 
     #[tokio::test]
+    async fn renewal_restarts_a_pod_older_than_its_good_certificates() {
+        // Certificates issued (by an earlier renewal) after the running Pod was created: the Pod
+        // still serves the old ones, so it is restarted though nothing is issued now.
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let b = member("ccccc");
+        let cfg = tls_config(&[&b]);
+        let (cs, ps) = (
+            ca_secret(&client_ca, Plane::Client),
+            ca_secret(&peer_ca, Plane::Peer),
+        );
+        let fresh = member_secret(&b, &client_ca, &peer_ca, 365, None, "2026-03-01T00:00:00Z");
+        let (b2, cfg2, fresh2) = (b.clone(), cfg.clone(), fresh.clone());
+        scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{b2}-data"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &pvc(&b2, Some(&cfg2), false));
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("peer", &ps).await;
+                api.member_secret(&b2, Some(&fresh), None).await;
+                let mut running = pod(&b2, "Running", Some(&cfg2), false);
+                running["metadata"]["creationTimestamp"] = json!("2026-02-01T00:00:00Z");
+                api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{b2}"), None)
+                    .await
+                    .reply(StatusCode::OK, &running);
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/secrets?&{SELECTOR}"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &list("SecretList", vec![fresh2]));
+                api.delete(
+                    &format!("/api/v1/namespaces/{NS}/pods/{b2}"),
+                    Some(pod(&b2, "Running", Some(&cfg2), true)),
+                )
+                .await;
+                api.event(
+                    "MemberCertificatesRenewed",
+                    &format!(
+                        "Deleted Pod {b2} to restart it on PersistentVolumeClaim {b2}-data with new certificates (its Pod was created before its current certificates were issued)"
+                    ),
+                )
+                .await;
+            },
+            async |rt: KubernetesRuntime| {
+                rt.renew_certificates(&cluster_ref(), &auto_spec(None), &b)
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+        // A memory member cannot be restarted on new certificates: refused before any call.
+        let mut memory = auto_spec(None).cluster;
+        memory.spec.storage = memory_spec().cluster.spec.storage;
+        let memory = ClusterSpecView::new(memory);
+        let err = scenario(
+            async |_| {},
+            async |rt: KubernetesRuntime| {
+                rt.renew_certificates(&cluster_ref(), &memory, &member("ccccc"))
+                    .await
+                    .unwrap_err()
+            },
+        )
+        .await;
+        assert!(matches!(err, RuntimeError::State { .. }), "{err}");
+    }
+
+    #[tokio::test]
     async fn a_missing_secret_ref_secret_is_an_error_naming_it_and_nothing_starts() {
         let b = member("ccccc");
         let cfg = config(&[&b], InitialState::New);
