@@ -504,6 +504,34 @@ impl ApiServerVerifier {
         event.reply(StatusCode::CREATED, &body);
     }
 
+    /// `remove` deletes the member's cert-manager Certificates (404: cert-manager is not
+    /// installed) and then its Secrets, by the member's labels.
+    async fn delete_member_certificates(&mut self, member: &str, cert_manager: bool) {
+        let selector = format!(
+            "labelSelector=etcd.operator.dev%2Fcluster%3D{NAME}%2Cetcd.operator.dev%2Fmember%3D{member}"
+        );
+        let empty = |kind: &str| json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []});
+        let certificates = self
+            .expect(
+                Method::DELETE,
+                &format!("/apis/cert-manager.io/v1/namespaces/{NS}/certificates?&{selector}"),
+                Some(JSON),
+            )
+            .await;
+        if cert_manager {
+            certificates.reply(StatusCode::OK, &empty("CertificateList"));
+        } else {
+            certificates.not_found("the server could not find the requested resource");
+        }
+        self.expect(
+            Method::DELETE,
+            &format!("/api/v1/namespaces/{NS}/secrets?&{selector}"),
+            Some(JSON),
+        )
+        .await
+        .reply(StatusCode::OK, &empty("SecretList"));
+    }
+
     async fn delete(&mut self, path: &str, answer: Option<Value>) {
         let delete = self.expect(Method::DELETE, &format!("{path}?"), Some(JSON)).await;
         match answer {
@@ -1142,6 +1170,7 @@ async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
                 Some(pvc(&c2, Some(&boot2), true)),
             )
             .await;
+            api.delete_member_certificates(&c2, true).await;
             // The PDB follows the members that remain: two, quorum 2.
             api.list_members(
                 vec![
@@ -1177,6 +1206,7 @@ async fn removing_an_already_removed_member_succeeds() {
                 None,
             )
             .await;
+            api.delete_member_certificates(&c2, false).await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(1).await;
             api.event("MemberRemoved", &format!("Removed member {c2}")).await;
@@ -1210,6 +1240,7 @@ async fn removing_a_member_but_keeping_its_data_releases_the_volume_claim() {
                 }})
             );
             release.reply(StatusCode::OK, &pvc(&c2, None, false));
+            api.delete_member_certificates(&c2, false).await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(1).await;
             api.event(
@@ -1597,38 +1628,1226 @@ fn golden_pdb() {
     golden("pdb", &resources::build_pdb(&cluster_ref(), 3));
 }
 
-#[tokio::test]
-async fn a_cluster_asking_for_tls_is_refused_before_any_api_call() {
-    use etcd_operator_api::v1alpha2::{AutoTls, TlsPlane, TlsSpec};
-    let mut spec = disk_spec(3);
-    spec.cluster.spec.tls = Some(TlsSpec {
-        client: None,
-        peer: Some(TlsPlane {
+// ---------------------------------------------------------------------------------------------
+// Member TLS
+
+mod tls {
+    use super::*;
+    use etcd_operator_api::v1alpha2::{
+        AutoTls, CertManagerTls, IssuerReference, ROTATE_CERTIFICATES_ANNOTATION, SecretReference, TlsPlane,
+        TlsSpec,
+    };
+    use etcd_operator_controller::resources::tls::{
+        CertificateUse, MemberTlsMaterial, Plane, build_ca_secret, build_certificate, build_member_secret,
+        member_dns_names,
+    };
+    use etcd_operator_controller::tls::ca::{CA_VALIDITY, CertificateAuthority, LeafSpec, PemPair};
+    use etcd_operator_controller::tls::member::{peer_certificate, server_certificate};
+    use k8s_openapi::api::core::v1::Secret;
+    use pretty_assertions::assert_eq;
+    use rustls_pki_types::ServerName;
+    use rustls_pki_types::pem::PemObject;
+    use std::time::SystemTime;
+
+    fn auto() -> TlsPlane {
+        TlsPlane {
             auto: Some(AutoTls {}),
-            ..Default::default()
-        }),
-    });
-    let spec = ClusterSpecView::new(spec.cluster);
-    let err = scenario(
-        async |_| {},
-        async |runtime| runtime.client_tls(&cluster_ref(), &spec).await.unwrap_err(),
-    )
-    .await;
-    assert!(
-        matches!(
-            err,
-            RuntimeError::TlsUnsupported {
-                plane: "peer",
-                provider: "auto",
-                runtime: "kubernetes"
+            ..TlsPlane::default()
+        }
+    }
+
+    fn secret_ref(name: &str) -> TlsPlane {
+        TlsPlane {
+            secret_ref: Some(SecretReference {
+                name: name.to_owned(),
+            }),
+            ..TlsPlane::default()
+        }
+    }
+
+    fn cert_manager() -> TlsPlane {
+        TlsPlane {
+            cert_manager: Some(CertManagerTls {
+                issuer_ref: IssuerReference {
+                    name: "etcd-ca".to_owned(),
+                    kind: Some("ClusterIssuer".to_owned()),
+                    group: None,
+                },
+            }),
+            ..TlsPlane::default()
+        }
+    }
+
+    /// `base` with `spec.tls` and, when given, the rotate-certificates annotation.
+    fn with_tls(
+        base: ClusterSpecView,
+        client: Option<TlsPlane>,
+        peer: Option<TlsPlane>,
+        rotation: Option<&str>,
+    ) -> ClusterSpecView {
+        let mut cluster = base.cluster;
+        cluster.spec.tls = Some(TlsSpec { client, peer });
+        if let Some(rotation) = rotation {
+            cluster
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), rotation.to_owned());
+        }
+        ClusterSpecView::new(cluster)
+    }
+
+    fn auto_spec(rotation: Option<&str>) -> ClusterSpecView {
+        with_tls(disk_spec(3), Some(auto()), Some(auto()), rotation)
+    }
+
+    fn https_peer(member: &str) -> String {
+        format!("https://{member}.{NAME}.{NS}.svc:2380")
+    }
+
+    fn tls_config(members: &[&str]) -> MemberConfig {
+        MemberConfig {
+            initial_cluster: members.iter().map(|m| (m.to_string(), https_peer(m))).collect(),
+            ..config(members, InitialState::New)
+        }
+    }
+
+    fn secret_path(name: &str) -> String {
+        format!("/api/v1/namespaces/{NS}/secrets/{name}")
+    }
+
+    fn to_value(secret: &Secret) -> Value {
+        let mut value = serde_json::to_value(secret).unwrap();
+        value["apiVersion"] = json!("v1");
+        value["kind"] = json!("Secret");
+        value
+    }
+
+    fn from_value(value: &Value) -> Secret {
+        serde_json::from_value(value.clone()).unwrap()
+    }
+
+    fn text(secret: &Secret, key: &str) -> String {
+        let data = secret.data.as_ref().unwrap();
+        String::from_utf8(data.get(key).unwrap_or_else(|| panic!("no {key}")).0.clone()).unwrap()
+    }
+
+    /// The names a member's serving certificate must verify for.
+    fn names(member: &str) -> Vec<ServerName<'static>> {
+        let mut names: Vec<ServerName<'static>> = member_dns_names(&cluster_ref(), member)
+            .into_iter()
+            .map(|d| ServerName::try_from(d).unwrap())
+            .collect();
+        names.push(ServerName::try_from("localhost").unwrap());
+        names.push(ServerName::try_from("127.0.0.1").unwrap());
+        names
+    }
+
+    /// The DNS and IP subject alternative names of a certificate, parsed with x509-parser.
+    fn sans(cert_pem: &str) -> (Vec<String>, Vec<String>) {
+        use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let san = cert.subject_alternative_name().unwrap().unwrap();
+        let mut dns = Vec::new();
+        let mut ips = Vec::new();
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::DNSName(d) => dns.push((*d).to_owned()),
+                GeneralName::IPAddress(ip) => ips.push(format!("{ip:?}")),
+                other => panic!("unexpected SAN {other:?}"),
             }
-        ),
-        "{err}"
-    );
-    let plain = scenario(
-        async |_| {},
-        async |runtime| runtime.client_tls(&cluster_ref(), &disk_spec(3)).await.unwrap(),
-    )
-    .await;
-    assert_eq!(plain, None);
+        }
+        (dns, ips)
+    }
+
+    fn ca_secret(ca: &CertificateAuthority, plane: Plane) -> Value {
+        to_value(&build_ca_secret(&cluster_ref(), plane, ca.pem()))
+    }
+
+    /// A member Secret issued by the given CAs (validity of the certificates `days`).
+    fn member_secret(
+        member: &str,
+        client_ca: &CertificateAuthority,
+        peer_ca: &CertificateAuthority,
+        days: u64,
+        rotation: Option<&str>,
+        issued_at: &str,
+    ) -> Value {
+        let dns = member_dns_names(&cluster_ref(), member);
+        let validity = Duration::from_secs(days * 24 * 3600);
+        let server = client_ca
+            .issue(&LeafSpec {
+                validity,
+                ..server_certificate(member, &dns)
+            })
+            .unwrap();
+        let peer = peer_ca
+            .issue(&LeafSpec {
+                validity,
+                ..peer_certificate(member, &dns)
+            })
+            .unwrap();
+        to_value(&build_member_secret(
+            &cluster_ref(),
+            member,
+            &MemberTlsMaterial {
+                server: Some(server),
+                peer: Some(peer),
+                client_ca: Some(client_ca.pem().cert_pem.clone()),
+                peer_ca: Some(peer_ca.pem().cert_pem.clone()),
+                rotation: rotation.map(str::to_owned),
+                issued_at: Some(issued_at.to_owned()),
+            },
+        ))
+    }
+
+    fn new_ca(name: &str) -> CertificateAuthority {
+        CertificateAuthority::generate(name, CA_VALIDITY).unwrap()
+    }
+
+    impl ApiServerVerifier {
+        /// Reads an existing CA Secret.
+        async fn existing_ca(&mut self, plane: &str, secret: &Value) {
+            self.expect(Method::GET, &secret_path(&format!("{NAME}-{plane}-ca")), None)
+                .await
+                .reply(StatusCode::OK, secret);
+        }
+
+        /// No CA Secret yet: the runtime checks no member holds certificates of a lost CA,
+        /// creates it (POST, never an apply) and reports it. Returns the created Secret.
+        async fn create_ca(&mut self, plane: &str) -> Value {
+            self.expect(Method::GET, &secret_path(&format!("{NAME}-{plane}-ca")), None)
+                .await
+                .not_found("secrets");
+            self.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/secrets?&{SELECTOR}"),
+                None,
+            )
+            .await
+            .reply(StatusCode::OK, &list("SecretList", vec![]));
+            let create = self
+                .expect(
+                    Method::POST,
+                    &format!("/api/v1/namespaces/{NS}/secrets?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(create.body["metadata"]["name"], format!("{NAME}-{plane}-ca"));
+            assert_eq!(create.body["type"], "kubernetes.io/tls");
+            assert_eq!(create.body["metadata"]["ownerReferences"][0]["uid"], UID);
+            let body = create.body.clone();
+            create.reply(StatusCode::CREATED, &body);
+            self.event(
+                "CertificateAuthorityCreated",
+                &format!("Created the {plane} plane's CA in Secret {NAME}-{plane}-ca"),
+            )
+            .await;
+            body
+        }
+
+        /// The member Secret is read (`existing`) and, when it is not good, applied again; returns
+        /// the applied Secret.
+        async fn member_secret(
+            &mut self,
+            member: &str,
+            existing: Option<&Value>,
+            reason: Option<&str>,
+        ) -> Option<Value> {
+            let get = self
+                .expect(Method::GET, &secret_path(&format!("{member}-tls")), None)
+                .await;
+            match existing {
+                Some(secret) => get.reply(StatusCode::OK, secret),
+                None => get.not_found("secrets"),
+            }
+            let reason = reason?;
+            let apply = self
+                .expect(
+                    Method::PATCH,
+                    &format!("{}?&{APPLY}", secret_path(&format!("{member}-tls"))),
+                    Some(APPLY_PATCH),
+                )
+                .await;
+            let body = apply.body.clone();
+            assert_eq!(body["metadata"]["labels"]["etcd.operator.dev/member"], member);
+            assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], UID);
+            apply.echo();
+            let event = self
+                .expect(
+                    Method::POST,
+                    &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(event.body["reason"], "CertificatesIssued");
+            assert_eq!(
+                event.body["related"],
+                json!({"apiVersion": "v1", "kind": "Secret", "name": format!("{member}-tls"), "namespace": NS}),
+                "each member's Event is its own, not a series"
+            );
+            let note = event.body["note"].as_str().unwrap().to_owned();
+            assert!(
+                note.starts_with(&format!(
+                    "Issued certificates for member {member} into Secret {member}-tls: "
+                )) && note.contains(reason),
+                "{note}"
+            );
+            let echoed = event.body.clone();
+            event.reply(StatusCode::CREATED, &echoed);
+            Some(body)
+        }
+
+        /// The member Pod is applied; returns its body.
+        async fn apply_pod(&mut self, member: &str, version: &str) -> Value {
+            let apply = self
+                .expect(
+                    Method::PATCH,
+                    &format!("/api/v1/namespaces/{NS}/pods/{member}?&{APPLY}"),
+                    Some(APPLY_PATCH),
+                )
+                .await;
+            let body = apply.body.clone();
+            apply.echo();
+            self.event(
+                "MemberPodCreated",
+                &format!("Created member Pod {member} (etcd {version})"),
+            )
+            .await;
+            body
+        }
+
+        async fn pod_missing(&mut self, member: &str) {
+            self.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/pods/{member}"),
+                None,
+            )
+            .await
+            .not_found("pods");
+        }
+
+        async fn warning(&mut self, reason: &str) -> String {
+            let event = self
+                .expect(
+                    Method::POST,
+                    &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], reason);
+            let note = event.body["note"].as_str().unwrap().to_owned();
+            let body = event.body.clone();
+            event.reply(StatusCode::CREATED, &body);
+            note
+        }
+    }
+
+    fn command(pod: &Value) -> Vec<String> {
+        serde_json::from_value(pod["spec"]["containers"][0]["command"].clone()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn auto_tls_creates_each_ca_once_and_issues_member_certificates_for_every_name() {
+        let a = member("bbbbb");
+        let cfg = tls_config(&[&a]);
+        let (a2, cfg2) = (a.clone(), cfg.clone());
+        let captured = std::sync::Mutex::new(Vec::new());
+        let cap = &captured;
+        let reserved_member = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.apply_services().await;
+                api.list_members(vec![], vec![]).await;
+                api.apply_pdb(2).await;
+                let create = api
+                    .expect(
+                        Method::POST,
+                        &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?"),
+                        Some(JSON),
+                    )
+                    .await;
+                assert_eq!(
+                    create.body["metadata"]["annotations"]["etcd.operator.dev/tls"],
+                    "client,peer"
+                );
+                let body = create.body.clone();
+                create.reply(StatusCode::CREATED, &body);
+                api.record_config(&a2, &cfg2).await;
+                api.pod_missing(&a2).await;
+                let client_ca = api.create_ca("client").await;
+                let peer_ca = api.create_ca("peer").await;
+                let secret = api
+                    .member_secret(&a2, None, Some("the member had no certificates yet"))
+                    .await
+                    .unwrap();
+                let pod = api.apply_pod(&a2, "3.5.21").await;
+                cap.lock().unwrap().extend([client_ca, peer_ca, secret, pod]);
+            },
+            async |rt: KubernetesRuntime| {
+                let spec = auto_spec(None);
+                let reserved = rt.reserve(&cluster_ref(), &spec, &a).await.unwrap();
+                rt.start(&cluster_ref(), &spec, &a, &cfg).await.unwrap();
+                reserved
+            },
+        )
+        .await;
+        let [client_ca, peer_ca, secret, pod]: [Value; 4] =
+            captured.into_inner().unwrap().try_into().unwrap();
+        assert_eq!(reserved_member.peer_url, https_peer(&member("bbbbb")));
+        assert_eq!(
+            reserved_member.client_url,
+            format!("https://{}.{NAME}.{NS}.svc:2379", member("bbbbb"))
+        );
+
+        // The certificates: every DNS name of the member plus localhost and 127.0.0.1, issued by
+        // the plane's CA (verified with rustls' verifiers); peer certificates are also clients.
+        let a = member("bbbbb");
+        let load = |v: &Value| {
+            let s = from_value(v);
+            CertificateAuthority::load(&text(&s, "tls.crt"), &text(&s, "tls.key")).unwrap()
+        };
+        let (client_ca, peer_ca) = (load(&client_ca), load(&peer_ca));
+        let secret = from_value(&secret);
+        let server = text(&secret, "server.crt");
+        let peer = text(&secret, "peer.crt");
+        let (dns, ips) = sans(&server);
+        let mut expected = member_dns_names(&cluster_ref(), &a);
+        expected.push("localhost".to_owned());
+        assert_eq!(dns, expected);
+        assert_eq!(
+            dns[..5],
+            [
+                a.clone(),
+                format!("{a}.{NAME}"),
+                format!("{a}.{NAME}.{NS}"),
+                format!("{a}.{NAME}.{NS}.svc"),
+                format!("{a}.{NAME}.{NS}.svc.cluster.local")
+            ]
+        );
+        assert!(dns.contains(&format!("{NAME}-client.{NS}.svc")));
+        assert_eq!(
+            ips,
+            ["[127, 0, 0, 1]"],
+            "127.0.0.1 as x509-parser shows its bytes"
+        );
+        let now = SystemTime::now();
+        client_ca.verify_server(&server, &names(&a), now).unwrap();
+        assert!(client_ca.verify_client(&server, now).is_err(), "serving only");
+        peer_ca.verify_server(&peer, &names(&a), now).unwrap();
+        peer_ca.verify_client(&peer, now).unwrap();
+        assert!(
+            peer_ca.verify_server(&server, &names(&a), now).is_err(),
+            "planes have their own CA"
+        );
+        assert_eq!(text(&secret, "client-ca.crt"), client_ca.pem().cert_pem);
+        assert_eq!(text(&secret, "peer-ca.crt"), peer_ca.pem().cert_pem);
+
+        // The Pod: https URLs, the TLS flags, the Secret mounted read-only, probes on plain HTTP.
+        let command = command(&pod);
+        for flag in [
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            &format!("--advertise-client-urls=https://{a}.{NAME}.{NS}.svc:2379"),
+            &format!("--initial-advertise-peer-urls={}", https_peer(&a)),
+            &format!("--initial-cluster={a}={}", https_peer(&a)),
+            "--cert-file=/etc/etcd/tls/client/tls.crt",
+            "--key-file=/etc/etcd/tls/client/tls.key",
+            "--trusted-ca-file=/etc/etcd/tls/client/ca.crt",
+            "--client-cert-auth=true",
+            "--peer-cert-file=/etc/etcd/tls/peer/tls.crt",
+            "--peer-key-file=/etc/etcd/tls/peer/tls.key",
+            "--peer-trusted-ca-file=/etc/etcd/tls/peer/ca.crt",
+            "--peer-client-cert-auth=true",
+            "--listen-metrics-urls=http://0.0.0.0:2381",
+        ] {
+            assert!(
+                command.iter().any(|c| c == flag),
+                "{flag} missing from {command:?}"
+            );
+        }
+        assert_eq!(
+            pod["spec"]["volumes"][1]["secret"]["secretName"],
+            format!("{a}-tls")
+        );
+        assert_eq!(pod["spec"]["containers"][0]["volumeMounts"][1]["readOnly"], true);
+        assert_eq!(
+            pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"],
+            2381
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["scheme"],
+            "HTTP"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_ca_is_reused_and_the_operator_identity_is_kept_while_good() {
+        let client_ca = new_ca("client");
+        let peer_ca = new_ca("peer");
+        let (client_secret, peer_secret) = (
+            ca_secret(&client_ca, Plane::Client),
+            ca_secret(&peer_ca, Plane::Peer),
+        );
+        let b = member("ccccc");
+        let cfg = tls_config(&[&member("bbbbb"), &b]);
+        let (b2, cfg2, cs, ps) = (b.clone(), cfg.clone(), client_secret.clone(), peer_secret.clone());
+        let (first, second) = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                // client_tls twice: the CA is read each time, the identity issued once.
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("client", &cs).await;
+                // A second member: no CA is created, both are read.
+                api.record_config(&b2, &cfg2).await;
+                api.pod_missing(&b2).await;
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("peer", &ps).await;
+                api.member_secret(&b2, None, Some("no certificates yet")).await;
+                api.apply_pod(&b2, "3.5.21").await;
+            },
+            async |rt: KubernetesRuntime| {
+                let spec = auto_spec(None);
+                let first = rt.client_tls(&cluster_ref(), &spec).await.unwrap().unwrap();
+                let second = rt.client_tls(&cluster_ref(), &spec).await.unwrap().unwrap();
+                rt.start(&cluster_ref(), &spec, &b, &cfg).await.unwrap();
+                (first, second)
+            },
+        )
+        .await;
+        assert_eq!(first, second, "a good identity is kept");
+        assert_eq!(first.ca_pem, client_ca.pem().cert_pem);
+        client_ca
+            .verify_client(&first.cert_pem, SystemTime::now())
+            .unwrap();
+        assert!(peer_ca.verify_client(&first.cert_pem, SystemTime::now()).is_err());
+        // A CA Secret that holds no usable CA is an error and a Warning, never replaced.
+        let broken = {
+            let mut s = client_secret.clone();
+            s["data"]["tls.key"] = peer_secret["data"]["tls.key"].clone();
+            s
+        };
+        let err = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.existing_ca("client", &broken).await;
+                let note = api.warning("CertificatesInvalid").await;
+                assert!(note.contains(&format!("{NAME}-client-ca")), "{note}");
+            },
+            async |rt: KubernetesRuntime| rt.client_tls(&cluster_ref(), &auto_spec(None)).await.unwrap_err(),
+        )
+        .await;
+        assert!(matches!(err, RuntimeError::Certificates { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_lost_ca_is_not_replaced_while_members_hold_its_certificates() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let a = member("bbbbb");
+        let held = member_secret(&a, &client_ca, &peer_ca, 365, None, "2026-01-01T00:00:00Z");
+        let err = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(Method::GET, &secret_path(&format!("{NAME}-client-ca")), None)
+                    .await
+                    .not_found("secrets");
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/secrets?&{SELECTOR}"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &list("SecretList", vec![held]));
+                let note = api.warning("CertificateAuthorityMissing").await;
+                assert!(note.contains(&format!("{NAME}-client-ca is missing")), "{note}");
+            },
+            async |rt: KubernetesRuntime| rt.client_tls(&cluster_ref(), &auto_spec(None)).await.unwrap_err(),
+        )
+        .await;
+        assert!(matches!(err, RuntimeError::Certificates { .. }), "{err}");
+    }
+
+    /// A start of member `b` (recorded on its PVC) whose Secret is `existing`: issued again
+    /// (`reason`) or kept. Returns the applied Secret.
+    async fn start_with_secret(
+        existing: Value,
+        reason: Option<&'static str>,
+        rotation: Option<&'static str>,
+    ) -> Option<Secret> {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        start_with(existing, &client_ca, &peer_ca, reason, rotation).await
+    }
+
+    async fn start_with(
+        existing: Value,
+        client_ca: &CertificateAuthority,
+        peer_ca: &CertificateAuthority,
+        reason: Option<&'static str>,
+        rotation: Option<&'static str>,
+    ) -> Option<Secret> {
+        let b = member("ccccc");
+        let cfg = tls_config(&[&b]);
+        let (b2, cfg2) = (b.clone(), cfg.clone());
+        let (cs, ps) = (
+            ca_secret(client_ca, Plane::Client),
+            ca_secret(peer_ca, Plane::Peer),
+        );
+        let captured = std::sync::Mutex::new(None);
+        let cap = &captured;
+        scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{b2}-data"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &pvc(&b2, Some(&cfg2), false));
+                api.pod_missing(&b2).await;
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("peer", &ps).await;
+                let applied = api.member_secret(&b2, Some(&existing), reason).await;
+                api.apply_pod(&b2, "3.5.21").await;
+                *cap.lock().unwrap() = applied;
+            },
+            async |rt: KubernetesRuntime| {
+                rt.start(&cluster_ref(), &auto_spec(rotation), &b, &cfg)
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+        let applied = captured.into_inner().unwrap().map(|v| from_value(&v))?;
+        let b = member("ccccc");
+        let now = SystemTime::now();
+        client_ca
+            .verify_server(&text(&applied, "server.crt"), &names(&b), now)
+            .unwrap();
+        peer_ca.verify_client(&text(&applied, "peer.crt"), now).unwrap();
+        Some(applied)
+    }
+
+    #[tokio::test]
+    async fn good_member_certificates_are_kept() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let good = member_secret(
+            &member("ccccc"),
+            &client_ca,
+            &peer_ca,
+            365,
+            Some("r1"),
+            "2026-01-01T00:00:00Z",
+        );
+        assert!(
+            start_with(good.clone(), &client_ca, &peer_ca, None, None)
+                .await
+                .is_none()
+        );
+        assert!(
+            start_with(good, &client_ca, &peer_ca, None, Some("r1"))
+                .await
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expiring_member_certificate_is_issued_again() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let expiring = member_secret(
+            &member("ccccc"),
+            &client_ca,
+            &peer_ca,
+            10,
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        let applied = start_with(expiring, &client_ca, &peer_ca, Some("server.crt"), None)
+            .await
+            .unwrap();
+        let not_after = etcd_operator_controller::tls::ca::not_after(&text(&applied, "server.crt")).unwrap();
+        assert!(not_after > SystemTime::now() + Duration::from_secs(300 * 24 * 3600));
+    }
+
+    #[tokio::test]
+    async fn a_member_certificate_of_another_ca_is_issued_again() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let other = new_ca("other");
+        // Signed by another CA, though the Secret names the cluster's CA.
+        let mut foreign = member_secret(
+            &member("ccccc"),
+            &other,
+            &other,
+            365,
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        let right = member_secret(
+            &member("ccccc"),
+            &client_ca,
+            &peer_ca,
+            365,
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        foreign["data"]["client-ca.crt"] = right["data"]["client-ca.crt"].clone();
+        foreign["data"]["peer-ca.crt"] = right["data"]["peer-ca.crt"].clone();
+        let applied = start_with(foreign.clone(), &client_ca, &peer_ca, Some("server.crt"), None).await;
+        assert!(applied.is_some());
+        // And a CA certificate in the Secret that is not the cluster's.
+        let stale = member_secret(
+            &member("ccccc"),
+            &other,
+            &other,
+            365,
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        assert!(
+            start_with(stale, &client_ca, &peer_ca, Some("is not the cluster's CA"), None)
+                .await
+                .is_some()
+        );
+        assert!(
+            start_with_secret(foreign, Some("is not the cluster's CA"), None)
+                .await
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_rotation_annotation_issues_certificates_again_under_it() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let old = member_secret(
+            &member("ccccc"),
+            &client_ca,
+            &peer_ca,
+            365,
+            Some("r1"),
+            "2026-01-01T00:00:00Z",
+        );
+        let applied = start_with(
+            old,
+            &client_ca,
+            &peer_ca,
+            Some("rotation \"r2\" was requested"),
+            Some("r2"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            applied.metadata.annotations.unwrap()["etcd.operator.dev/certificate-rotation"],
+            "r2"
+        );
+    }
+
+    #[tokio::test]
+    async fn members_report_their_certificates_with_https_urls() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let other = new_ca("other");
+        let (a, b) = (member("bbbbb"), member("ccccc"));
+        let cfg = tls_config(&[&a, &b]);
+        let tls_pod = |m: &str| {
+            let mut p = pod(m, "Running", Some(&cfg), false);
+            p["metadata"]["annotations"]["etcd.operator.dev/tls"] = json!("client,peer");
+            p
+        };
+        let tls_pvc = |m: &str| {
+            let mut p = pvc(m, Some(&cfg), false);
+            p["metadata"]["annotations"]["etcd.operator.dev/tls"] = json!("client,peer");
+            p
+        };
+        let secrets = vec![
+            ca_secret(&client_ca, Plane::Client),
+            ca_secret(&peer_ca, Plane::Peer),
+            member_secret(&a, &client_ca, &peer_ca, 20, Some("r1"), "2026-01-01T00:00:00Z"),
+            member_secret(&b, &other, &other, 365, None, "2026-01-01T00:00:00Z"),
+        ];
+        let (pods, pvcs) = (vec![tls_pod(&a), tls_pod(&b)], vec![tls_pvc(&a), tls_pvc(&b)]);
+        let members = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.list_members(pods, pvcs).await;
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/secrets?&{SELECTOR}"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &list("SecretList", secrets));
+            },
+            async |rt: KubernetesRuntime| rt.members(&cluster_ref()).await.unwrap(),
+        )
+        .await;
+        assert_eq!(members[0].peer_url, https_peer(&a));
+        assert!(members[0].client_url.starts_with("https://"));
+        let certs = members[0].certificates.clone().unwrap();
+        assert!(
+            certs.valid_for > Duration::from_secs(18 * 24 * 3600)
+                && certs.valid_for <= Duration::from_secs(21 * 24 * 3600),
+            "{certs:?}"
+        );
+        assert_eq!(certs.rotation.as_deref(), Some("r1"));
+        assert_eq!(
+            members[1].certificates.clone().unwrap().valid_for,
+            Duration::ZERO,
+            "a certificate of another CA counts as expired"
+        );
+    }
+
+    #[tokio::test]
+    async fn renewal_issues_new_certificates_and_restarts_the_pod_on_its_claim() {
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let b = member("ccccc");
+        let cfg = tls_config(&[&b]);
+        let (cs, ps) = (
+            ca_secret(&client_ca, Plane::Client),
+            ca_secret(&peer_ca, Plane::Peer),
+        );
+        let old = member_secret(&b, &client_ca, &peer_ca, 365, Some("r1"), "2026-01-01T00:00:00Z");
+        let (b2, cfg2) = (b.clone(), cfg.clone());
+        scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{b2}-data"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &pvc(&b2, Some(&cfg2), false));
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("peer", &ps).await;
+                api.member_secret(&b2, Some(&old), Some("rotation \"r2\" was requested"))
+                    .await;
+                let mut running = pod(&b2, "Running", Some(&cfg2), false);
+                running["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+                api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{b2}"), None)
+                    .await
+                    .reply(StatusCode::OK, &running);
+                api.delete(
+                    &format!("/api/v1/namespaces/{NS}/pods/{b2}"),
+                    Some(pod(&b2, "Running", Some(&cfg2), true)),
+                )
+                .await;
+                api.event(
+                    "MemberCertificatesRenewed",
+                    &format!(
+                        "Deleted Pod {b2} to restart it on PersistentVolumeClaim {b2}-data with new certificates (rotation \"r2\" was requested)"
+                    ),
+                )
+                .await;
+            },
+            async |rt: KubernetesRuntime| {
+                rt.renew_certificates(&cluster_ref(), &auto_spec(Some("r2")), &b)
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+
+        // Called again with good certificates and a Pod younger than them: nothing changes.
+        let (b3, cfg3) = (b.clone(), cfg.clone());
+        let (cs, ps) = (
+            ca_secret(&client_ca, Plane::Client),
+            ca_secret(&peer_ca, Plane::Peer),
+        );
+        let fresh = member_secret(&b, &client_ca, &peer_ca, 365, Some("r2"), "2026-01-01T00:00:00Z");
+        let fresh2 = fresh.clone();
+        scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{b3}-data"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &pvc(&b3, Some(&cfg3), false));
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("peer", &ps).await;
+                api.member_secret(&b3, Some(&fresh), None).await;
+                let mut running = pod(&b3, "Running", Some(&cfg3), false);
+                running["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:05Z");
+                api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{b3}"), None)
+                    .await
+                    .reply(StatusCode::OK, &running);
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/secrets?&{SELECTOR}"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &list("SecretList", vec![fresh2]));
+            },
+            async |rt: KubernetesRuntime| {
+                rt.renew_certificates(&cluster_ref(), &auto_spec(Some("r2")), &b)
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn renewal_restarts_a_pod_older_than_its_good_certificates() {
+        // Certificates issued (by an earlier renewal) after the running Pod was created: the Pod
+        // still serves the old ones, so it is restarted though nothing is issued now.
+        let (client_ca, peer_ca) = (new_ca("client"), new_ca("peer"));
+        let b = member("ccccc");
+        let cfg = tls_config(&[&b]);
+        let (cs, ps) = (
+            ca_secret(&client_ca, Plane::Client),
+            ca_secret(&peer_ca, Plane::Peer),
+        );
+        let fresh = member_secret(&b, &client_ca, &peer_ca, 365, None, "2026-03-01T00:00:00Z");
+        let (b2, cfg2, fresh2) = (b.clone(), cfg.clone(), fresh.clone());
+        scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{b2}-data"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &pvc(&b2, Some(&cfg2), false));
+                api.existing_ca("client", &cs).await;
+                api.existing_ca("peer", &ps).await;
+                api.member_secret(&b2, Some(&fresh), None).await;
+                let mut running = pod(&b2, "Running", Some(&cfg2), false);
+                running["metadata"]["creationTimestamp"] = json!("2026-02-01T00:00:00Z");
+                api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{b2}"), None)
+                    .await
+                    .reply(StatusCode::OK, &running);
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/secrets?&{SELECTOR}"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &list("SecretList", vec![fresh2]));
+                api.delete(
+                    &format!("/api/v1/namespaces/{NS}/pods/{b2}"),
+                    Some(pod(&b2, "Running", Some(&cfg2), true)),
+                )
+                .await;
+                api.event(
+                    "MemberCertificatesRenewed",
+                    &format!(
+                        "Deleted Pod {b2} to restart it on PersistentVolumeClaim {b2}-data with new certificates (its Pod was created before its current certificates were issued)"
+                    ),
+                )
+                .await;
+            },
+            async |rt: KubernetesRuntime| {
+                rt.renew_certificates(&cluster_ref(), &auto_spec(None), &b)
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+        // A memory member cannot be restarted on new certificates: refused before any call.
+        let mut memory = auto_spec(None).cluster;
+        memory.spec.storage = memory_spec().cluster.spec.storage;
+        let memory = ClusterSpecView::new(memory);
+        let err = scenario(
+            async |_| {},
+            async |rt: KubernetesRuntime| {
+                rt.renew_certificates(&cluster_ref(), &memory, &member("ccccc"))
+                    .await
+                    .unwrap_err()
+            },
+        )
+        .await;
+        assert!(matches!(err, RuntimeError::State { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_secret_ref_secret_is_an_error_naming_it_and_nothing_starts() {
+        let b = member("ccccc");
+        let cfg = config(&[&b], InitialState::New);
+        let (b2, cfg2) = (b.clone(), cfg.clone());
+        let err = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.record_config(&b2, &cfg2).await;
+                api.pod_missing(&b2).await;
+                api.expect(Method::GET, &secret_path("etcd-server-tls"), None)
+                    .await
+                    .not_found("secrets");
+                let note = api.warning("CertificatesMissing").await;
+                assert!(
+                    note.contains(&format!("Secret {NS}/etcd-server-tls does not exist")),
+                    "{note}"
+                );
+                // No Pod is applied.
+            },
+            async |rt: KubernetesRuntime| {
+                let spec = with_tls(disk_spec(3), Some(secret_ref("etcd-server-tls")), None, None);
+                rt.start(&cluster_ref(), &spec, &b, &cfg).await.unwrap_err()
+            },
+        )
+        .await;
+        assert!(
+            matches!(&err, RuntimeError::TlsSecret { plane: "client", provider: "secretRef", secret, .. } if secret == &format!("{NS}/etcd-server-tls")),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "spec.tls.client.secretRef: Secret {NS}/etcd-server-tls does not exist; the cluster's members are not started without their certificates"
+            )
+        );
+
+        // A Secret without a key is refused the same way, naming the key; the operator's
+        // identity comes from a complete one.
+        let ca = new_ca("mine");
+        let pair = ca
+            .issue(&LeafSpec {
+                usage: etcd_operator_controller::tls::ca::LeafUsage::Peer,
+                ..server_certificate("etcd", &member_dns_names(&cluster_ref(), &b))
+            })
+            .unwrap();
+        let user_secret = |with_ca: bool| {
+            let mut data = json!({
+                "tls.crt": b64(&pair.cert_pem),
+                "tls.key": b64(&pair.key_pem),
+            });
+            if with_ca {
+                data["ca.crt"] = json!(b64(&ca.pem().cert_pem));
+            }
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "etcd-server-tls", "namespace": NS}, "type": "kubernetes.io/tls", "data": data})
+        };
+        let (incomplete, complete) = (user_secret(false), user_secret(true));
+        let (err, identity) = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(Method::GET, &secret_path("etcd-server-tls"), None)
+                    .await
+                    .reply(StatusCode::OK, &incomplete);
+                let note = api.warning("CertificatesMissing").await;
+                assert!(note.contains("has no ca.crt"), "{note}");
+                api.expect(Method::GET, &secret_path("etcd-server-tls"), None)
+                    .await
+                    .reply(StatusCode::OK, &complete);
+            },
+            async |rt: KubernetesRuntime| {
+                let spec = with_tls(disk_spec(3), Some(secret_ref("etcd-server-tls")), None, None);
+                let err = rt.client_tls(&cluster_ref(), &spec).await.unwrap_err();
+                let identity = rt.client_tls(&cluster_ref(), &spec).await.unwrap().unwrap();
+                (err, identity)
+            },
+        )
+        .await;
+        assert!(err.to_string().contains("has no ca.crt"), "{err}");
+        assert_eq!(identity.cert_pem, pair.cert_pem);
+        assert_eq!(identity.ca_pem, ca.pem().cert_pem);
+    }
+
+    fn b64(text: &str) -> String {
+        // Through k8s-openapi's ByteString, which serializes as base64.
+        serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec()))
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn cert_manager_certificates_are_applied_and_the_member_waits_for_their_secret() {
+        let b = member("ccccc");
+        let cfg = MemberConfig {
+            initial_cluster: vec![(b.clone(), https_peer(&b))],
+            ..config(&[&b], InitialState::New)
+        };
+        let spec = with_tls(disk_spec(3), None, Some(cert_manager()), None);
+        let certificate_path =
+            format!("/apis/cert-manager.io/v1/namespaces/{NS}/certificates/{b}-peer?&{APPLY}");
+        let (b2, cfg2, path2) = (b.clone(), cfg.clone(), certificate_path.clone());
+        let (spec2, spec3) = (spec.clone(), spec.clone());
+        let err = scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.record_config(&b2, &cfg2).await;
+                api.pod_missing(&b2).await;
+                let certificate = api.expect(Method::PATCH, &path2, Some(APPLY_PATCH)).await;
+                let body = certificate.body.clone();
+                assert_eq!(body["apiVersion"], "cert-manager.io/v1");
+                assert_eq!(body["kind"], "Certificate");
+                assert_eq!(body["spec"]["secretName"], format!("{b2}-peer-tls"));
+                assert_eq!(
+                    body["spec"]["usages"],
+                    json!([
+                        "digital signature",
+                        "key encipherment",
+                        "server auth",
+                        "client auth"
+                    ])
+                );
+                assert_eq!(
+                    body["spec"]["issuerRef"],
+                    json!({"name": "etcd-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+                );
+                let mut dns = member_dns_names(&cluster_ref(), &b2);
+                dns.push("localhost".to_owned());
+                assert_eq!(body["spec"]["dnsNames"], json!(dns));
+                assert_eq!(body["spec"]["ipAddresses"], json!(["127.0.0.1"]));
+                assert_eq!(
+                    body["spec"]["secretTemplate"]["labels"]["etcd.operator.dev/member"],
+                    b2.as_str()
+                );
+                certificate.echo();
+                api.expect(Method::GET, &secret_path(&format!("{b2}-peer-tls")), None)
+                    .await
+                    .not_found("secrets");
+            },
+            async |rt: KubernetesRuntime| rt.start(&cluster_ref(), &spec2, &b, &cfg).await.unwrap_err(),
+        )
+        .await;
+        assert!(matches!(err, RuntimeError::CertificateNotReady { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "waiting for cert-manager to issue Certificate {NS}/{}-peer into Secret {NS}/{}-peer-tls",
+                member("ccccc"),
+                member("ccccc")
+            )
+        );
+
+        // Once cert-manager wrote the Secret, the Pod is created and mounts it.
+        let ca = new_ca("issuer");
+        let pair: PemPair = ca
+            .issue(&peer_certificate(&b, &member_dns_names(&cluster_ref(), &b)))
+            .unwrap();
+        let issued = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{b}-peer-tls"), "namespace": NS},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": b64(&pair.cert_pem), "tls.key": b64(&pair.key_pem), "ca.crt": b64(&ca.pem().cert_pem)}});
+        let (b3, cfg3) = (b.clone(), cfg.clone());
+        let captured = std::sync::Mutex::new(Value::Null);
+        let cap = &captured;
+        scenario(
+            async move |api: &mut ApiServerVerifier| {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{b3}-data"),
+                    None,
+                )
+                .await
+                .reply(StatusCode::OK, &pvc(&b3, Some(&cfg3), false));
+                api.pod_missing(&b3).await;
+                api.expect(Method::PATCH, &certificate_path, Some(APPLY_PATCH))
+                    .await
+                    .echo();
+                api.expect(Method::GET, &secret_path(&format!("{b3}-peer-tls")), None)
+                    .await
+                    .reply(StatusCode::OK, &issued);
+                *cap.lock().unwrap() = api.apply_pod(&b3, "3.5.21").await;
+            },
+            async |rt: KubernetesRuntime| {
+                rt.start(&cluster_ref(), &spec3, &member("ccccc"), &cfg)
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+        let pod = captured.into_inner().unwrap();
+        let b = member("ccccc");
+        assert_eq!(
+            pod["spec"]["volumes"][1]["secret"]["secretName"],
+            format!("{b}-peer-tls")
+        );
+        let command = command(&pod);
+        assert!(
+            command.contains(&"--peer-client-cert-auth=true".to_owned()),
+            "{command:?}"
+        );
+        assert!(
+            command.contains(&"--listen-client-urls=http://0.0.0.0:2379".to_owned()),
+            "{command:?}"
+        );
+    }
+
+    // --- golden files
+
+    /// The golden members, with a TLS peer plane.
+    fn https_golden_config() -> MemberConfig {
+        let mut cfg = golden_config();
+        for (_, url) in &mut cfg.initial_cluster {
+            *url = url.replace("http://", "https://");
+        }
+        cfg
+    }
+
+    fn redacted(what: &str) -> PemPair {
+        PemPair {
+            cert_pem: format!("<{what} certificate>"),
+            key_pem: format!("<{what} key: redacted>"),
+        }
+    }
+
+    #[test]
+    fn golden_pod_with_auto_tls() {
+        let spec = with_tls(full_spec(), Some(auto()), Some(auto()), None);
+        let pod = resources::build_pod(
+            &cluster_ref(),
+            &spec,
+            &member("x2b4c"),
+            &https_golden_config(),
+            None,
+        )
+        .unwrap();
+        golden("pod-tls", &pod);
+    }
+
+    #[test]
+    fn golden_pod_with_secret_ref_and_cert_manager() {
+        let spec = with_tls(
+            disk_spec(3),
+            Some(secret_ref("etcd-server-tls")),
+            Some(cert_manager()),
+            None,
+        );
+        let pod = resources::build_pod(
+            &cluster_ref(),
+            &spec,
+            &member("x2b4c"),
+            &https_golden_config(),
+            None,
+        )
+        .unwrap();
+        let spec = pod.spec.unwrap();
+        golden(
+            "pod-tls-providers-volumes",
+            &(spec.volumes, spec.containers[0].command.clone()),
+        );
+    }
+
+    #[test]
+    fn golden_tls_secrets() {
+        let material = MemberTlsMaterial {
+            server: Some(redacted("server")),
+            peer: Some(redacted("peer")),
+            client_ca: Some("<client CA certificate>".to_owned()),
+            peer_ca: Some("<peer CA certificate>".to_owned()),
+            rotation: Some("2026-01-01".to_owned()),
+            issued_at: Some("2026-01-02T03:04:05Z".to_owned()),
+        };
+        golden(
+            "member-tls-secret",
+            &build_member_secret(&cluster_ref(), &member("x2b4c"), &material),
+        );
+        golden(
+            "ca-secret",
+            &build_ca_secret(&cluster_ref(), Plane::Client, &redacted("CA")),
+        );
+    }
+
+    #[test]
+    fn golden_certificate() {
+        let issuer = cert_manager().cert_manager.unwrap().issuer_ref;
+        let m = member("x2b4c");
+        golden(
+            "certificate",
+            &build_certificate(
+                &cluster_ref(),
+                Some(&m),
+                &format!("{m}-peer"),
+                &format!("{m}-peer-tls"),
+                CertificateUse::Peer,
+                &member_dns_names(&cluster_ref(), &m),
+                &issuer,
+            ),
+        );
+    }
 }

@@ -215,6 +215,7 @@ impl Target {
             "secrets" => "Secret",
             "configmaps" => "ConfigMap",
             "leases" => "Lease",
+            "certificates" => "Certificate",
             _ => "Unknown",
         }
     }
@@ -591,12 +592,12 @@ fn denied<'a>(grants: &[Grant], calls: impl IntoIterator<Item = &'a ApiCall>) ->
 // ---------------------------------------------------------------------------------------------
 // Driving the code
 
-fn spec_view(medium: &str) -> ClusterSpecView {
+fn spec_view(medium: &str, tls: Option<Value>) -> ClusterSpecView {
     let mut cluster: etcd_operator_api::v1alpha2::EtcdCluster = serde_json::from_value(json!({
         "apiVersion": "etcd.operator.dev/v1alpha2",
         "kind": "EtcdCluster",
         "metadata": {"name": CLUSTER, "namespace": NS, "uid": UID},
-        "spec": {"replicas": 3, "version": "3.5.21", "storage": {"medium": medium, "size": "1Gi"}}
+        "spec": {"replicas": 3, "version": "3.5.21", "storage": {"medium": medium, "size": "1Gi"}, "tls": tls}
     }))
     .unwrap();
     etcd_operator_api::defaults::apply_v1alpha2(&mut cluster);
@@ -630,9 +631,11 @@ const RUNTIME_OPERATIONS: [&str; 12] = [
     "teardown",
 ];
 
-/// Every `Runtime` operation of the Kubernetes runtime, on disk and memory members, with
-/// nothing existing and with everything existing (so both the create and the adopt/repair
-/// paths run). Errors are expected from a generic stub and ignored: the requests are the point.
+/// Every `Runtime` operation of the Kubernetes runtime, on disk and memory members, plain and
+/// with member TLS (`auto` on both planes: CA and member Secrets; `secretRef` and
+/// `certManager`: Secrets read, Certificates applied), with nothing existing and with
+/// everything existing (so both the create and the adopt/repair paths run). Errors are expected
+/// from a generic stub and ignored: the requests are the point.
 async fn drive_runtime(stub: &Stub) {
     let cluster = ClusterRef {
         namespace: NS.to_owned(),
@@ -643,8 +646,19 @@ async fn drive_runtime(stub: &Stub) {
     let config = member_config();
     for world in [World::Empty, World::Full] {
         stub.set_world(world);
-        for medium in ["Disk", "Memory"] {
-            let spec = spec_view(medium);
+        let tls = [
+            None,
+            Some(json!({"client": {"auto": {}}, "peer": {"auto": {}}})),
+            Some(json!({
+                "client": {"certManager": {"issuerRef": {"name": "etcd-ca"}}},
+                "peer": {"secretRef": {"name": "etcd-tls"}}
+            })),
+        ];
+        let cases = tls
+            .iter()
+            .flat_map(|t| [("Disk", t.clone()), ("Memory", t.clone())]);
+        for (medium, tls) in cases {
+            let spec = spec_view(medium, tls);
             let runtime = KubernetesRuntime::new(stub.client());
             let _ = runtime.members(&cluster).await;
             let _ = runtime.client_tls(&cluster, &spec).await;
@@ -851,6 +865,12 @@ async fn rendered_rbac_allows_every_call_the_code_makes() {
         ("create", "subjectaccessreviews"),
         ("get", "configmaps"),
         ("get", "secrets"),
+        ("list", "secrets"),
+        ("create", "secrets"),
+        ("patch", "secrets"),
+        ("deletecollection", "secrets"),
+        ("patch", "certificates"),
+        ("deletecollection", "certificates"),
         ("create", "leases"),
         ("update", "leases"),
     ] {
@@ -880,8 +900,15 @@ fn a_call_without_a_rule_is_denied() {
         })
     };
     let uncovered = [
-        // Secrets are read one by one, never listed.
-        call(Method::GET, "/api/v1/namespaces/prod/secrets", None),
+        // Secrets are applied (server-side), never updated or watched.
+        call(Method::PUT, "/api/v1/namespaces/prod/secrets/demo-a-tls", None),
+        call(Method::GET, "/api/v1/namespaces/prod/secrets", Some("watch=true")),
+        // cert-manager Certificates are applied, never read.
+        call(
+            Method::GET,
+            "/apis/cert-manager.io/v1/namespaces/prod/certificates/demo-a-peer",
+            None,
+        ),
         // Services are written, never read or watched.
         call(
             Method::GET,
@@ -939,8 +966,12 @@ fn a_call_without_a_rule_is_denied() {
 /// this test covers it: driven above, or calling only our own API (`etcd.operator.dev`, served
 /// by this process, authorized by its own SubjectAccessReviews, no RBAC rule for the
 /// ServiceAccount needed).
-const KUBE_CALLERS: [(&str, &str); 12] = [
+const KUBE_CALLERS: [(&str, &str); 13] = [
     ("controller/src/runtime/kubernetes.rs", "driven: drive_runtime"),
+    (
+        "controller/src/runtime/kubernetes/tls.rs",
+        "driven: drive_runtime (member TLS)",
+    ),
     (
         "controller/src/backup/store.rs",
         "driven: drive_serve_mode (credentials Secret)",

@@ -1,5 +1,6 @@
 //! Pure builders of the Kubernetes objects of a cluster: member Pods and PVCs, the peer and
-//! client Services and the PodDisruptionBudget. No I/O; the kubernetes runtime applies them.
+//! client Services, the PodDisruptionBudget and the TLS Secrets and cert-manager Certificates
+//! ([`tls`]). No I/O; the kubernetes runtime applies them.
 //!
 //! Every object carries the labels of the design page (`etcd.operator.dev/cluster`, and
 //! `etcd.operator.dev/member` on member objects), the `app.kubernetes.io/*` recommended labels and
@@ -9,6 +10,7 @@ mod pdb;
 mod pod;
 mod pvc;
 mod service;
+pub mod tls;
 
 use std::collections::BTreeMap;
 

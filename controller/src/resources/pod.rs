@@ -16,15 +16,18 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::tls::{
+    TLS_ANNOTATION, TlsSchemes, client_url_for, peer_url_for, tls_flags, tls_mounts, tls_volumes,
+};
 use super::{
     CLIENT_PORT, CONTAINER_NAME, DATA_DIR, DATA_MOUNT_PATH, DATA_VOLUME, MEMBER_CONFIG_ANNOTATION,
     METRICS_PORT, OPERATOR_IMAGE_ENV, PEER_PORT, RESTORE_SNAPSHOT, RESTORE_STAGING, RUN_AS_ID, ResourceError,
-    TERMINATION_GRACE_SECONDS, client_url, encode_config, member_labels, owner_reference, peer_url,
-    selector_labels,
+    TERMINATION_GRACE_SECONDS, encode_config, member_labels, owner_reference, selector_labels,
 };
 use crate::model::{ClusterRef, MemberConfig};
 use crate::restore::{self, RestoreError, RestoreMember, RestorePlan, SnapshotSource};
 use crate::runtime::ClusterSpecView;
+use crate::tls::member::TlsPlanes;
 
 /// Init container fetching and verifying the snapshot (operator image).
 pub const RESTORE_FETCH_CONTAINER: &str = "restore-fetch";
@@ -81,6 +84,10 @@ pub fn probes_for(version: &str) -> Probes {
 /// image: its restore tool writes the member into [`RESTORE_STAGING`]) and `restore-finish`
 /// (`operator_image`: move it to [`DATA_DIR`] unless a member is there already). Without an
 /// operator image, or with a snapshot the Pod cannot reach, this is an error.
+///
+/// The planes `spec.tls` asks for are served over HTTPS with their certificates mounted
+/// read-only from their Secrets (see [`super::tls`]); the Pod then carries
+/// [`TLS_ANNOTATION`].
 pub fn build_pod(
     cluster: &ClusterRef,
     spec: &ClusterSpecView,
@@ -103,6 +110,11 @@ pub fn build_pod(
         MEMBER_CONFIG_ANNOTATION.to_owned(),
         encode_config(member, config)?,
     );
+    let planes = TlsPlanes::of(cluster_spec.tls.as_ref());
+    let schemes = TlsSchemes::of(&planes);
+    if let Some(value) = schemes.annotation() {
+        annotations.insert(TLS_ANNOTATION.to_owned(), value);
+    }
 
     let repository = cluster_spec.repository.as_deref().unwrap_or(DEFAULT_REPOSITORY);
     let PodTemplateSpec {
@@ -116,8 +128,8 @@ pub fn build_pod(
     let init_containers = match &config.restore {
         Some(plan) => Some(
             restore_containers(
-                cluster,
                 member,
+                peer_url_for(cluster, member, schemes),
                 config,
                 plan,
                 operator_image,
@@ -140,7 +152,7 @@ pub fn build_pod(
         name: CONTAINER_NAME.to_owned(),
         image: Some(format!("{repository}:v{}", config.version)),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some(command(cluster, member, config)),
+        command: Some(command(cluster, member, config, &planes)),
         env: has_cpu_limit.then(|| vec![gomaxprocs()]),
         ports: Some(vec![
             container_port("client", CLIENT_PORT),
@@ -148,11 +160,15 @@ pub fn build_pod(
             container_port("metrics", METRICS_PORT),
         ]),
         resources,
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.to_owned(),
-            mount_path: DATA_MOUNT_PATH.to_owned(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(
+            std::iter::once(VolumeMount {
+                name: DATA_VOLUME.to_owned(),
+                mount_path: DATA_MOUNT_PATH.to_owned(),
+                ..VolumeMount::default()
+            })
+            .chain(tls_mounts(&planes))
+            .collect(),
+        ),
         startup_probe: Some(startup_probe(&config.version)),
         liveness_probe: Some(liveness_probe(&config.version)),
         readiness_probe: Some(readiness_probe(&config.version)),
@@ -175,7 +191,11 @@ pub fn build_pod(
             subdomain: Some(naming::peer_service_name(&cluster.name)),
             init_containers,
             containers: vec![container],
-            volumes: Some(vec![data_volume(spec, member)]),
+            volumes: Some(
+                std::iter::once(data_volume(spec, member))
+                    .chain(tls_volumes(&planes, member))
+                    .collect(),
+            ),
             restart_policy: Some("Always".to_owned()),
             enable_service_links: Some(false),
             automount_service_account_token: Some(false),
@@ -192,27 +212,44 @@ pub fn build_pod(
     })
 }
 
-/// `etcd` and its flags; every URL is plain HTTP.
-fn command(cluster: &ClusterRef, member: &str, config: &MemberConfig) -> Vec<String> {
-    vec![
+/// `etcd` and its flags. A plane with TLS listens and advertises `https://` and gets its
+/// certificate flags (see [`tls_flags`]); the metrics and health port stays plain HTTP, so the
+/// probes work whatever the planes use.
+fn command(cluster: &ClusterRef, member: &str, config: &MemberConfig, planes: &TlsPlanes) -> Vec<String> {
+    let schemes = TlsSchemes::of(planes);
+    let mut command = vec![
         "etcd".to_owned(),
         format!("--name={member}"),
         format!("--data-dir={DATA_DIR}"),
-        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
-        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
-        format!("--advertise-client-urls={}", client_url(cluster, member)),
-        format!("--initial-advertise-peer-urls={}", peer_url(cluster, member)),
+        format!(
+            "--listen-peer-urls={}://0.0.0.0:{PEER_PORT}",
+            planes.peer_scheme()
+        ),
+        format!(
+            "--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}",
+            planes.client_scheme()
+        ),
+        format!(
+            "--advertise-client-urls={}",
+            client_url_for(cluster, member, schemes)
+        ),
+        format!(
+            "--initial-advertise-peer-urls={}",
+            peer_url_for(cluster, member, schemes)
+        ),
         format!("--initial-cluster={}", config.initial_cluster_flag()),
         format!("--initial-cluster-state={}", config.initial_state.as_str()),
         format!("--initial-cluster-token={}", config.cluster_token),
         format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
-    ]
+    ];
+    command.extend(tls_flags(planes));
+    command
 }
 
 /// The init containers restoring a member from `plan` (see [`build_pod`]).
 fn restore_containers(
-    cluster: &ClusterRef,
     member: &str,
+    own_peer_url: String,
     config: &MemberConfig,
     plan: &RestorePlan,
     operator_image: Option<&str>,
@@ -259,7 +296,7 @@ fn restore_containers(
     let (program, needs_api) = restore::tool_program(&config.version);
     let restore_member = RestoreMember {
         name: member.to_owned(),
-        peer_url: peer_url(cluster, member),
+        peer_url: own_peer_url,
         initial_cluster: config.initial_cluster_flag(),
         cluster_token: config.cluster_token.clone(),
     };
@@ -472,7 +509,7 @@ mod tests {
         ));
         let config = MemberConfig {
             version: version.into(),
-            initial_cluster: vec![("c-a".into(), peer_url(&cluster, "c-a"))],
+            initial_cluster: vec![("c-a".into(), crate::resources::peer_url(&cluster, "c-a"))],
             initial_state: crate::model::InitialState::New,
             cluster_token: "u".into(),
             previous_version: None,

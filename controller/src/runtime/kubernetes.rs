@@ -29,6 +29,15 @@
 //! [`resources::OPERATOR_IMAGE_ENV`]. Without it, or with a snapshot in a volume destination
 //! (which member Pods cannot mount), `start` fails before any API call; a restore init container
 //! that exits with an error (a checksum mismatch) is reported by the next `start`.
+//!
+//! Member TLS (`spec.tls`, see [`tls`]): before a member's Pod is created its certificates are
+//! made sure of (`auto`: issued from the cluster's CA Secrets into `<member>-tls`; `secretRef`:
+//! the Secret checked; `certManager`: Certificates applied, their Secrets awaited), and the Pod
+//! mounts them. Pods and PVCs of TLS members carry [`resources::tls::TLS_ANNOTATION`], so the
+//! members are reported with `https://` URLs, and members with `auto` certificates report them
+//! ([`RuntimeMember::certificates`]) from their Secrets.
+
+mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -36,9 +45,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_operator_api::naming::{self, MEMBER_LABEL};
 use etcd_operator_api::v1alpha2::StorageMedium;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -46,6 +55,7 @@ use tracing::{debug, info, warn};
 
 use super::{ClusterSpecView, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+use crate::resources::tls::{TLS_ANNOTATION, TlsSchemes, certificate_resource, client_url_for, peer_url_for};
 use crate::resources::{
     self, FIELD_MANAGER, MEMBER_CONFIG_ANNOTATION, RELEASED_FROM_ANNOTATION, build_client_service, build_pdb,
     build_peer_service, build_pod, build_pvc, cluster_object_reference, list_selector,
@@ -58,6 +68,8 @@ struct MemoryMember {
     config: Option<MemberConfig>,
     /// Its Pod was created (or seen running): a missing Pod now means lost data.
     pod_created: bool,
+    /// The planes that use TLS (from the spec it was reserved with).
+    tls: TlsSchemes,
 }
 
 /// Memory members per cluster (`namespace/name`).
@@ -71,6 +83,10 @@ pub struct KubernetesRuntime {
     memory: Arc<Mutex<MemoryMembers>>,
     /// The operator's own image: the init containers of members restored from a snapshot.
     operator_image: Option<String>,
+    /// The operator's client identity toward each cluster with `auto` client TLS (by
+    /// `namespace/name`): issued from the cluster's CA when needed and kept in memory only, so the
+    /// credential never leaves the process; a restarted operator issues a new one.
+    identities: Arc<Mutex<HashMap<String, crate::tls::member::ClientTls>>>,
 }
 
 impl fmt::Debug for KubernetesRuntime {
@@ -190,6 +206,15 @@ fn stored_config<K: Resource>(obj: &K, member: &str) -> Result<Option<MemberConf
         })
 }
 
+/// The TLS planes an object's [`TLS_ANNOTATION`] names, if it carries one.
+fn stored_tls<K: Resource>(obj: &K) -> Option<TlsSchemes> {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TLS_ANNOTATION))
+        .map(|value| TlsSchemes::parse(value))
+}
+
 /// A merge patch that detaches a kept PVC from its cluster: no cluster or member label (so it is
 /// no member any more), no owner reference (so deleting the cluster does not collect it), and an
 /// annotation naming where it came from.
@@ -214,6 +239,7 @@ impl KubernetesRuntime {
             client,
             recorder,
             memory: Arc::default(),
+            identities: Arc::default(),
             operator_image: std::env::var(resources::OPERATOR_IMAGE_ENV)
                 .ok()
                 .filter(|i| !i.is_empty()),
@@ -348,10 +374,15 @@ impl KubernetesRuntime {
             },
             None => Liveness::Reserved,
         };
+        let tls = pvc
+            .and_then(stored_tls)
+            .or_else(|| pod.and_then(stored_tls))
+            .or_else(|| memory.map(|m| m.tls))
+            .unwrap_or_default();
         Ok(Some(RuntimeMember {
             name: name.to_owned(),
-            peer_url: resources::peer_url(cluster, name),
-            client_url: resources::client_url(cluster, name),
+            peer_url: peer_url_for(cluster, name, tls),
+            client_url: client_url_for(cluster, name, tls),
             config,
             liveness,
             certificates: None,
@@ -386,6 +417,16 @@ impl KubernetesRuntime {
         for (name, member) in &objects {
             if let Some(m) = self.classify(cluster, name, member, memory.get(name))? {
                 members.push(m);
+            }
+        }
+        // Members with TLS report their `auto` certificates (a cluster without TLS costs no call).
+        if members
+            .iter()
+            .any(|m| m.client_url.starts_with("https:") || m.peer_url.starts_with("https:"))
+        {
+            let secrets = self.member_secrets(cluster).await?;
+            for member in &mut members {
+                member.certificates = secrets.get(&member.name).map(|(certs, _)| certs.clone());
             }
         }
         Ok(members)
@@ -494,8 +535,20 @@ impl KubernetesRuntime {
         Ok(config.clone())
     }
 
-    /// Creates the member Pod (server-side apply) and reports an Event.
+    /// Makes sure of the member's certificates (see [`tls`]), then creates its Pod.
     async fn create_pod(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
+        self.ensure_member_tls(cluster, spec, name).await?;
+        self.apply_pod(cluster, spec, name, config).await
+    }
+
+    /// Creates the member Pod (server-side apply) and reports an Event.
+    async fn apply_pod(
         &self,
         cluster: &ClusterRef,
         spec: &ClusterSpecView,
@@ -533,7 +586,7 @@ impl KubernetesRuntime {
         Ok(())
     }
 
-    /// Reports an Event on the EtcdCluster; a failure is logged, never returned.
+    /// Reports a Normal Event on the EtcdCluster; a failure is logged, never returned.
     async fn publish(
         &self,
         cluster: &ClusterRef,
@@ -542,8 +595,34 @@ impl KubernetesRuntime {
         note: String,
         related: Option<ObjectReference>,
     ) {
+        self.record(cluster, EventType::Normal, reason, action, note, related)
+            .await;
+    }
+
+    /// Reports a Warning Event on the EtcdCluster; a failure is logged, never returned.
+    async fn publish_warning(
+        &self,
+        cluster: &ClusterRef,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.record(cluster, EventType::Warning, reason, action, note, related)
+            .await;
+    }
+
+    async fn record(
+        &self,
+        cluster: &ClusterRef,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
         let event = Event {
-            type_: EventType::Normal,
+            type_,
             reason: reason.to_owned(),
             note: Some(note),
             action: action.to_owned(),
@@ -606,16 +685,19 @@ impl Runtime for KubernetesRuntime {
         let counted = existing.iter().filter(|m| m.name != name).count() + 1;
         let desired = spec.replicas;
         self.apply_pdb(cluster, counted.max(desired)).await?;
+        let tls = TlsSchemes::of(&crate::tls::member::TlsPlanes::of(spec.cluster.spec.tls.as_ref()));
         let config = match spec.storage.medium {
             Some(StorageMedium::Memory) => self.with_memory(cluster, |members| {
-                members.entry(name.to_owned()).or_default().config.clone()
+                let member = members.entry(name.to_owned()).or_default();
+                member.tls = tls;
+                member.config.clone()
             }),
             _ => self.ensure_pvc(cluster, spec, name).await?,
         };
         Ok(RuntimeMember {
             name: name.to_owned(),
-            peer_url: resources::peer_url(cluster, name),
-            client_url: resources::client_url(cluster, name),
+            peer_url: peer_url_for(cluster, name, tls),
+            client_url: client_url_for(cluster, name, tls),
             config,
             liveness: Liveness::Reserved,
             certificates: None,
@@ -756,19 +838,86 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
-    /// Member TLS is not applied by this runtime yet (clusters asking for it are refused before
-    /// anything is created), so no member has certificates to renew.
+    /// Issues the member's `auto` certificates again when they are due (expiring, of another CA,
+    /// another rotation) and deletes its Pod so that it comes back on its PVC with them, as a
+    /// version change does. Certificates that are good are kept, and the call only makes sure the
+    /// member runs on them (a Pod created before they were issued is restarted too).
     async fn renew_certificates(
         &self,
-        _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
-        _name: &str,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
     ) -> Result<(), RuntimeError> {
-        Err(RuntimeError::TlsUnsupported {
-            plane: "client",
-            provider: "auto",
-            runtime: "kubernetes",
-        })
+        if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: "a memory-backed member loses its data when its Pod stops, so it cannot be restarted on new certificates; replace the member".to_owned(),
+            });
+        }
+        let pvc = self
+            .api::<PersistentVolumeClaim>(cluster)
+            .get_opt(&naming::member_pvc_name(name))
+            .await
+            .map_err(kube_error("read the member PersistentVolumeClaim"))?
+            .ok_or_else(|| RuntimeError::UnknownMember {
+                name: name.to_owned(),
+            })?;
+        let Some(config) = stored_config(&pvc, name)? else {
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: "it was never started, so it has no certificates to renew".to_owned(),
+            });
+        };
+        let issued = self.ensure_member_tls(cluster, spec, name).await?;
+        let pod = self
+            .api::<Pod>(cluster)
+            .get_opt(name)
+            .await
+            .map_err(kube_error("read the member Pod"))?;
+        let Some(pod) = pod else {
+            return self.apply_pod(cluster, spec, name, &config).await;
+        };
+        if being_deleted(&pod) {
+            // Recreated by the next start, on the Secret as it is now.
+            return Ok(());
+        }
+        let reason = match issued {
+            Some(reason) => reason,
+            None => {
+                // Good certificates: restart only a Pod older than them.
+                let issued_at = self
+                    .member_secrets(cluster)
+                    .await?
+                    .remove(name)
+                    .and_then(|(_, at)| at);
+                let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                match (issued_at, created) {
+                    (Some(issued), Some(created)) if created.as_second() < issued.as_second() => {
+                        "its Pod was created before its current certificates were issued".to_owned()
+                    }
+                    _ => return Ok(()),
+                }
+            }
+        };
+        ignore_not_found(
+            self.api::<Pod>(cluster)
+                .delete(name, &DeleteParams::default())
+                .await,
+            "delete the member Pod to restart it on new certificates",
+        )?;
+        info!(cluster = %cluster.key(), member = name, %reason, "deleted member Pod to restart it on new certificates");
+        self.publish(
+            cluster,
+            "MemberCertificatesRenewed",
+            "DeletePod",
+            format!(
+                "Deleted Pod {name} to restart it on PersistentVolumeClaim {} with new certificates ({reason})",
+                naming::member_pvc_name(name)
+            ),
+            None,
+        )
+        .await;
+        Ok(())
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
@@ -813,6 +962,25 @@ impl Runtime for KubernetesRuntime {
                 "delete the member PersistentVolumeClaim",
             )?;
         }
+        // Its certificates: cert-manager's Certificates first (else their Secrets come back),
+        // then every Secret of the member (`auto`, cert-manager's, labelled with the member).
+        // Without cert-manager installed there is no Certificate resource: nothing to delete.
+        let member_selector =
+            ListParams::default().labels(&format!("{},{MEMBER_LABEL}={name}", list_selector(cluster)));
+        let certificates: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &cluster.namespace, &certificate_resource());
+        ignore_not_found(
+            certificates
+                .delete_collection(&DeleteParams::default(), &member_selector)
+                .await,
+            "delete the member's cert-manager Certificates",
+        )?;
+        ignore_not_found(
+            self.api::<Secret>(cluster)
+                .delete_collection(&DeleteParams::default(), &member_selector)
+                .await,
+            "delete the member's certificate Secrets",
+        )?;
         self.with_memory(cluster, |members| members.remove(name));
         info!(cluster = %cluster.key(), member = name, keep_data, "removed member");
 
@@ -839,25 +1007,15 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
-    /// Not yet: the Secrets, mounts and flags of TLS members are the next step of the Kubernetes
-    /// runtime. A cluster that asks for TLS is refused with a clear reason rather than started
-    /// without it.
+    /// The operator's identity toward the members (see [`tls`]): a client certificate of the
+    /// cluster's `auto` client CA (created on first use), the `secretRef` Secret's pair, or the
+    /// operator's cert-manager Certificate; `None` when the client plane is plain HTTP.
     async fn client_tls(
         &self,
-        _cluster: &ClusterRef,
+        cluster: &ClusterRef,
         spec: &ClusterSpecView,
     ) -> Result<Option<crate::tls::member::ClientTls>, RuntimeError> {
-        let planes = crate::tls::member::TlsPlanes::of(spec.cluster.spec.tls.as_ref());
-        for (plane, provider) in [("client", &planes.client), ("peer", &planes.peer)] {
-            if let Some(provider) = provider {
-                return Err(RuntimeError::TlsUnsupported {
-                    plane,
-                    provider: provider.field(),
-                    runtime: "kubernetes",
-                });
-            }
-        }
-        Ok(None)
+        self.operator_identity(cluster, spec).await
     }
 
     /// The member Pods and PVCs (owned by their EtcdCluster, labelled with its name): a Pod
@@ -934,6 +1092,12 @@ impl Runtime for KubernetesRuntime {
             "delete the PodDisruptionBudget",
         )?;
         self.with_memory(cluster, BTreeMap::clear);
+        // The CA and member Secrets and cert-manager Certificates are owned by the EtcdCluster:
+        // the garbage collector removes them with it. The operator's identity goes now.
+        self.identities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&cluster.key());
         info!(cluster = %cluster.key(), keep_data, "tore down the cluster's Pods, volume claims, Services and PodDisruptionBudget");
         Ok(())
     }

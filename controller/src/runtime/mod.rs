@@ -78,6 +78,30 @@ pub enum RuntimeError {
         /// What went wrong.
         detail: String,
     },
+    /// A Secret the cluster's TLS needs (a `secretRef` Secret, a cert-manager Certificate's
+    /// Secret) is missing or unusable: the members are not started without it.
+    #[error(
+        "spec.tls.{plane}.{provider}: Secret {secret} {detail}; the cluster's members are not started without their certificates"
+    )]
+    TlsSecret {
+        /// `client` or `peer`.
+        plane: &'static str,
+        /// `secretRef` or `certManager`.
+        provider: &'static str,
+        /// `namespace/name` of the Secret.
+        secret: String,
+        /// What is wrong (`does not exist`, `has no tls.key`, ...).
+        detail: String,
+    },
+    /// cert-manager has not issued a Certificate yet: its Secret does not exist (or holds no
+    /// certificate) yet. Waiting, not a fault, unless it lasts.
+    #[error("waiting for cert-manager to issue Certificate {certificate} into Secret {secret}")]
+    CertificateNotReady {
+        /// `namespace/name` of the Certificate.
+        certificate: String,
+        /// `namespace/name` of its Secret.
+        secret: String,
+    },
     /// Stored member state could not be read or written.
     #[error("member state of {member}: {detail}")]
     State {

@@ -154,6 +154,25 @@ impl ClientTls {
     }
 }
 
+/// Whether `cert_pem` is signed by the CA certificate `ca_pem`: the signature only (no dates,
+/// names or usages), to tell a certificate of another CA from one that merely expires soon.
+pub fn issued_by(cert_pem: &str, ca_pem: &str) -> bool {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (Ok(cert), Ok(ca)) = (
+        CertificateDer::from_pem_slice(cert_pem.as_bytes()),
+        CertificateDer::from_pem_slice(ca_pem.as_bytes()),
+    ) else {
+        return false;
+    };
+    let (Ok((_, cert)), Ok((_, ca))) = (X509Certificate::from_der(&cert), X509Certificate::from_der(&ca))
+    else {
+        return false;
+    };
+    cert.issuer() == ca.subject() && cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +242,9 @@ mod tests {
         // Another cluster's CA does not vouch for them.
         let other = CertificateAuthority::generate("other", crate::tls::ca::CA_VALIDITY).unwrap();
         assert!(other.verify_client(&operator.cert_pem, now).is_err());
+        assert!(issued_by(&peer.cert_pem, &ca.pem().cert_pem));
+        assert!(!issued_by(&peer.cert_pem, &other.pem().cert_pem));
+        assert!(!issued_by("not a certificate", &ca.pem().cert_pem));
     }
 
     #[test]

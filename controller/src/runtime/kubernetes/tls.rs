@@ -1,0 +1,697 @@
+//! Member TLS of the kubernetes runtime: the `auto` CA Secrets (created once, never replaced),
+//! each member's certificates before its Pod is created (`auto`: issued into `<member>-tls`;
+//! `secretRef`: checked; `certManager`: Certificates applied and their Secrets awaited), the
+//! operator's own client identity, and what the members' Secrets say about their certificates.
+//! The objects themselves are built by [`crate::resources::tls`].
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use etcd_operator_api::naming::MEMBER_LABEL;
+use etcd_operator_api::v1alpha2::IssuerReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use rustls_pki_types::ServerName;
+use tracing::{info, warn};
+
+use super::{KubernetesRuntime, is_already_exists, kube_error};
+use crate::model::{ClusterRef, MemberCertificates};
+use crate::resources::tls::{
+    CA_CERT_KEY, CERTIFICATE_ROTATION_ANNOTATION, CLIENT_CA_KEY, CertificateUse, ISSUED_AT_ANNOTATION,
+    MemberTlsMaterial, PEER_CA_KEY, PEER_CERT_KEY, PEER_KEY_KEY, Plane, SERVER_CERT_KEY, SERVER_KEY_KEY,
+    TLS_CERT_KEY, TLS_KEY_KEY, build_ca_secret, build_certificate, build_member_secret, ca_secret_name,
+    certificate_name, certificate_resource, certificate_secret_name, member_dns_names, member_secret_name,
+    operator_certificate_name, operator_certificate_secret_name,
+};
+use crate::resources::{FIELD_MANAGER, list_selector};
+use crate::runtime::{ClusterSpecView, RuntimeError};
+use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, key_matches_certificate, not_after};
+use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
+
+/// The text of a Secret's key, when present and not blank.
+pub(super) fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    let value = secret.data.as_ref()?.get(key)?;
+    String::from_utf8(value.0.clone())
+        .ok()
+        .filter(|text| !text.trim().is_empty())
+}
+
+fn secret_pair(secret: &Secret, cert: &str, key: &str) -> Option<PemPair> {
+    Some(PemPair {
+        cert_pem: secret_text(secret, cert)?,
+        key_pem: secret_text(secret, key)?,
+    })
+}
+
+/// Whether the pair's key is its certificate's key.
+fn key_matches(pair: &PemPair) -> bool {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_slice(pair.cert_pem.as_bytes())
+        .is_ok_and(|cert| key_matches_certificate(&cert, &pair.key_pem))
+}
+
+/// The names a member's certificates must be valid for, as rustls checks them.
+pub(super) fn server_names(cluster: &ClusterRef, member: &str) -> Vec<ServerName<'static>> {
+    let (dns, ips) = member_tls::member_names(&member_dns_names(cluster, member));
+    dns.into_iter()
+        .filter_map(|d| ServerName::try_from(d).ok())
+        .chain(ips.into_iter().map(|ip| ServerName::IpAddress(ip.into())))
+        .collect()
+}
+
+/// The CAs of a cluster's `auto` planes.
+#[derive(Debug, Default)]
+pub(super) struct AutoCas {
+    client: Option<CertificateAuthority>,
+    peer: Option<CertificateAuthority>,
+}
+
+/// Why a member's `auto` certificates must be issued (again), `None` when the Secret holds good
+/// ones: present, keys matching, issued by the cluster's CAs (whose certificates it carries),
+/// valid for every name now and for [`crate::tls::ca::RENEW_BEFORE`] more, and issued under the
+/// rotation asked for (when one is).
+pub(super) fn reissue_reason(
+    secret: Option<&Secret>,
+    cas: &AutoCas,
+    names: &[ServerName<'_>],
+    rotation: Option<&str>,
+    now: SystemTime,
+) -> Option<String> {
+    let Some(secret) = secret else {
+        return Some("the member had no certificates yet".to_owned());
+    };
+    if let Some(wanted) = rotation {
+        let recorded = secret.annotations().get(CERTIFICATE_ROTATION_ANNOTATION);
+        if recorded.map(String::as_str) != Some(wanted) {
+            return Some(format!("rotation {wanted:?} was requested"));
+        }
+    }
+    let check = |ca: &CertificateAuthority, cert: &str, key: &str, ca_key: &str, peer: bool| {
+        let pair = secret_pair(secret, cert, key).ok_or_else(|| format!("{cert} or {key} is missing"))?;
+        if !key_matches(&pair) {
+            return Err(format!("{key} is not the key of {cert}"));
+        }
+        if secret_text(secret, ca_key).as_deref() != Some(ca.pem().cert_pem.as_str()) {
+            return Err(format!("{ca_key} is not the cluster's CA"));
+        }
+        ca.verify_server(&pair.cert_pem, names, now)
+            .map_err(|e| format!("{cert}: {e}"))?;
+        if peer {
+            ca.verify_client(&pair.cert_pem, now)
+                .map_err(|e| format!("{cert}: {e}"))?;
+        }
+        Ok(())
+    };
+    let result = cas
+        .client
+        .as_ref()
+        .map_or(Ok(()), |ca| {
+            check(ca, SERVER_CERT_KEY, SERVER_KEY_KEY, CLIENT_CA_KEY, false)
+        })
+        .and_then(|()| {
+            cas.peer.as_ref().map_or(Ok(()), |ca| {
+                check(ca, PEER_CERT_KEY, PEER_KEY_KEY, PEER_CA_KEY, true)
+            })
+        });
+    result.err()
+}
+
+/// What a member's `auto` Secret says about its certificates: the earliest expiry (zero for a
+/// certificate that does not parse or is not signed by the plane's CA, when that CA is known)
+/// and the rotation they were issued under. `None` when it holds no certificate.
+pub(super) fn certificates_of(
+    secret: &Secret,
+    client_ca: Option<&str>,
+    peer_ca: Option<&str>,
+    now: SystemTime,
+) -> Option<MemberCertificates> {
+    let mut earliest: Option<SystemTime> = None;
+    for (key, ca) in [(SERVER_CERT_KEY, client_ca), (PEER_CERT_KEY, peer_ca)] {
+        let Some(pem) = secret_text(secret, key) else {
+            continue;
+        };
+        let chains = ca.is_none_or(|ca| member_tls::issued_by(&pem, ca));
+        let at = if chains {
+            not_after(&pem).unwrap_or(SystemTime::UNIX_EPOCH)
+        } else {
+            SystemTime::UNIX_EPOCH
+        };
+        earliest = Some(earliest.map_or(at, |e| e.min(at)));
+    }
+    Some(MemberCertificates {
+        valid_for: earliest?.duration_since(now).unwrap_or_default(),
+        rotation: secret.annotations().get(CERTIFICATE_ROTATION_ANNOTATION).cloned(),
+    })
+}
+
+/// When the Secret's certificates were issued, from [`ISSUED_AT_ANNOTATION`].
+pub(super) fn issued_at(secret: &Secret) -> Option<jiff::Timestamp> {
+    secret.annotations().get(ISSUED_AT_ANNOTATION)?.parse().ok()
+}
+
+/// The issuer of a `certManager` plane.
+fn issuer_of(spec: &ClusterSpecView, plane: Plane) -> Option<&IssuerReference> {
+    let tls = spec.cluster.spec.tls.as_ref()?;
+    let plane = match plane {
+        Plane::Client => tls.client.as_ref(),
+        Plane::Peer => tls.peer.as_ref(),
+    }?;
+    plane.cert_manager.as_ref().map(|c| &c.issuer_ref)
+}
+
+/// The identity a `tls.crt`/`tls.key`/`ca.crt` Secret holds.
+fn identity_of(secret: &Secret) -> Option<ClientTls> {
+    Some(ClientTls {
+        ca_pem: secret_text(secret, CA_CERT_KEY)?,
+        cert_pem: secret_text(secret, TLS_CERT_KEY)?,
+        key_pem: secret_text(secret, TLS_KEY_KEY)?,
+    })
+}
+
+/// What is wrong with a `tls.crt`/`tls.key`/`ca.crt` Secret, `None` when it is usable.
+fn secret_problem(secret: &Secret) -> Option<String> {
+    let missing: Vec<&str> = [TLS_CERT_KEY, TLS_KEY_KEY, CA_CERT_KEY]
+        .into_iter()
+        .filter(|key| secret_text(secret, key).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!("has no {}", missing.join(", ")));
+    }
+    let pair = secret_pair(secret, TLS_CERT_KEY, TLS_KEY_KEY)?;
+    (!key_matches(&pair)).then(|| format!("has a {TLS_KEY_KEY} that is not the key of its {TLS_CERT_KEY}"))
+}
+
+/// A Secret of the cluster as the related object of an Event (Events about different Secrets
+/// stay apart instead of being counted as one series).
+fn secret_reference(cluster: &ClusterRef, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Secret".to_owned()),
+        name: Some(name.to_owned()),
+        namespace: Some(cluster.namespace.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+fn certificates_error(what: String) -> impl FnOnce(String) -> RuntimeError {
+    move |detail| RuntimeError::Certificates { what, detail }
+}
+
+impl KubernetesRuntime {
+    /// The CA of an `auto` plane, from its Secret `<cluster>-<plane>-ca`, generated and created
+    /// when there is none. A CA is never replaced: one that does not load is an error, and so is
+    /// a missing CA while members hold certificates of the plane (they would no longer be
+    /// trusted).
+    pub(super) async fn ensure_ca(
+        &self,
+        cluster: &ClusterRef,
+        plane: Plane,
+    ) -> Result<CertificateAuthority, RuntimeError> {
+        let secrets = self.api::<Secret>(cluster);
+        let name = ca_secret_name(cluster, plane);
+        if let Some(secret) = secrets
+            .get_opt(&name)
+            .await
+            .map_err(kube_error("read the CA Secret"))?
+        {
+            return self.load_ca(cluster, &name, &secret).await;
+        }
+        let ca_key = match plane {
+            Plane::Client => CLIENT_CA_KEY,
+            Plane::Peer => PEER_CA_KEY,
+        };
+        let holders: Vec<String> = secrets
+            .list(&ListParams::default().labels(&list_selector(cluster)))
+            .await
+            .map_err(kube_error("list the cluster's certificate Secrets"))?
+            .items
+            .iter()
+            .filter(|s| secret_text(s, ca_key).is_some())
+            .map(ResourceExt::name_any)
+            .collect();
+        let what = format!("the {} CA of {}", plane.as_str(), cluster.key());
+        if !holders.is_empty() {
+            let detail = format!(
+                "its Secret {}/{name} is missing while {} hold certificates it issued; restore it (a new CA would not be trusted by the running members)",
+                cluster.namespace,
+                holders.join(", ")
+            );
+            self.publish_warning(
+                cluster,
+                "CertificateAuthorityMissing",
+                "IssueCertificates",
+                detail.clone(),
+                Some(secret_reference(cluster, &name)),
+            )
+            .await;
+            return Err(RuntimeError::Certificates { what, detail });
+        }
+        let ca = CertificateAuthority::generate(
+            &format!("etcd-operator {} {} CA", cluster.key(), plane.as_str()),
+            CA_VALIDITY,
+        )
+        .map_err(|e| certificates_error(what.clone())(e.to_string()))?;
+        match secrets
+            .create(&PostParams::default(), &build_ca_secret(cluster, plane, ca.pem()))
+            .await
+        {
+            Ok(_) => {
+                info!(cluster = %cluster.key(), secret = %name, "created the cluster's CA");
+                self.publish(
+                    cluster,
+                    "CertificateAuthorityCreated",
+                    "IssueCertificates",
+                    format!("Created the {} plane's CA in Secret {name}", plane.as_str()),
+                    Some(secret_reference(cluster, &name)),
+                )
+                .await;
+                Ok(ca)
+            }
+            // Created meanwhile (another operator instance): that one is the CA.
+            Err(error) if is_already_exists(&error) => {
+                let secret = secrets
+                    .get(&name)
+                    .await
+                    .map_err(kube_error("read the CA Secret"))?;
+                self.load_ca(cluster, &name, &secret).await
+            }
+            Err(source) => Err(RuntimeError::Kube {
+                op: "create the CA Secret",
+                source,
+            }),
+        }
+    }
+
+    async fn load_ca(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        secret: &Secret,
+    ) -> Result<CertificateAuthority, RuntimeError> {
+        let loaded = match secret_pair(secret, TLS_CERT_KEY, TLS_KEY_KEY) {
+            Some(pair) => CertificateAuthority::load(&pair.cert_pem, &pair.key_pem),
+            None => Err(format!("it has no {TLS_CERT_KEY} or {TLS_KEY_KEY}")),
+        };
+        match loaded {
+            Ok(ca) => Ok(ca),
+            Err(detail) => {
+                let detail = format!(
+                    "Secret {}/{name} does not hold a usable CA: {detail}",
+                    cluster.namespace
+                );
+                self.publish_warning(
+                    cluster,
+                    "CertificatesInvalid",
+                    "IssueCertificates",
+                    detail.clone(),
+                    Some(secret_reference(cluster, name)),
+                )
+                .await;
+                Err(RuntimeError::Certificates {
+                    what: format!("the CA of {}", cluster.key()),
+                    detail,
+                })
+            }
+        }
+    }
+
+    /// The CAs of the cluster's `auto` planes.
+    async fn auto_cas(&self, cluster: &ClusterRef, planes: &TlsPlanes) -> Result<AutoCas, RuntimeError> {
+        let mut cas = AutoCas::default();
+        if planes.client == Some(Provider::Auto) {
+            cas.client = Some(self.ensure_ca(cluster, Plane::Client).await?);
+        }
+        if planes.peer == Some(Provider::Auto) {
+            cas.peer = Some(self.ensure_ca(cluster, Plane::Peer).await?);
+        }
+        Ok(cas)
+    }
+
+    /// Makes sure the certificates the member's Pod mounts are there and good, before the Pod is
+    /// created: `auto` ones are issued (again) when [`reissue_reason`] says so, `secretRef`
+    /// Secrets are checked, `certManager` Certificates are applied and their Secrets awaited.
+    /// Returns why certificates were issued, when they were.
+    pub(super) async fn ensure_member_tls(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<Option<String>, RuntimeError> {
+        let planes = TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+        let mut issued = None;
+        if planes.client == Some(Provider::Auto) || planes.peer == Some(Provider::Auto) {
+            issued = self
+                .ensure_auto_secret(cluster, &planes, name, spec.certificate_rotation.as_deref())
+                .await?;
+        }
+        for plane in Plane::ALL {
+            match plane.provider(&planes) {
+                Some(Provider::Secret(secret)) => {
+                    self.checked_secret(cluster, plane, secret).await?;
+                }
+                Some(Provider::CertManager(_)) => {
+                    self.ensure_certificate(cluster, spec, Some(name), plane).await?;
+                }
+                Some(Provider::Auto) | None => {}
+            }
+        }
+        Ok(issued)
+    }
+
+    /// The member's `auto` Secret `<member>-tls`, issued (again) unless it holds good
+    /// certificates.
+    async fn ensure_auto_secret(
+        &self,
+        cluster: &ClusterRef,
+        planes: &TlsPlanes,
+        name: &str,
+        rotation: Option<&str>,
+    ) -> Result<Option<String>, RuntimeError> {
+        let cas = self.auto_cas(cluster, planes).await?;
+        let secrets = self.api::<Secret>(cluster);
+        let secret_name = member_secret_name(name);
+        let existing = secrets
+            .get_opt(&secret_name)
+            .await
+            .map_err(kube_error("read the member's certificate Secret"))?;
+        let now = SystemTime::now();
+        let Some(reason) = reissue_reason(
+            existing.as_ref(),
+            &cas,
+            &server_names(cluster, name),
+            rotation,
+            now,
+        ) else {
+            return Ok(None);
+        };
+        let what = format!("member {name}");
+        let dns = member_dns_names(cluster, name);
+        let issue = |ca: &CertificateAuthority, spec| {
+            ca.issue(&spec)
+                .map_err(|e| certificates_error(what.clone())(e.to_string()))
+        };
+        let material = MemberTlsMaterial {
+            server: cas
+                .client
+                .as_ref()
+                .map(|ca| issue(ca, member_tls::server_certificate(name, &dns)))
+                .transpose()?,
+            peer: cas
+                .peer
+                .as_ref()
+                .map(|ca| issue(ca, member_tls::peer_certificate(name, &dns)))
+                .transpose()?,
+            client_ca: cas.client.as_ref().map(|ca| ca.pem().cert_pem.clone()),
+            peer_ca: cas.peer.as_ref().map(|ca| ca.pem().cert_pem.clone()),
+            rotation: rotation.map(str::to_owned),
+            issued_at: Some(jiff::Timestamp::now().to_string()),
+        };
+        secrets
+            .patch(
+                &secret_name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&build_member_secret(cluster, name, &material)),
+            )
+            .await
+            .map_err(kube_error("write the member's certificate Secret"))?;
+        info!(cluster = %cluster.key(), member = name, secret = %secret_name, %reason, "issued member certificates");
+        self.publish(
+            cluster,
+            "CertificatesIssued",
+            "IssueCertificates",
+            format!("Issued certificates for member {name} into Secret {secret_name}: {reason}"),
+            Some(secret_reference(cluster, &secret_name)),
+        )
+        .await;
+        Ok(Some(reason))
+    }
+
+    /// A `secretRef` Secret with `tls.crt`, `tls.key` (its key) and `ca.crt`; anything else is
+    /// an error naming the Secret, with a Warning Event.
+    async fn checked_secret(
+        &self,
+        cluster: &ClusterRef,
+        plane: Plane,
+        secret_name: &str,
+    ) -> Result<Secret, RuntimeError> {
+        let secret = self
+            .api::<Secret>(cluster)
+            .get_opt(secret_name)
+            .await
+            .map_err(kube_error("read the spec.tls secretRef Secret"))?;
+        let problem = match &secret {
+            None => Some("does not exist".to_owned()),
+            Some(secret) => secret_problem(secret),
+        };
+        match (secret, problem) {
+            (Some(secret), None) => Ok(secret),
+            (_, problem) => {
+                let error = RuntimeError::TlsSecret {
+                    plane: plane.as_str(),
+                    provider: "secretRef",
+                    secret: format!("{}/{secret_name}", cluster.namespace),
+                    detail: problem.unwrap_or_default(),
+                };
+                warn!(cluster = %cluster.key(), %error, "the cluster's certificates are missing");
+                self.publish_warning(
+                    cluster,
+                    "CertificatesMissing",
+                    "CheckCertificates",
+                    error.to_string(),
+                    Some(secret_reference(cluster, secret_name)),
+                )
+                .await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Applies the cert-manager Certificate of a member's plane (or, with no member, the
+    /// operator's client certificate) and returns its Secret once cert-manager wrote it.
+    async fn ensure_certificate(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        member: Option<&str>,
+        plane: Plane,
+    ) -> Result<Secret, RuntimeError> {
+        let Some(issuer) = issuer_of(spec, plane) else {
+            return Err(RuntimeError::Certificates {
+                what: format!("the {} plane of {}", plane.as_str(), cluster.key()),
+                detail: "spec.tls has no certManager issuer for it".to_owned(),
+            });
+        };
+        let (name, secret_name, use_, dns) = match member {
+            Some(m) => (
+                certificate_name(m, plane),
+                certificate_secret_name(m, plane),
+                match plane {
+                    Plane::Client => CertificateUse::Server,
+                    Plane::Peer => CertificateUse::Peer,
+                },
+                member_dns_names(cluster, m),
+            ),
+            None => (
+                operator_certificate_name(cluster),
+                operator_certificate_secret_name(cluster),
+                CertificateUse::Client,
+                Vec::new(),
+            ),
+        };
+        let certificate = build_certificate(cluster, member, &name, &secret_name, use_, &dns, issuer);
+        let certificates: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &cluster.namespace, &certificate_resource());
+        certificates
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&certificate),
+            )
+            .await
+            .map_err(kube_error("apply the cert-manager Certificate"))?;
+        let secret = self
+            .api::<Secret>(cluster)
+            .get_opt(&secret_name)
+            .await
+            .map_err(kube_error("read the cert-manager Certificate's Secret"))?;
+        let pending = || RuntimeError::CertificateNotReady {
+            certificate: format!("{}/{name}", cluster.namespace),
+            secret: format!("{}/{secret_name}", cluster.namespace),
+        };
+        let secret = secret.ok_or_else(pending)?;
+        if secret_pair(&secret, TLS_CERT_KEY, TLS_KEY_KEY).is_none() {
+            return Err(pending());
+        }
+        if let Some(detail) = secret_problem(&secret) {
+            let error = RuntimeError::TlsSecret {
+                plane: plane.as_str(),
+                provider: "certManager",
+                secret: format!("{}/{secret_name}", cluster.namespace),
+                detail,
+            };
+            self.publish_warning(
+                cluster,
+                "CertificatesInvalid",
+                "CheckCertificates",
+                error.to_string(),
+                Some(secret_reference(cluster, &secret_name)),
+            )
+            .await;
+            return Err(error);
+        }
+        Ok(secret)
+    }
+
+    /// The operator's identity toward the members' client plane: a client certificate of the
+    /// `auto` CA (issued in memory, kept while it is good), the `secretRef` Secret's own pair
+    /// (which must then be valid for client authentication too), or the operator's cert-manager
+    /// Certificate.
+    pub(super) async fn operator_identity(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+    ) -> Result<Option<ClientTls>, RuntimeError> {
+        let planes = TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+        match &planes.client {
+            None => Ok(None),
+            Some(Provider::Auto) => {
+                let ca = self.ensure_ca(cluster, Plane::Client).await?;
+                let now = SystemTime::now();
+                let mut identities = self
+                    .identities
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(identity) = identities.get(&cluster.key()).filter(|id| {
+                    id.ca_pem == ca.pem().cert_pem && ca.verify_client(&id.cert_pem, now).is_ok()
+                }) {
+                    return Ok(Some(identity.clone()));
+                }
+                let pair = ca.issue(&member_tls::operator_certificate()).map_err(|e| {
+                    certificates_error(format!("the operator's identity toward {}", cluster.key()))(
+                        e.to_string(),
+                    )
+                })?;
+                let identity = ClientTls {
+                    ca_pem: ca.pem().cert_pem.clone(),
+                    cert_pem: pair.cert_pem,
+                    key_pem: pair.key_pem,
+                };
+                identities.insert(cluster.key(), identity.clone());
+                info!(cluster = %cluster.key(), "issued the operator's client certificate toward the members");
+                Ok(Some(identity))
+            }
+            Some(Provider::Secret(name)) => {
+                let secret = self.checked_secret(cluster, Plane::Client, name).await?;
+                Ok(identity_of(&secret))
+            }
+            Some(Provider::CertManager(_)) => {
+                let secret = self
+                    .ensure_certificate(cluster, spec, None, Plane::Client)
+                    .await?;
+                Ok(identity_of(&secret))
+            }
+        }
+    }
+
+    /// The `auto` Secrets of the cluster's members: certificates (see [`certificates_of`]) and
+    /// when they were issued, by member.
+    pub(super) async fn member_secrets(
+        &self,
+        cluster: &ClusterRef,
+    ) -> Result<BTreeMap<String, (MemberCertificates, Option<jiff::Timestamp>)>, RuntimeError> {
+        let secrets = self
+            .api::<Secret>(cluster)
+            .list(&ListParams::default().labels(&list_selector(cluster)))
+            .await
+            .map_err(kube_error("list the cluster's certificate Secrets"))?
+            .items;
+        let ca = |plane| {
+            secrets
+                .iter()
+                .find(|s| s.name_any() == ca_secret_name(cluster, plane))
+                .and_then(|s| secret_text(s, TLS_CERT_KEY))
+        };
+        let (client_ca, peer_ca) = (ca(Plane::Client), ca(Plane::Peer));
+        let now = SystemTime::now();
+        let mut out = BTreeMap::new();
+        for secret in &secrets {
+            let Some(member) = secret.labels().get(MEMBER_LABEL) else {
+                continue;
+            };
+            if secret.name_any() != member_secret_name(member) {
+                continue;
+            }
+            if let Some(certs) = certificates_of(secret, client_ca.as_deref(), peer_ca.as_deref(), now) {
+                out.insert(member.clone(), (certs, issued_at(secret)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::tls::{build_member_secret, member_secret_name};
+    use std::time::Duration;
+
+    fn cluster() -> ClusterRef {
+        ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn material(ca: &CertificateAuthority, rotation: Option<&str>) -> MemberTlsMaterial {
+        let dns = member_dns_names(&cluster(), "c-a");
+        MemberTlsMaterial {
+            server: Some(ca.issue(&member_tls::server_certificate("c-a", &dns)).unwrap()),
+            peer: None,
+            client_ca: Some(ca.pem().cert_pem.clone()),
+            peer_ca: None,
+            rotation: rotation.map(str::to_owned),
+            issued_at: Some("2026-01-02T03:04:05Z".into()),
+        }
+    }
+
+    #[test]
+    fn good_certificates_are_kept_and_every_fault_is_named() {
+        let ca = CertificateAuthority::generate("c client CA", CA_VALIDITY).unwrap();
+        let cas = AutoCas {
+            client: Some(ca),
+            peer: None,
+        };
+        let ca = cas.client.as_ref().unwrap();
+        let names = server_names(&cluster(), "c-a");
+        let now = SystemTime::now();
+        let good = build_member_secret(&cluster(), "c-a", &material(ca, Some("r1")));
+        assert_eq!(reissue_reason(Some(&good), &cas, &names, Some("r1"), now), None);
+        assert_eq!(reissue_reason(Some(&good), &cas, &names, None, now), None);
+        assert!(reissue_reason(None, &cas, &names, None, now).is_some());
+        let rotated = reissue_reason(Some(&good), &cas, &names, Some("r2"), now).unwrap();
+        assert!(rotated.contains("r2"), "{rotated}");
+        // Another CA's certificate.
+        let other = CertificateAuthority::generate("other", CA_VALIDITY).unwrap();
+        let mut foreign = material(&other, None);
+        foreign.client_ca = Some(ca.pem().cert_pem.clone());
+        let foreign = build_member_secret(&cluster(), "c-a", &foreign);
+        assert!(reissue_reason(Some(&foreign), &cas, &names, None, now).is_some());
+        // Expiring within the renewal window.
+        let later = now + Duration::from_secs(340 * 24 * 3600);
+        assert!(reissue_reason(Some(&good), &cas, &names, None, later).is_some());
+        // Its reported state.
+        let certs = certificates_of(&good, Some(&ca.pem().cert_pem), None, now).unwrap();
+        assert!(certs.valid_for > Duration::from_secs(360 * 24 * 3600));
+        assert_eq!(certs.rotation.as_deref(), Some("r1"));
+        let certs = certificates_of(&foreign, Some(&ca.pem().cert_pem), None, now).unwrap();
+        assert_eq!(
+            certs.valid_for,
+            Duration::ZERO,
+            "a certificate of another CA counts as expired"
+        );
+        assert_eq!(member_secret_name("c-a"), good.name_any());
+        assert!(issued_at(&good).is_some());
+    }
+}
