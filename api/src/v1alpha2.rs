@@ -243,7 +243,7 @@ pub struct TlsPlane {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<CertManagerTls>,
 
-    /// The operator creates a CA and the certificates itself (local runtime today; see docs/tls.md).
+    /// The operator creates a CA and the certificates itself (see docs/tls.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoTls>,
 }
@@ -284,8 +284,10 @@ pub struct IssuerReference {
     pub group: Option<String>,
 }
 
-/// Operator-managed certificates: a self-signed CA per cluster and per plane, certificates valid
-/// one year (rotation is not implemented yet). No settings yet; the empty object `{}` selects it.
+/// Operator-managed certificates: a self-signed CA per cluster and per plane, member certificates
+/// valid one year, renewed 30 days before they expire or when the annotation
+/// `etcd.operator.dev/rotate-certificates` changes, one member at a time. No settings yet; the
+/// empty object `{}` selects it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoTls {}

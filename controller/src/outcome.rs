@@ -76,6 +76,10 @@ pub const REASON_RESTORE_FAILED: &str = "RestoreFailed";
 /// The `Degraded` reason when the members cannot be reached because the TLS handshake fails
 /// (a certificate expired, or is not from the CA the other side trusts).
 pub const REASON_TLS_HANDSHAKE_FAILED: &str = "TLSHandshakeFailed";
+/// The `Degraded` reason when the certificates the cluster's TLS needs are not there: a
+/// `secretRef` Secret missing or unusable, a cert-manager Certificate not issued yet, or
+/// certificates that could not be made.
+pub const REASON_CERTIFICATES_UNAVAILABLE: &str = "CertificatesUnavailable";
 /// The `Degraded` reason of any other failed step.
 pub const REASON_STEP_FAILED: &str = "StepFailed";
 
@@ -86,6 +90,11 @@ impl StepError {
         match self {
             Self::Restore(_) | Self::Runtime(RuntimeError::Restore { .. }) => REASON_RESTORE_FAILED,
             Self::Member(MemberOpError::Tls { .. }) => REASON_TLS_HANDSHAKE_FAILED,
+            Self::Runtime(
+                RuntimeError::TlsSecret { .. }
+                | RuntimeError::CertificateNotReady { .. }
+                | RuntimeError::Certificates { .. },
+            ) => REASON_CERTIFICATES_UNAVAILABLE,
             _ => REASON_STEP_FAILED,
         }
     }
@@ -95,6 +104,10 @@ impl StepError {
         match self {
             Self::Restore(_) | Self::Runtime(RuntimeError::Restore { .. }) => "RestoreFailed",
             Self::Runtime(RuntimeError::VersionUnavailable { .. }) => "VersionUnavailable",
+            Self::Runtime(RuntimeError::TlsSecret { .. }) => "TLSSecretInvalid",
+            Self::Runtime(RuntimeError::CertificateNotReady { .. }) => "WaitingForCertificate",
+            Self::Runtime(RuntimeError::Certificates { .. }) => "CertificatesFailed",
+            Self::Runtime(RuntimeError::TlsUnsupported { .. }) => "TLSProviderUnsupported",
             Self::Runtime(_) => "RuntimeFailed",
             Self::Member(MemberOpError::NotReadyYet { .. }) => "EtcdNotReady",
             Self::Member(MemberOpError::Timeout { .. }) => "EtcdTimeout",
@@ -153,6 +166,24 @@ mod tests {
         assert_eq!(
             (tls.reason(), tls.code()),
             ("TLSHandshakeFailed", "TLSHandshakeFailed")
+        );
+        let missing = StepError::Runtime(RuntimeError::TlsSecret {
+            plane: "client",
+            provider: "secretRef",
+            secret: "ns/mine".into(),
+            detail: "does not exist".into(),
+        });
+        let pending = StepError::Runtime(RuntimeError::CertificateNotReady {
+            certificate: "ns/m-client".into(),
+            secret: "ns/m-client-tls".into(),
+        });
+        assert_eq!(
+            (missing.reason(), missing.code()),
+            ("CertificatesUnavailable", "TLSSecretInvalid")
+        );
+        assert_eq!(
+            (pending.reason(), pending.code()),
+            ("CertificatesUnavailable", "WaitingForCertificate")
         );
     }
 }
