@@ -2786,6 +2786,62 @@ async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
     );
 }
 
+/// The patch content types of every PATCH operation the served OpenAPI documents (v2 `consumes`,
+/// v3 `requestBody.content`) list, with the path of the operation.
+async fn advertised_patch_types(api: &Api) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    let v2 = api.get("/openapi/v2").await.expect(200);
+    for (path, item) in v2["paths"].as_object().unwrap() {
+        for ct in item["patch"]["consumes"].as_array().into_iter().flatten() {
+            out.insert((path.clone(), ct.as_str().unwrap().to_owned()));
+        }
+    }
+    for version in ["v1alpha1", "v1alpha2"] {
+        let v3 = api
+            .get(&format!("/openapi/v3/apis/etcd.operator.dev/{version}"))
+            .await
+            .expect(200);
+        for (path, item) in v3["paths"].as_object().unwrap() {
+            if let Some(content) = item["patch"]["requestBody"]["content"].as_object() {
+                for ct in content.keys() {
+                    out.insert((path.clone(), ct.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn every_patch_type_the_openapi_documents_list_is_served(backing: Backing) {
+    let api = Api::start(backing).await;
+    api.create("a").await;
+    api.post(&backups(NS), &backup("a", "a")).await.expect(201);
+    let advertised = advertised_patch_types(&api).await;
+    let types: BTreeSet<&str> = advertised.iter().map(|(_, ct)| ct.as_str()).collect();
+    assert_eq!(types, BTreeSet::from([JSON_PATCH, MERGE]), "{advertised:#?}");
+    // Every (operation, type) pair is accepted: an empty patch of each kind changes nothing.
+    for (path, content_type) in &advertised {
+        let uri = path.replace("{namespace}", NS).replace("{name}", "a");
+        let body = if content_type == JSON_PATCH { "[]" } else { "{}" };
+        let r = api.patch(&uri, content_type, body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::OK,
+            "PATCH {uri} as {content_type}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    // What the documents do not list is refused, apply patches included (server-side apply is
+    // not served).
+    for (path, _) in &advertised {
+        let uri = path.replace("{namespace}", NS).replace("{name}", "a");
+        let r = api
+            .patch(&uri, "application/apply-patch+yaml", "metadata: {}")
+            .await;
+        assert_status(&r, 415, "UnsupportedMediaType", "application/apply-patch+yaml");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every test above, once on each backing store: `in_memory::<test>` (no etcd, milliseconds) and
 // `on_etcd::<test>` (the same body against a real etcd). Compaction tests run on both: the
@@ -2845,4 +2901,5 @@ both_backings!(
     odd_input_gets_a_client_error_never_a_server_error,
     a_watch_from_a_resource_version_reports_changes_and_selector_exits,
     etcdbackups_are_served_with_every_verb_status_and_validation,
+    every_patch_type_the_openapi_documents_list_is_served,
 );
