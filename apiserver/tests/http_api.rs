@@ -2786,6 +2786,55 @@ async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
     );
 }
 
+/// kube-apiserver's metadata rules on both kinds, on create, replace and patch: bad label keys and
+/// values are 422 at `metadata.labels`, bad annotation keys and more than 256 KiB of annotations
+/// 422 at `metadata.annotations`; nothing is stored.
+async fn labels_and_annotations_are_validated_like_kube_apiserver(backing: Backing) {
+    let api = Api::start(backing).await;
+    let cluster_uri = obj(NS, "a");
+    let backup_uri = format!("{}/a", backups(NS));
+    api.create("a").await;
+    api.post(&backups(NS), &backup("a", "a")).await.expect(201);
+    let before = (api.stored().await, api.stored_backups().await);
+    let big = "x".repeat(300 * 1024);
+    let cases: [(&str, Value, &str, &str); 5] = [
+        ("label key", json!({"labels": {"-bad": "x"}}), "metadata.labels", "Invalid value: \"-bad\": name part must consist of"),
+        ("label key prefix", json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}), "metadata.labels", "prefix part must be no more than 253 characters"),
+        ("label value", json!({"labels": {"a": "v".repeat(64)}}), "metadata.labels", "must be no more than 63 characters"),
+        ("annotation key", json!({"annotations": {"a/b/c": "x"}}), "metadata.annotations", "Invalid value: \"a/b/c\""),
+        ("annotation size", json!({"annotations": {"big": big}}), "metadata.annotations", "metadata.annotations: Too long: may not be more than 262144 bytes"),
+    ];
+    for (case, metadata, field, message) in &cases {
+        for (kind, coll_uri, item_uri, mut body) in [
+            ("EtcdCluster", coll(NS), cluster_uri.clone(), cluster("a")),
+            ("EtcdBackup", backups(NS), backup_uri.clone(), backup("a", "a")),
+        ] {
+            body["metadata"].as_object_mut().unwrap().extend(metadata.as_object().unwrap().clone());
+            let mut created = body.clone();
+            created["metadata"]["name"] = json!("new");
+            let current = api.get(&item_uri).await.expect(200);
+            let mut replaced = body.clone();
+            replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+            let patch = json!({"metadata": metadata}).to_string();
+            for (verb, r) in [
+                ("create", api.post(&coll_uri, &created).await),
+                ("replace", api.put(&item_uri, &replaced).await),
+                ("patch", api.patch(&item_uri, MERGE, &patch).await),
+            ] {
+                let what = format!("{case} on {verb} of an {kind}");
+                let s = assert_status(&r, 422, "Invalid", message);
+                assert_eq!(cause_fields(&s), [*field], "{what}: {s:#}");
+                assert_eq!(s["details"]["kind"], kind, "{what}");
+            }
+        }
+    }
+    assert_eq!(
+        (api.stored().await, api.stored_backups().await),
+        before,
+        "refused metadata changed what is stored"
+    );
+}
+
 /// The patch content types of every PATCH operation the served OpenAPI documents (v2 `consumes`,
 /// v3 `requestBody.content`) list, with the path of the operation.
 async fn advertised_patch_types(api: &Api) -> BTreeSet<(String, String)> {
@@ -2902,4 +2951,5 @@ both_backings!(
     a_watch_from_a_resource_version_reports_changes_and_selector_exits,
     etcdbackups_are_served_with_every_verb_status_and_validation,
     every_patch_type_the_openapi_documents_list_is_served,
+    labels_and_annotations_are_validated_like_kube_apiserver,
 );
