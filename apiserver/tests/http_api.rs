@@ -761,6 +761,26 @@ async fn resource_versions_that_are_not_numbers_are_invalid_input_not_conflicts(
         )
         .await;
     assert_status(&r, 422, "Invalid", "metadata.resourceVersion");
+    // The scale subresource too, on replace and on patch.
+    let scale = format!("{}/scale", obj(NS, "a"));
+    let r = api
+        .put(
+            &scale,
+            &json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": "a", "namespace": NS, "resourceVersion": "abc"},
+                "spec": {"replicas": 5}}),
+        )
+        .await;
+    let s = assert_status(&r, 422, "Invalid", "metadata.resourceVersion: Invalid value: \"abc\"");
+    assert_eq!(cause_fields(&s), ["metadata.resourceVersion"]);
+    let r = api
+        .patch(
+            &scale,
+            MERGE,
+            r#"{"metadata":{"resourceVersion":"abc"},"spec":{"replicas":5}}"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "metadata.resourceVersion");
     assert_eq!(api.stored().await, before, "nothing was written");
     // The real one still works.
     let mut good = first.clone();
