@@ -308,17 +308,55 @@ mod tests {
             "annotations": {"Example.com/Owner": "sre"}}, "spec": {"clusterName": "a"}});
         assert!(validate(&decode(valid)).is_valid());
         let cases = [
-            ("label key", json!({"labels": {"-bad": "x"}}), "metadata.labels", "Invalid value"),
-            ("label key prefix", json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}), "metadata.labels", "must be no more than 253 characters"),
-            ("label key name", json!({"labels": {("n".repeat(64)): "x"}}), "metadata.labels", "name part must be no more than 63 characters"),
-            ("label value", json!({"labels": {"a": "v".repeat(64)}}), "metadata.labels", "must be no more than 63 characters"),
-            ("label value chars", json!({"labels": {"a": "a b"}}), "metadata.labels", "a valid label must be an empty string"),
-            ("annotation key", json!({"annotations": {"a/b/c": "x"}}), "metadata.annotations", "name part must consist of"),
-            ("annotation size", json!({"annotations": {"a": "x".repeat(262_144)}}), "metadata.annotations", "Too long: may not be more than 262144 bytes"),
+            (
+                "label key",
+                json!({"labels": {"-bad": "x"}}),
+                "metadata.labels",
+                "Invalid value",
+            ),
+            (
+                "label key prefix",
+                json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}),
+                "metadata.labels",
+                "must be no more than 253 characters",
+            ),
+            (
+                "label key name",
+                json!({"labels": {("n".repeat(64)): "x"}}),
+                "metadata.labels",
+                "name part must be no more than 63 characters",
+            ),
+            (
+                "label value",
+                json!({"labels": {"a": "v".repeat(64)}}),
+                "metadata.labels",
+                "must be no more than 63 characters",
+            ),
+            (
+                "label value chars",
+                json!({"labels": {"a": "a b"}}),
+                "metadata.labels",
+                "a valid label must be an empty string",
+            ),
+            (
+                "annotation key",
+                json!({"annotations": {"a/b/c": "x"}}),
+                "metadata.annotations",
+                "name part must consist of",
+            ),
+            (
+                "annotation size",
+                json!({"annotations": {"a": "x".repeat(262_144)}}),
+                "metadata.annotations",
+                "Too long: may not be more than 262144 bytes",
+            ),
         ];
         for (case, metadata, field, message) in cases {
             let mut body = json!({"metadata": {"name": "b"}, "spec": {"clusterName": "a"}});
-            body["metadata"].as_object_mut().unwrap().extend(metadata.as_object().unwrap().clone());
+            body["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .extend(metadata.as_object().unwrap().clone());
             let o = validate(&decode(body));
             assert_eq!(fields(&o), [field], "{case}: {o:?}");
             let text = o.errors[0].to_string();
@@ -333,7 +371,9 @@ mod tests {
 
     fn o_metadata(extra: &serde_json::Value) -> ObjectMeta {
         let mut meta = json!({"name": "b"});
-        meta.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        meta.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         serde_json::from_value(meta).unwrap()
     }
 

@@ -771,7 +771,12 @@ async fn resource_versions_that_are_not_numbers_are_invalid_input_not_conflicts(
                 "spec": {"replicas": 5}}),
         )
         .await;
-    let s = assert_status(&r, 422, "Invalid", "metadata.resourceVersion: Invalid value: \"abc\"");
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "metadata.resourceVersion: Invalid value: \"abc\"",
+    );
     assert_eq!(cause_fields(&s), ["metadata.resourceVersion"]);
     let r = api
         .patch(
@@ -2818,18 +2823,46 @@ async fn labels_and_annotations_are_validated_like_kube_apiserver(backing: Backi
     let before = (api.stored().await, api.stored_backups().await);
     let big = "x".repeat(300 * 1024);
     let cases: [(&str, Value, &str, &str); 5] = [
-        ("label key", json!({"labels": {"-bad": "x"}}), "metadata.labels", "Invalid value: \"-bad\": name part must consist of"),
-        ("label key prefix", json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}), "metadata.labels", "prefix part must be no more than 253 characters"),
-        ("label value", json!({"labels": {"a": "v".repeat(64)}}), "metadata.labels", "must be no more than 63 characters"),
-        ("annotation key", json!({"annotations": {"a/b/c": "x"}}), "metadata.annotations", "Invalid value: \"a/b/c\""),
-        ("annotation size", json!({"annotations": {"big": big}}), "metadata.annotations", "metadata.annotations: Too long: may not be more than 262144 bytes"),
+        (
+            "label key",
+            json!({"labels": {"-bad": "x"}}),
+            "metadata.labels",
+            "Invalid value: \"-bad\": name part must consist of",
+        ),
+        (
+            "label key prefix",
+            json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}),
+            "metadata.labels",
+            "prefix part must be no more than 253 characters",
+        ),
+        (
+            "label value",
+            json!({"labels": {"a": "v".repeat(64)}}),
+            "metadata.labels",
+            "must be no more than 63 characters",
+        ),
+        (
+            "annotation key",
+            json!({"annotations": {"a/b/c": "x"}}),
+            "metadata.annotations",
+            "Invalid value: \"a/b/c\"",
+        ),
+        (
+            "annotation size",
+            json!({"annotations": {"big": big}}),
+            "metadata.annotations",
+            "metadata.annotations: Too long: may not be more than 262144 bytes",
+        ),
     ];
     for (case, metadata, field, message) in &cases {
         for (kind, coll_uri, item_uri, mut body) in [
             ("EtcdCluster", coll(NS), cluster_uri.clone(), cluster("a")),
             ("EtcdBackup", backups(NS), backup_uri.clone(), backup("a", "a")),
         ] {
-            body["metadata"].as_object_mut().unwrap().extend(metadata.as_object().unwrap().clone());
+            body["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .extend(metadata.as_object().unwrap().clone());
             let mut created = body.clone();
             created["metadata"]["name"] = json!("new");
             let current = api.get(&item_uri).await.expect(200);
