@@ -403,6 +403,63 @@ async fn a_killed_backing_etcd_is_reaped_and_restarted_on_its_data_and_ports() {
 }
 
 #[tokio::test]
+async fn a_restart_that_fails_is_retried_on_the_same_ports_until_it_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = etcd_options(dir.path());
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    let ports = etcd.ports();
+    let supervised = SupervisedEtcd::start(etcd, options);
+    let mut state = supervised.state();
+    let pid = supervised.pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(
+        next_state(&mut state, Duration::from_secs(5)).await,
+        EtcdState::Down
+    );
+    // Take the client port before the first restart (200 ms after the exit) can.
+    let deadline = std::time::Instant::now() + Duration::from_millis(150);
+    let squatter = loop {
+        match std::net::TcpListener::bind(("127.0.0.1", ports.client)) {
+            Ok(listener) => break listener,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("port not free yet: {e}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("could not take port {}: {e}", ports.client),
+        }
+    };
+    // Restarts fail meanwhile (etcd exits: address in use) and are retried, never on other ports.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        *state.borrow(),
+        EtcdState::Down,
+        "started although its port was taken"
+    );
+    drop(squatter);
+    let EtcdState::Running { pid: new_pid } = next_state(&mut state, Duration::from_secs(60)).await else {
+        panic!("not running after the port came free");
+    };
+    assert_ne!(new_pid, pid);
+    assert_eq!(
+        supervised.endpoint(),
+        format!("http://127.0.0.1:{}", ports.client)
+    );
+    let log = std::fs::read_to_string(dir.path().join("etcd/etcd.log")).unwrap();
+    assert!(
+        log.contains("address already in use"),
+        "no failed restart in the log"
+    );
+    let mut client = super::backing_etcd::connect(supervised.endpoint()).await.unwrap();
+    client.status().await.unwrap();
+    supervised.shutdown().await.unwrap();
+    assert!(!process_running(new_pid));
+}
+
+#[tokio::test]
 async fn a_stale_etcd_of_a_crashed_run_is_stopped_first() {
     let dir = tempfile::tempdir().unwrap();
     let etcd_dir = dir.path().join("etcd");
