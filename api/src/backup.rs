@@ -173,7 +173,8 @@ pub fn apply_defaults(obj: &mut EtcdBackup) {
     }
 }
 
-/// Create-time validation: metadata, the cluster name and the destination, every error at once.
+/// Create-time validation: metadata (name, labels, annotations), the cluster name and the
+/// destination, every error at once.
 pub fn validate(obj: &EtcdBackup) -> Outcome {
     let mut report = crate::validation::spec::Report::default();
     let meta = Path::root("metadata");
@@ -188,6 +189,7 @@ pub fn validate(obj: &EtcdBackup) -> Outcome {
             crate::validation::format::dns1123_subdomain(name),
         ),
     }
+    crate::validation::spec::labels_and_annotations(&mut report, &obj.metadata);
     let spec = Path::root("spec");
     let cluster = spec.child("clusterName");
     if obj.spec.cluster_name.is_empty() {
@@ -298,6 +300,81 @@ mod tests {
                 "spec.destination.volume.path"
             ]
         );
+    }
+
+    #[test]
+    fn labels_and_annotations_follow_kube_apiserver_rules() {
+        let valid = json!({"metadata": {"name": "b", "labels": {"example.com/tier": "a_b.c", "empty": ""},
+            "annotations": {"Example.com/Owner": "sre"}}, "spec": {"clusterName": "a"}});
+        assert!(validate(&decode(valid)).is_valid());
+        let cases = [
+            (
+                "label key",
+                json!({"labels": {"-bad": "x"}}),
+                "metadata.labels",
+                "Invalid value",
+            ),
+            (
+                "label key prefix",
+                json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}),
+                "metadata.labels",
+                "must be no more than 253 characters",
+            ),
+            (
+                "label key name",
+                json!({"labels": {("n".repeat(64)): "x"}}),
+                "metadata.labels",
+                "name part must be no more than 63 characters",
+            ),
+            (
+                "label value",
+                json!({"labels": {"a": "v".repeat(64)}}),
+                "metadata.labels",
+                "must be no more than 63 characters",
+            ),
+            (
+                "label value chars",
+                json!({"labels": {"a": "a b"}}),
+                "metadata.labels",
+                "a valid label must be an empty string",
+            ),
+            (
+                "annotation key",
+                json!({"annotations": {"a/b/c": "x"}}),
+                "metadata.annotations",
+                "name part must consist of",
+            ),
+            (
+                "annotation size",
+                json!({"annotations": {"a": "x".repeat(262_144)}}),
+                "metadata.annotations",
+                "Too long: may not be more than 262144 bytes",
+            ),
+        ];
+        for (case, metadata, field, message) in cases {
+            let mut body = json!({"metadata": {"name": "b"}, "spec": {"clusterName": "a"}});
+            body["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .extend(metadata.as_object().unwrap().clone());
+            let o = validate(&decode(body));
+            assert_eq!(fields(&o), [field], "{case}: {o:?}");
+            let text = o.errors[0].to_string();
+            assert!(text.contains(message), "{case}: {text}");
+            // On update too, with the same paths.
+            let old = decode(json!({"metadata": {"name": "b"}, "spec": {"clusterName": "a"}}));
+            let mut new = old.clone();
+            new.metadata = o_metadata(&metadata);
+            assert_eq!(fields(&validate_update(&new, &old)), [field], "{case} on update");
+        }
+    }
+
+    fn o_metadata(extra: &serde_json::Value) -> ObjectMeta {
+        let mut meta = json!({"name": "b"});
+        meta.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(meta).unwrap()
     }
 
     #[test]

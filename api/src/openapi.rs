@@ -5,7 +5,8 @@
 //! their own schemas, named `io.k8s....`). Our types are named `dev.operator.etcd.<version>.<Type>`.
 //! Following the contract (section 1.4): every operation carries `x-kubernetes-group-version-kind`
 //! as a single object and `x-kubernetes-action`; the top-level schemas carry it as a list; PATCH
-//! accepts JSON patch, merge patch and apply patch (not strategic merge); writes advertise the
+//! accepts JSON patch and merge patch, the two the server serves (not strategic merge, not apply
+//! patch: server-side apply is not served and answers 415); writes advertise the
 //! `fieldValidation` query parameter. The v3 documents are checked by parsing them into
 //! [`openapiv3::OpenAPI`].
 //!
@@ -263,8 +264,9 @@ fn list_parameters() -> Vec<Value> {
     ]
 }
 
-fn write_parameters(patch: bool) -> Vec<Value> {
-    let mut out = vec![
+/// The query parameters of writes. No `force`: it concerns apply patches, which are not served.
+fn write_parameters() -> Vec<Value> {
+    vec![
         query(
             "dryRun",
             "string",
@@ -280,15 +282,7 @@ fn write_parameters(patch: bool) -> Vec<Value> {
             "string",
             "How the server handles unknown and duplicate fields: Ignore, Warn (default) or Strict.",
         ),
-    ];
-    if patch {
-        out.push(query(
-            "force",
-            "boolean",
-            "Force apply requests to take ownership of conflicting fields.",
-        ));
-    }
-    out
+    ]
 }
 
 fn delete_parameters() -> Vec<Value> {
@@ -430,8 +424,7 @@ fn resource_paths(version: &str, r: PathResource) -> Value {
     let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema.clone()}, "application/yaml": {"schema": schema}}});
     let patch_body = json!({"required": true, "content": {
         "application/json-patch+json": {"schema": reference(PATCH)},
-        "application/merge-patch+json": {"schema": reference(PATCH)},
-        "application/apply-patch+yaml": {"schema": reference(PATCH)}
+        "application/merge-patch+json": {"schema": reference(PATCH)}
     }});
     let base = format!("/apis/{GROUP}/{version}");
     let namespaced = format!("{base}/namespaces/{{namespace}}/{resource}");
@@ -462,7 +455,7 @@ fn resource_paths(version: &str, r: PathResource) -> Value {
     };
     let mut collection = json!({
         "get": op("list", format!("list{ident}Namespaced{kind}"), format!("list or watch objects of kind {kind}"), list_parameters(), None, list.clone(), false),
-        "post": op("post", format!("create{ident}Namespaced{kind}"), format!("create {}", article(kind)), write_parameters(false), Some(body(object.clone())), object.clone(), true),
+        "post": op("post", format!("create{ident}Namespaced{kind}"), format!("create {}", article(kind)), write_parameters(), Some(body(object.clone())), object.clone(), true),
         "delete": op("deletecollection", format!("deleteCollection{ident}Namespaced{kind}"), format!("delete collection of {kind}"), [list_parameters(), delete_parameters()].concat(), Some(body(reference(DELETE_OPTIONS))), reference(STATUS), false),
     });
     let item_ops = |suffix: &str, what: &str, response: &Value, gvk| {
@@ -575,8 +568,8 @@ fn item_operations(ops: ItemOps<'_>) -> Value {
     };
     json!({
         "get": mk("get", "read", vec![], None),
-        "put": mk("put", "replace", write_parameters(false), Some((ops.body)(ops.response.clone()))),
-        "patch": mk("patch", "patch", write_parameters(true), Some(ops.patch_body.clone())),
+        "put": mk("put", "replace", write_parameters(), Some((ops.body)(ops.response.clone()))),
+        "patch": mk("patch", "patch", write_parameters(), Some(ops.patch_body.clone())),
     })
 }
 

@@ -75,7 +75,9 @@ fn operations_carry_a_single_group_version_kind_and_patch_types() {
     }
     let content = item["patch"]["requestBody"]["content"].as_object().unwrap();
     assert!(content.contains_key("application/merge-patch+json"));
-    assert!(content.contains_key("application/apply-patch+yaml"));
+    assert!(content.contains_key("application/json-patch+json"));
+    // Server-side apply is not served (415): the document must not offer it, nor its `force`.
+    assert!(!content.contains_key("application/apply-patch+yaml"));
     assert!(!content.contains_key("application/strategic-merge-patch+json"));
     let params: Vec<&str> = item["patch"]["parameters"]
         .as_array()
@@ -84,6 +86,7 @@ fn operations_carry_a_single_group_version_kind_and_patch_types() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert!(params.contains(&"fieldValidation"), "{params:?}");
+    assert!(!params.contains(&"force"), "{params:?}");
     let scale =
         &doc["paths"]["/apis/etcd.operator.dev/v1alpha2/namespaces/{namespace}/etcdclusters/{name}/scale"];
     assert_eq!(scale["get"]["x-kubernetes-group-version-kind"]["kind"], "Scale");

@@ -197,9 +197,20 @@ fn invalid_cases() -> Vec<Case> {
         ("name with dot", |o| o.metadata.name = Some("a.b".into()), vec![("metadata.name", Invalid)]),
         ("namespace invalid", |o| o.metadata.namespace = Some("Bad_NS".into()), vec![("metadata.namespace", Invalid)]),
         ("label key invalid", |o| o.metadata.labels = Some(map(&[("-bad", "x")])), vec![("metadata.labels", Invalid)]),
-        ("label value invalid", |o| o.metadata.labels = Some(map(&[("app", "a b")])), vec![("metadata.labels[app]", Invalid)]),
+        ("label value invalid", |o| o.metadata.labels = Some(map(&[("app", "a b")])), vec![("metadata.labels", Invalid)]),
+        ("label key prefix over 253", |o| o.metadata.labels = Some(BTreeMap::from([(format!("{}/a", "p".repeat(254)), "x".to_owned())])), vec![("metadata.labels", Invalid)]),
+        ("label key prefix not a subdomain", |o| o.metadata.labels = Some(map(&[("Example.com/a", "x")])), vec![("metadata.labels", Invalid)]),
+        ("label key prefix empty", |o| o.metadata.labels = Some(map(&[("/a", "x")])), vec![("metadata.labels", Invalid)]),
+        ("label key name over 63", |o| o.metadata.labels = Some(BTreeMap::from([("n".repeat(64), "x".to_owned())])), vec![("metadata.labels", Invalid)]),
+        ("label key name empty", |o| o.metadata.labels = Some(map(&[("example.com/", "x")])), vec![("metadata.labels", Invalid)]),
+        ("label key two slashes", |o| o.metadata.labels = Some(map(&[("a/b/c", "x")])), vec![("metadata.labels", Invalid)]),
+        ("label value over 63", |o| o.metadata.labels = Some(BTreeMap::from([("app".to_owned(), "v".repeat(64))])), vec![("metadata.labels", Invalid)]),
+        ("label value ends with dash", |o| o.metadata.labels = Some(map(&[("app", "v-")])), vec![("metadata.labels", Invalid)]),
         ("annotation key invalid", |o| o.metadata.annotations = Some(map(&[("a/b/c", "x")])), vec![("metadata.annotations", Invalid)]),
+        ("annotation key name over 63", |o| o.metadata.annotations = Some(BTreeMap::from([("n".repeat(64), "x".to_owned())])), vec![("metadata.annotations", Invalid)]),
+        ("annotation key empty", |o| o.metadata.annotations = Some(map(&[("", "x")])), vec![("metadata.annotations", Invalid)]),
         ("annotations too large", |o| o.metadata.annotations = Some(BTreeMap::from([("big".to_owned(), "x".repeat(300 * 1024))])), vec![("metadata.annotations", TooLong)]),
+        ("annotations one byte too large", |o| o.metadata.annotations = Some(BTreeMap::from([("a".to_owned(), "x".repeat(128 * 1024)), ("b".to_owned(), "x".repeat(128 * 1024 - 1))])), vec![("metadata.annotations", TooLong)]),
         ("replicas 0", |o| o.spec.replicas = Some(0), vec![("spec.replicas", Invalid)]),
         ("replicas 10", |o| o.spec.replicas = Some(10), vec![("spec.replicas", Invalid)]),
         ("replicas negative", |o| o.spec.replicas = Some(-1), vec![("spec.replicas", Invalid)]),
@@ -219,7 +230,7 @@ fn invalid_cases() -> Vec<Case> {
         ("resource quantity malformed", |o| { pod_spec(o).resources.as_mut().unwrap().requests.as_mut().unwrap().insert("memory".into(), q("1GB")); }, vec![("spec.podTemplate.spec.resources.requests[memory]", Invalid)]),
         ("request above limit", |o| { pod_spec(o).resources.as_mut().unwrap().requests.as_mut().unwrap().insert("cpu".into(), q("2")); }, vec![("spec.podTemplate.spec.resources.requests[cpu]", Invalid)]),
         ("negative limit", |o| { pod_spec(o).resources.as_mut().unwrap().limits.as_mut().unwrap().insert("cpu".into(), q("-1")); }, vec![("spec.podTemplate.spec.resources.limits[cpu]", Invalid)]),
-        ("node selector value invalid", |o| pod_spec(o).node_selector = Some(map(&[("disk", "fast ssd")])), vec![("spec.podTemplate.spec.nodeSelector[disk]", Invalid)]),
+        ("node selector value invalid", |o| pod_spec(o).node_selector = Some(map(&[("disk", "fast ssd")])), vec![("spec.podTemplate.spec.nodeSelector", Invalid)]),
         ("toleration key invalid", |o| toleration(o).key = Some("bad key".into()), vec![("spec.podTemplate.spec.tolerations[0].key", Invalid)]),
         ("toleration operator unknown", |o| toleration(o).operator = Some("In".into()), vec![("spec.podTemplate.spec.tolerations[0].operator", NotSupported)]),
         ("toleration empty key needs Exists", |o| toleration(o).key = None, vec![("spec.podTemplate.spec.tolerations[0].operator", Invalid)]),
@@ -299,6 +310,18 @@ fn invalid_inputs_are_rejected_with_path_and_reason() {
 }
 
 #[test]
+fn oversized_annotations_say_so_as_kube_apiserver_does() {
+    let mut obj = base();
+    obj.metadata.annotations = Some(BTreeMap::from([("big".to_owned(), "x".repeat(262_142))]));
+    let outcome = validate(&obj);
+    assert_eq!(outcome.errors.len(), 1, "{:?}", outcome.errors);
+    assert_eq!(
+        outcome.errors[0].to_string(),
+        "metadata.annotations: Too long: may not be more than 262144 bytes"
+    );
+}
+
+#[test]
 fn memory_with_zero_replicas_gets_its_own_message() {
     let mut obj = base();
     obj.spec.replicas = Some(0);
@@ -346,6 +369,11 @@ fn valid_cases() -> Vec<WarningCase> {
         ("restore from key", |o| with_restore(o, v2::RestoreSpec { backup_name: None, source: Some(v2::RestoreSource { destination: Some(s3_dest()), key: Some("prod/snap.db".into()), url: None }) }), vec![]),
         ("restore from url", |o| with_restore(o, v2::RestoreSpec { backup_name: None, source: Some(v2::RestoreSource { url: Some("https://backups.example/snap.db".into()), ..v2::RestoreSource::default() }) }), vec![]),
         ("paused warns", |o| o.spec.paused = Some(true), vec!["spec.paused"]),
+        ("label key with prefix of 253 and name of 63", |o| o.metadata.labels = Some(BTreeMap::from([(format!("{}.{}.{}.{}/{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61), "n".repeat(63)), "x".to_owned())])), vec![]),
+        ("label value empty", |o| o.metadata.labels = Some(map(&[("app", "")])), vec![]),
+        ("label value of 63 with inner punctuation", |o| o.metadata.labels = Some(BTreeMap::from([("app".to_owned(), format!("A{}z", "-_.".repeat(20) + "9"))])), vec![]),
+        ("annotation key with an uppercase prefix", |o| o.metadata.annotations = Some(map(&[("Example.com/Owner", "sre")])), vec![]),
+        ("annotations of exactly 256 KiB", |o| o.metadata.annotations = Some(BTreeMap::from([("a".to_owned(), "x".repeat(128 * 1024)), ("b".to_owned(), "x".repeat(128 * 1024 - 2))])), vec![]),
     ]
 }
 

@@ -223,6 +223,17 @@ impl ApiError {
         err
     }
 
+    /// 504 for a request that did not finish within the server's request timeout, as
+    /// kube-apiserver's timeout filter answers.
+    pub fn timeout(after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("Timeout: request did not complete within the allotted timeout of {after:?}"),
+        )
+        .with_details(json!({}))
+    }
+
     /// 503.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message)

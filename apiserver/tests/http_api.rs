@@ -761,6 +761,31 @@ async fn resource_versions_that_are_not_numbers_are_invalid_input_not_conflicts(
         )
         .await;
     assert_status(&r, 422, "Invalid", "metadata.resourceVersion");
+    // The scale subresource too, on replace and on patch.
+    let scale = format!("{}/scale", obj(NS, "a"));
+    let r = api
+        .put(
+            &scale,
+            &json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": "a", "namespace": NS, "resourceVersion": "abc"},
+                "spec": {"replicas": 5}}),
+        )
+        .await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "metadata.resourceVersion: Invalid value: \"abc\"",
+    );
+    assert_eq!(cause_fields(&s), ["metadata.resourceVersion"]);
+    let r = api
+        .patch(
+            &scale,
+            MERGE,
+            r#"{"metadata":{"resourceVersion":"abc"},"spec":{"replicas":5}}"#,
+        )
+        .await;
+    assert_status(&r, 422, "Invalid", "metadata.resourceVersion");
     assert_eq!(api.stored().await, before, "nothing was written");
     // The real one still works.
     let mut good = first.clone();
@@ -2786,6 +2811,139 @@ async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
     );
 }
 
+/// kube-apiserver's metadata rules on both kinds, on create, replace and patch: bad label keys and
+/// values are 422 at `metadata.labels`, bad annotation keys and more than 256 KiB of annotations
+/// 422 at `metadata.annotations`; nothing is stored.
+async fn labels_and_annotations_are_validated_like_kube_apiserver(backing: Backing) {
+    let api = Api::start(backing).await;
+    let cluster_uri = obj(NS, "a");
+    let backup_uri = format!("{}/a", backups(NS));
+    api.create("a").await;
+    api.post(&backups(NS), &backup("a", "a")).await.expect(201);
+    let before = (api.stored().await, api.stored_backups().await);
+    let big = "x".repeat(300 * 1024);
+    let cases: [(&str, Value, &str, &str); 5] = [
+        (
+            "label key",
+            json!({"labels": {"-bad": "x"}}),
+            "metadata.labels",
+            "Invalid value: \"-bad\": name part must consist of",
+        ),
+        (
+            "label key prefix",
+            json!({"labels": {(format!("{}/a", "p".repeat(254))): "x"}}),
+            "metadata.labels",
+            "prefix part must be no more than 253 characters",
+        ),
+        (
+            "label value",
+            json!({"labels": {"a": "v".repeat(64)}}),
+            "metadata.labels",
+            "must be no more than 63 characters",
+        ),
+        (
+            "annotation key",
+            json!({"annotations": {"a/b/c": "x"}}),
+            "metadata.annotations",
+            "Invalid value: \"a/b/c\"",
+        ),
+        (
+            "annotation size",
+            json!({"annotations": {"big": big}}),
+            "metadata.annotations",
+            "metadata.annotations: Too long: may not be more than 262144 bytes",
+        ),
+    ];
+    for (case, metadata, field, message) in &cases {
+        for (kind, coll_uri, item_uri, mut body) in [
+            ("EtcdCluster", coll(NS), cluster_uri.clone(), cluster("a")),
+            ("EtcdBackup", backups(NS), backup_uri.clone(), backup("a", "a")),
+        ] {
+            body["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .extend(metadata.as_object().unwrap().clone());
+            let mut created = body.clone();
+            created["metadata"]["name"] = json!("new");
+            let current = api.get(&item_uri).await.expect(200);
+            let mut replaced = body.clone();
+            replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+            let patch = json!({"metadata": metadata}).to_string();
+            for (verb, r) in [
+                ("create", api.post(&coll_uri, &created).await),
+                ("replace", api.put(&item_uri, &replaced).await),
+                ("patch", api.patch(&item_uri, MERGE, &patch).await),
+            ] {
+                let what = format!("{case} on {verb} of an {kind}");
+                let s = assert_status(&r, 422, "Invalid", message);
+                assert_eq!(cause_fields(&s), [*field], "{what}: {s:#}");
+                assert_eq!(s["details"]["kind"], kind, "{what}");
+            }
+        }
+    }
+    assert_eq!(
+        (api.stored().await, api.stored_backups().await),
+        before,
+        "refused metadata changed what is stored"
+    );
+}
+
+/// The patch content types of every PATCH operation the served OpenAPI documents (v2 `consumes`,
+/// v3 `requestBody.content`) list, with the path of the operation.
+async fn advertised_patch_types(api: &Api) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    let v2 = api.get("/openapi/v2").await.expect(200);
+    for (path, item) in v2["paths"].as_object().unwrap() {
+        for ct in item["patch"]["consumes"].as_array().into_iter().flatten() {
+            out.insert((path.clone(), ct.as_str().unwrap().to_owned()));
+        }
+    }
+    for version in ["v1alpha1", "v1alpha2"] {
+        let v3 = api
+            .get(&format!("/openapi/v3/apis/etcd.operator.dev/{version}"))
+            .await
+            .expect(200);
+        for (path, item) in v3["paths"].as_object().unwrap() {
+            if let Some(content) = item["patch"]["requestBody"]["content"].as_object() {
+                for ct in content.keys() {
+                    out.insert((path.clone(), ct.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn every_patch_type_the_openapi_documents_list_is_served(backing: Backing) {
+    let api = Api::start(backing).await;
+    api.create("a").await;
+    api.post(&backups(NS), &backup("a", "a")).await.expect(201);
+    let advertised = advertised_patch_types(&api).await;
+    let types: BTreeSet<&str> = advertised.iter().map(|(_, ct)| ct.as_str()).collect();
+    assert_eq!(types, BTreeSet::from([JSON_PATCH, MERGE]), "{advertised:#?}");
+    // Every (operation, type) pair is accepted: an empty patch of each kind changes nothing.
+    for (path, content_type) in &advertised {
+        let uri = path.replace("{namespace}", NS).replace("{name}", "a");
+        let body = if content_type == JSON_PATCH { "[]" } else { "{}" };
+        let r = api.patch(&uri, content_type, body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::OK,
+            "PATCH {uri} as {content_type}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    // What the documents do not list is refused, apply patches included (server-side apply is
+    // not served).
+    for (path, _) in &advertised {
+        let uri = path.replace("{namespace}", NS).replace("{name}", "a");
+        let r = api
+            .patch(&uri, "application/apply-patch+yaml", "metadata: {}")
+            .await;
+        assert_status(&r, 415, "UnsupportedMediaType", "application/apply-patch+yaml");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every test above, once on each backing store: `in_memory::<test>` (no etcd, milliseconds) and
 // `on_etcd::<test>` (the same body against a real etcd). Compaction tests run on both: the
@@ -2845,4 +3003,6 @@ both_backings!(
     odd_input_gets_a_client_error_never_a_server_error,
     a_watch_from_a_resource_version_reports_changes_and_selector_exits,
     etcdbackups_are_served_with_every_verb_status_and_validation,
+    every_patch_type_the_openapi_documents_list_is_served,
+    labels_and_annotations_are_validated_like_kube_apiserver,
 );

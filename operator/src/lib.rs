@@ -4,5 +4,6 @@
 //! leader election). The API server itself is the `etcd-operator-apiserver` crate; the reconcile
 //! logic is `etcd-operator-controller`.
 
+pub mod flags;
 pub mod local;
 pub mod serve_mode;

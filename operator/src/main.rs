@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use etcd_operator::flags::{OverloadArgs, parse_duration};
 use etcd_operator::local;
 use etcd_operator_apiserver::http::{self, AppState, Stores, auth, openapi};
 use etcd_operator_apiserver::serve;
@@ -47,6 +48,9 @@ enum Mode {
         /// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`.
         #[arg(long, env = "ETCD_OPERATOR_S3_CREDENTIALS_FILE")]
         backup_credentials_file: Option<std::path::PathBuf>,
+        /// The API server's overload limits.
+        #[command(flatten)]
+        overload: OverloadArgs,
     },
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
     Serve(etcd_operator::serve_mode::ServeArgs),
@@ -150,20 +154,6 @@ fn restore_step(
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
-    }
-}
-
 /// Running local mode failed.
 #[derive(Debug, thiserror::Error)]
 enum LocalModeError {
@@ -201,6 +191,7 @@ async fn run_local(
     etcd_binaries: Option<std::path::PathBuf>,
     compaction_interval: Duration,
     backup_credentials_file: Option<std::path::PathBuf>,
+    overload: OverloadArgs,
 ) -> Result<(), LocalModeError> {
     serve::install_crypto_provider();
     let binaries = match etcd_binaries {
@@ -239,7 +230,7 @@ async fn run_local(
         openapi: Arc::new(openapi::Documents::generate()?),
         members: members.clone(),
     };
-    let app = http::router(state);
+    let app = http::overload::limit(http::router(state), overload.options());
     tracing::info!(
         url = %env.server_url,
         kubeconfig = %env.kubeconfig_path.display(),
@@ -324,6 +315,7 @@ fn main() -> ExitCode {
             etcd_binaries,
             compaction_interval,
             backup_credentials_file,
+            overload,
         } => {
             match runtime.block_on(run_local(
                 state_dir,
@@ -332,6 +324,7 @@ fn main() -> ExitCode {
                 etcd_binaries,
                 compaction_interval,
                 backup_credentials_file,
+                overload,
             )) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -362,15 +355,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
-        assert!(parse_duration("m").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
 
     #[test]
     fn the_restore_steps_parse_as_the_member_pod_calls_them() {

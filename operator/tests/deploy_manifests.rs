@@ -1111,6 +1111,12 @@ fn rendered_container_args_parse_with_serve_args() {
         let Mode::Serve(serve) = cli.mode;
         assert!(!serve.etcd_servers.is_empty());
         assert!(serve.tls_cert_file.starts_with("/var/run/etcd-operator/serving"));
+        // The chart's overload values reach the flags (its defaults are kube-apiserver's).
+        assert_eq!(
+            serve.overload.options(),
+            etcd_operator_apiserver::http::overload::OverloadOptions::default(),
+            "{values:?}"
+        );
         checked += 1;
     }
     assert!(checked >= 5);

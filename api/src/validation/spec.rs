@@ -77,14 +77,24 @@ pub(crate) fn metadata(report: &mut Report, meta: &ObjectMeta) {
             format::dns1123_label(namespace),
         );
     }
+    labels_and_annotations(report, meta);
+}
+
+/// kube-apiserver's rules for `metadata.labels` and `metadata.annotations` of any object
+/// (`ValidateObjectMeta`): label keys and annotation keys are qualified names, label values
+/// label values, and all annotations together at most 256 KiB.
+pub(crate) fn labels_and_annotations(report: &mut Report, meta: &ObjectMeta) {
+    let path = Path::root("metadata");
     labels(report, &path.child("labels"), meta.labels.as_ref(), false);
     annotations(report, &path.child("annotations"), meta.annotations.as_ref());
 }
 
+/// `ValidateLabels`: every problem of a key or a value is reported at the map's path, as
+/// kube-apiserver does (the value of the cause names the offending key or value).
 fn labels(report: &mut Report, path: &Path, labels: Option<&BTreeMap<String, String>>, reserved: bool) {
     for (key, value) in labels.into_iter().flatten() {
         report.format(path, key, format::qualified_name(key));
-        report.format(&path.key(key), value, format::label_value(value));
+        report.format(path, value, format::label_value(value));
         if reserved && key.starts_with(naming::RESERVED_PREFIX) {
             report.error(FieldError::forbidden(
                 &path.key(key),
@@ -97,10 +107,13 @@ fn labels(report: &mut Report, path: &Path, labels: Option<&BTreeMap<String, Str
     }
 }
 
+/// `ValidateAnnotations`: keys are qualified names once lowercased (kube-apiserver accepts
+/// `Example.com/Owner`), and keys plus values total at most
+/// [`format::TOTAL_ANNOTATION_SIZE_LIMIT`] bytes.
 fn annotations(report: &mut Report, path: &Path, annotations: Option<&BTreeMap<String, String>>) {
     let mut total = 0;
     for (key, value) in annotations.into_iter().flatten() {
-        report.format(path, key, format::qualified_name(key));
+        report.format(path, key, format::qualified_name(&key.to_lowercase()));
         total += key.len() + value.len();
     }
     if total > format::TOTAL_ANNOTATION_SIZE_LIMIT {

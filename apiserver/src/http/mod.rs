@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod error;
 pub mod negotiate;
 pub mod openapi;
+pub mod overload;
 pub mod request_info;
 pub mod resource;
 pub mod selectors;

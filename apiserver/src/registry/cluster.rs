@@ -262,6 +262,17 @@ pub fn apply_scale(
         && !rv.is_empty()
         && rv != old_rv
     {
+        // Not a version this server could have returned: invalid input, not a conflict.
+        if rv.parse::<u64>().is_err() {
+            return Err(invalid_one(
+                name,
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {rv:?}: must be a resourceVersion returned by the server (a decimal number)"
+                ),
+            ));
+        }
         return Err(ApiError::modified(RESOURCE, name));
     }
     if scale

@@ -180,8 +180,12 @@ pub struct BackingEtcdOptions {
     /// `--max-request-bytes`: the largest write; above the 3 MiB request-body limit of the API
     /// server so that every accepted object can be stored.
     pub max_request_bytes: u64,
-    /// How long etcd may take to serve after start.
+    /// How long etcd may take to serve after start (it is probed every 100 ms meanwhile, with a
+    /// progress line every [`Self::progress_interval`]). Generous: a loaded machine may take
+    /// minutes to start etcd on a large data directory.
     pub ready_timeout: Duration,
+    /// How often a start that is taking long logs that it is still waiting.
+    pub progress_interval: Duration,
     /// How long etcd may take to exit after SIGTERM before it gets SIGKILL.
     pub stop_timeout: Duration,
     /// Further environment for the etcd process (tests mark their processes this way).
@@ -189,14 +193,16 @@ pub struct BackingEtcdOptions {
 }
 
 impl BackingEtcdOptions {
-    /// Defaults: 4 GiB quota, 4 MiB requests, 30 s to start, 5 s to stop.
+    /// Defaults: 4 GiB quota, 4 MiB requests, 5 minutes to start (progress every 10 s), 5 s to
+    /// stop.
     pub fn new(dir: PathBuf, binary: PathBuf) -> Self {
         Self {
             dir,
             binary,
             quota_backend_bytes: 4 * 1024 * 1024 * 1024,
             max_request_bytes: 4 * 1024 * 1024,
-            ready_timeout: Duration::from_secs(30),
+            ready_timeout: Duration::from_secs(300),
+            progress_interval: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(5),
             extra_env: Vec::new(),
         }
@@ -218,6 +224,7 @@ pub struct EtcdPorts {
 pub struct BackingEtcd {
     child: Option<tokio::process::Child>,
     pid: u32,
+    ports: EtcdPorts,
     endpoint: String,
     dir: PathBuf,
     stop_timeout: Duration,
@@ -338,6 +345,7 @@ impl BackingEtcd {
         let mut etcd = Self {
             child: Some(child),
             pid,
+            ports,
             endpoint,
             dir: dir.clone(),
             stop_timeout: options.stop_timeout,
@@ -351,12 +359,44 @@ impl BackingEtcd {
             }
         })?;
         tracing::info!(pid, endpoint = %etcd.endpoint, binary = %options.binary.display(), "started backing etcd");
-        etcd.wait_ready(options.ready_timeout).await?;
+        etcd.wait_ready(options.ready_timeout, options.progress_interval)
+            .await?;
         Ok(etcd)
     }
 
-    async fn wait_ready(&mut self, timeout: Duration) -> Result<(), BackingEtcdError> {
-        let deadline = Instant::now() + timeout;
+    /// Starts etcd again on its data directory and on exactly `ports` (its clients know only
+    /// that endpoint), after it exited: what the supervisor does. Waits until it answers.
+    pub(crate) async fn restart(
+        options: &BackingEtcdOptions,
+        ports: EtcdPorts,
+    ) -> Result<Self, BackingEtcdError> {
+        stop_stale(&options.dir).await?;
+        Self::start_once(options, &data_dir(&options.dir), ports).await
+    }
+
+    /// Waits until the process exits and reaps it; returns its exit status. The guard then owns
+    /// no process.
+    pub(crate) async fn wait_exit(&mut self) -> Result<std::process::ExitStatus, BackingEtcdError> {
+        let pid = self.pid;
+        let Some(child) = self.child.as_mut() else {
+            return Err(BackingEtcdError::Wait {
+                pid,
+                source: std::io::Error::other("the process was already reaped"),
+            });
+        };
+        let status = child
+            .wait()
+            .await
+            .map_err(|source| BackingEtcdError::Wait { pid, source })?;
+        self.child = None;
+        self.remove_pid_file();
+        Ok(status)
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration, progress: Duration) -> Result<(), BackingEtcdError> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut next_progress = start + progress;
         let mut last_error = String::from("no attempt yet");
         let probe = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(1))
@@ -381,6 +421,18 @@ impl BackingEtcd {
                 },
                 Err(e) => last_error = e.to_string(),
             }
+            if Instant::now() >= next_progress {
+                next_progress += progress;
+                tracing::warn!(
+                    pid = self.pid,
+                    endpoint = %self.endpoint,
+                    waited = ?start.elapsed(),
+                    limit = ?timeout,
+                    %last_error,
+                    log = %self.log_path().display(),
+                    "the backing etcd is not answering yet; still waiting"
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(BackingEtcdError::NotReady {
@@ -402,6 +454,11 @@ impl BackingEtcd {
         self.pid
     }
 
+    /// Its ports.
+    pub fn ports(&self) -> EtcdPorts {
+        self.ports
+    }
+
     /// The etcd data directory.
     pub fn data_dir(&self) -> PathBuf {
         data_dir(&self.dir)
@@ -415,11 +472,7 @@ impl BackingEtcd {
     /// A client for the API server's storage: no per-request timeout (watches are long), HTTP/2
     /// keep-alive so a dead etcd is noticed.
     pub async fn connect(&self) -> Result<Client, etcd_client::Error> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true);
-        Client::connect([self.endpoint.as_str()], Some(options)).await
+        connect(&self.endpoint).await
     }
 
     /// Stops etcd: SIGTERM, then SIGKILL after the stop timeout; returns when it has exited.
@@ -492,6 +545,17 @@ fn poll_exit(child: &mut tokio::process::Child, timeout: Duration) -> bool {
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
+}
+
+/// A client for the API server's storage at `endpoint`: no per-request timeout (watches are
+/// long), HTTP/2 keep-alive so a dead etcd is noticed. Its channel reconnects by itself when
+/// etcd comes back on the same endpoint.
+pub async fn connect(endpoint: &str) -> Result<Client, etcd_client::Error> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(true);
+    Client::connect([endpoint], Some(options)).await
 }
 
 fn data_dir(dir: &Path) -> PathBuf {

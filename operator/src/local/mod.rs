@@ -4,13 +4,15 @@
 //!
 //! ```text
 //! DIR/pki/{ca,server,admin,controller}.{crt,key}   certificates (keys 0600), reused on restart
-//! DIR/etcd/{data/,etcd.log,ports.json,etcd.pid}    the backing etcd
+//! DIR/etcd/{data/,etcd.log,ports.json,etcd.pid}    the backing etcd (supervised: restarted on
+//!                                                  the same data and ports when it exits)
 //! DIR/kubeconfig                                   admin access for kubectl (0600)
 //! ```
 //!
 //! [`prepare`] sets all of it up and returns a [`LocalEnv`] with everything `main` needs to serve.
 
 pub mod backing_etcd;
+pub mod supervise;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use std::path::PathBuf;
 pub use backing_etcd::{BackingEtcd, BackingEtcdError, BackingEtcdOptions, EtcdSearch};
 pub use etcd_operator_apiserver::kubeconfig::{self, ClientIdentity, Kubeconfig, KubeconfigError};
 pub use etcd_operator_apiserver::pki::{self, LocalPki, PemPair, PkiError};
+pub use supervise::{EtcdState, SupervisedEtcd};
 
 use etcd_operator_apiserver::files;
 use etcd_operator_apiserver::serve::TlsError;
@@ -86,8 +89,9 @@ pub struct LocalEnv {
     /// The server's TLS configuration: serving certificate, client certificates from the local CA
     /// requested but not required.
     pub tls: rustls::ServerConfig,
-    /// The backing etcd process; call [`BackingEtcd::shutdown`] after serving stops.
-    pub backing_etcd: BackingEtcd,
+    /// The backing etcd process under supervision (restarted when it exits); call
+    /// [`SupervisedEtcd::shutdown`] after serving stops.
+    pub backing_etcd: SupervisedEtcd,
     /// A client of the backing etcd for storage.
     pub etcd_client: etcd_client::Client,
     /// `DIR/kubeconfig` (admin).
@@ -152,7 +156,7 @@ pub(crate) async fn prepare_with_etcd_env(
     let binary = EtcdSearch::from_environment(options.etcd_binary.clone()).find()?;
     let mut etcd_options = BackingEtcdOptions::new(state_dir.join("etcd"), binary);
     etcd_options.extra_env = etcd_env;
-    let backing_etcd = BackingEtcd::start(etcd_options).await?;
+    let backing_etcd = BackingEtcd::start(etcd_options.clone()).await?;
     let etcd_client = backing_etcd
         .connect()
         .await
@@ -160,6 +164,7 @@ pub(crate) async fn prepare_with_etcd_env(
             endpoint: backing_etcd.endpoint().to_owned(),
             source,
         })?;
+    let backing_etcd = SupervisedEtcd::start(backing_etcd, etcd_options);
 
     let identity = |user: &str, pair: &PemPair| ClientIdentity {
         server_url: server_url.clone(),

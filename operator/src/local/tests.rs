@@ -314,6 +314,151 @@ async fn backing_etcd_serves_restarts_on_the_same_dir_and_stops() {
     );
 }
 
+/// Whether `pid` is an exited process nobody reaped (`<defunct>`).
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+async fn next_state(state: &mut tokio::sync::watch::Receiver<EtcdState>, within: Duration) -> EtcdState {
+    tokio::time::timeout(within, state.changed())
+        .await
+        .expect("the supervisor reported no change in time")
+        .unwrap();
+    *state.borrow_and_update()
+}
+
+#[tokio::test]
+async fn a_killed_backing_etcd_is_reaped_and_restarted_on_its_data_and_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = etcd_options(dir.path());
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    // One client for the whole test, as the storage layer has: it must recover by itself.
+    let mut client = etcd.connect().await.unwrap();
+    client.put("/registry/kept", "value", None).await.unwrap();
+    let supervised = SupervisedEtcd::start(etcd, options);
+    let endpoint = supervised.endpoint().to_owned();
+    let mut state = supervised.state();
+    for round in 0..2 {
+        let pid = supervised.pid().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        assert_eq!(
+            next_state(&mut state, Duration::from_secs(5)).await,
+            EtcdState::Down
+        );
+        let EtcdState::Running { pid: new_pid } = next_state(&mut state, Duration::from_secs(60)).await
+        else {
+            panic!("round {round}: not running after the restart");
+        };
+        assert_ne!(new_pid, pid, "round {round}");
+        assert!(process_running(new_pid), "round {round}");
+        assert!(!zombie(pid), "round {round}: the killed etcd was not reaped");
+        assert_eq!(supervised.endpoint(), endpoint);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("etcd/etcd.pid"))
+                .unwrap()
+                .trim(),
+            new_pid.to_string()
+        );
+        // The same client works again within seconds, and the data is still there.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            match client.get("/registry/kept", None).await {
+                Ok(got) => break got,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("round {round}: not yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("round {round}: the client did not recover within 10 s: {e}"),
+            }
+        };
+        assert_eq!(got.kvs()[0].value(), b"value", "round {round}");
+        client
+            .put(format!("/registry/round-{round}"), "x", None)
+            .await
+            .unwrap();
+    }
+    let pid = supervised.pid().unwrap();
+    supervised.shutdown().await.unwrap();
+    assert!(!process_running(pid), "etcd stopped with its supervisor");
+    assert!(!zombie(pid));
+    let log = std::fs::read_to_string(dir.path().join("etcd/etcd.log")).unwrap();
+    // Bootstrap, first start, two restarts.
+    assert_eq!(
+        log.matches("=== etcd-operator: starting the backing etcd")
+            .count(),
+        4
+    );
+}
+
+#[tokio::test]
+async fn a_restart_that_fails_is_retried_on_the_same_ports_until_it_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = etcd_options(dir.path());
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    let ports = etcd.ports();
+    let supervised = SupervisedEtcd::start(etcd, options);
+    let mut state = supervised.state();
+    let pid = supervised.pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(
+        next_state(&mut state, Duration::from_secs(5)).await,
+        EtcdState::Down
+    );
+    // Take the client port before the first restart (200 ms after the exit) can.
+    let deadline = std::time::Instant::now() + Duration::from_millis(150);
+    let squatter = loop {
+        match std::net::TcpListener::bind(("127.0.0.1", ports.client)) {
+            Ok(listener) => break listener,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("port not free yet: {e}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("could not take port {}: {e}", ports.client),
+        }
+    };
+    // Restarts fail meanwhile (etcd exits: address in use) and are retried, never on other ports.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        *state.borrow(),
+        EtcdState::Down,
+        "started although its port was taken"
+    );
+    drop(squatter);
+    let EtcdState::Running { pid: new_pid } = next_state(&mut state, Duration::from_secs(60)).await else {
+        panic!("not running after the port came free");
+    };
+    assert_ne!(new_pid, pid);
+    assert_eq!(
+        supervised.endpoint(),
+        format!("http://127.0.0.1:{}", ports.client)
+    );
+    let log = std::fs::read_to_string(dir.path().join("etcd/etcd.log")).unwrap();
+    assert!(
+        log.contains("address already in use"),
+        "no failed restart in the log"
+    );
+    let mut client = super::backing_etcd::connect(supervised.endpoint()).await.unwrap();
+    client.status().await.unwrap();
+    supervised.shutdown().await.unwrap();
+    assert!(!process_running(new_pid));
+}
+
 #[tokio::test]
 async fn a_stale_etcd_of_a_crashed_run_is_stopped_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -372,6 +517,44 @@ async fn an_etcd_that_cannot_start_reports_its_log() {
         err.contains("exited") && err.contains("fake etcd: cannot start"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_slow_etcd_is_waited_for_until_the_ready_timeout_then_named_with_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = etcd_options(dir.path());
+    // Runs but never serves (the owner marker in its environment lets the leftover check find
+    // it; it is killed when the start gives up).
+    options.binary = dir.path().join("slow-etcd");
+    std::fs::write(
+        &options.binary,
+        "#!/bin/sh
+echo 'slow etcd: still loading' >&2
+exec sleep 60
+",
+    )
+    .unwrap();
+    std::fs::set_permissions(&options.binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    options.ready_timeout = Duration::from_millis(1500);
+    options.progress_interval = Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let err = BackingEtcd::start(options).await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1500), "gave up after {waited:?}");
+    let text = err.to_string();
+    assert!(
+        matches!(err, BackingEtcdError::NotReady { .. })
+            && text.contains("within 1.5s")
+            && text.contains("slow etcd: still loading"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_default_start_wait_is_minutes_not_seconds() {
+    let options = BackingEtcdOptions::new("d".into(), "etcd".into());
+    assert!(options.ready_timeout >= Duration::from_secs(120));
+    assert!(options.progress_interval < options.ready_timeout);
 }
 
 // ---- prepare: everything together, and kube-rs as the client

@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// Leader election for the controllers (needed with more than one replica).
     #[command(flatten)]
     pub leader_election: leader::LeaderElectionArgs,
+    /// The API server's overload limits (on the public listener; the controllers' loopback
+    /// listener is not limited, as kube-apiserver exempts its loopback client).
+    #[command(flatten)]
+    pub overload: crate::flags::OverloadArgs,
 }
 
 /// Running serve mode failed.
@@ -274,7 +278,8 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         stop_private.cancelled().await;
     }));
     tracing::info!(listen = %args.listen, loopback = %private_addr, "etcd-operator serve is starting");
-    let served = serve::serve(public, serving.reloadable(), app, serve::shutdown_signal()).await;
+    let public_app = http::overload::limit(app, args.overload.options());
+    let served = serve::serve(public, serving.reloadable(), public_app, serve::shutdown_signal()).await;
 
     tasks.cancel();
     match tokio::time::timeout(Duration::from_secs(10), controllers).await {
