@@ -172,6 +172,19 @@ pub struct MemberStatus {
     /// Whether the member answered its last health check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy: Option<bool>,
+
+    /// Size of the member's database file in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size: Option<i64>,
+
+    /// Bytes of the database file in use; the difference to `dbSize` is what a
+    /// defragmentation gives back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_in_use: Option<i64>,
+
+    /// Alarms etcd raised for the member (`NOSPACE`, `CORRUPT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarms: Option<Vec<String>>,
 }
 
 /// A completed backup (snapshot) of the cluster.

@@ -44,6 +44,8 @@ pub struct Desired {
     /// The on-demand certificate rotation asked for (the rotation annotation's value): members
     /// whose certificates were issued under another value get new ones.
     pub certificate_rotation: Option<String>,
+    /// The backend quota members run with (`--quota-backend-bytes`).
+    pub quota_backend_bytes: u64,
 }
 
 /// A rolling version change as persisted in `status.upgrade`.
@@ -241,6 +243,12 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+    /// Reclaim space after a NOSPACE alarm: compact the history, defragment every member one at a
+    /// time (followers first, the leader last), then disarm the alarms.
+    ReclaimSpace {
+        /// The NOSPACE alarms to disarm.
+        alarms: Vec<crate::model::MemberAlarm>,
+    },
     /// Issue a member's certificates again and restart it on them, its data kept.
     RenewCertificates {
         /// Member name.
@@ -353,6 +361,20 @@ pub enum WaitReason {
     QuorumLost,
     /// A bootstrap is under way.
     BootstrapForming,
+    /// etcd reports a CORRUPT alarm: the members' data differ. Nothing is changed until people
+    /// have looked (the runbook in docs/operations.md); data is never replaced blindly.
+    CorruptAlarm {
+        /// The members the alarm names.
+        members: Vec<u64>,
+    },
+    /// NOSPACE, and the data itself (compacted and defragmented) needs most of the quota:
+    /// reclaiming cannot help, the quota must grow.
+    DataExceedsQuota {
+        /// The most any member's database uses, in bytes.
+        in_use: u64,
+        /// The quota, in bytes.
+        quota: u64,
+    },
 }
 
 impl WaitReason {
@@ -375,6 +397,8 @@ impl WaitReason {
             Self::DataLost => "DataLost",
             Self::QuorumLost => "NoQuorum",
             Self::BootstrapForming => "Bootstrapping",
+            Self::CorruptAlarm { .. } => "CorruptAlarm",
+            Self::DataExceedsQuota { .. } => "NoSpace",
         }
     }
 
@@ -388,6 +412,8 @@ impl WaitReason {
                 | Self::QuorumBeforeRoll { .. }
                 | Self::QuorumLost
                 | Self::DataLost
+                | Self::CorruptAlarm { .. }
+                | Self::DataExceedsQuota { .. }
         )
     }
 }
@@ -448,6 +474,21 @@ impl std::fmt::Display for WaitReason {
                 "no member answers: the cluster has lost quorum; start the stopped members or restore from a backup"
             ),
             Self::BootstrapForming => write!(f, "waiting for the bootstrap to form a cluster"),
+            Self::CorruptAlarm { members } => write!(
+                f,
+                "etcd raised a CORRUPT alarm for member(s) {}: their data differ; nothing is changed until the data is checked (see the corrupt-member runbook in docs/operations.md)",
+                members
+                    .iter()
+                    .map(|m| format!("{m:x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Self::DataExceedsQuota { in_use, quota } => write!(
+                f,
+                "NOSPACE: the data uses {} MiB of the {} MiB quota even after compaction and defragmentation; raise spec.maintenance.quotaBackendBytes (members pick it up as they restart) or delete data",
+                in_use >> 20,
+                quota >> 20
+            ),
         }
     }
 }
@@ -488,6 +529,20 @@ pub fn plan(
     else {
         return plan_without_etcd(desired, observed, thresholds, new_names);
     };
+
+    // 0. A CORRUPT alarm freezes everything: no member is replaced, restarted or added on
+    //    data that may be the wrong copy.
+    let corrupt: Vec<u64> = etcd
+        .alarms
+        .iter()
+        .filter(|a| a.alarm == crate::model::AlarmKind::Corrupt)
+        .map(|a| a.member)
+        .collect();
+    if !corrupt.is_empty() {
+        return Step::Wait {
+            reason: WaitReason::CorruptAlarm { members: corrupt },
+        };
+    }
 
     // 1. Runtime members that etcd does not know: pending joins, or leftovers of a removal.
     let learners: Vec<&EtcdMember> = etcd.members.iter().filter(|m| m.learner).collect();
@@ -646,6 +701,11 @@ pub fn plan(
                 name: learner.name.clone(),
             },
         };
+    }
+
+    // 5b. NOSPACE: writes are refused until space is reclaimed and the alarm disarmed.
+    if let Some(step) = plan_nospace(desired, etcd) {
+        return step;
     }
 
     // 6. Scale.
@@ -998,6 +1058,40 @@ fn plan_certificate_renewal(
     })
 }
 
+/// A NOSPACE alarm: reclaim space (compact, defragment, disarm), unless the members' databases
+/// are already defragmented and their data alone fills 95% of the quota, which no reclaiming
+/// helps.
+fn plan_nospace(desired: &Desired, etcd: &EtcdView) -> Option<Step> {
+    let alarms: Vec<crate::model::MemberAlarm> = etcd
+        .alarms
+        .iter()
+        .filter(|a| a.alarm == crate::model::AlarmKind::NoSpace)
+        .copied()
+        .collect();
+    if alarms.is_empty() {
+        return None;
+    }
+    let quota = desired.quota_backend_bytes;
+    let statuses: Vec<&crate::model::MemberHealth> =
+        etcd.members.iter().filter_map(|m| m.status.as_ref()).collect();
+    let full = !statuses.is_empty()
+        && statuses.iter().all(|s| {
+            let compact = s.db_size <= s.db_size_in_use + s.db_size_in_use / 20;
+            compact && s.db_size_in_use >= quota / 100 * 95
+        });
+    if full {
+        let in_use = statuses
+            .iter()
+            .map(|s| s.db_size_in_use)
+            .max()
+            .unwrap_or_default();
+        return Some(Step::Wait {
+            reason: WaitReason::DataExceedsQuota { in_use, quota },
+        });
+    }
+    Some(Step::ReclaimSpace { alarms })
+}
+
 /// The one step taken when no member can be reached over TLS: renewing a member whose own
 /// certificates have expired (members left stopped for longer than their certificates last come
 /// back this way, one at a time). Anything else waits for a view of the cluster.
@@ -1180,6 +1274,7 @@ mod tests {
             roll: None,
             restore: None,
             certificate_rotation: None,
+            quota_backend_bytes: 2 << 30,
         }
     }
 
@@ -1217,6 +1312,7 @@ mod tests {
                 raft_applied_index: 10,
                 leader: 1,
                 errors: vec![],
+                ..Default::default()
             }),
         }
     }
@@ -1233,6 +1329,7 @@ mod tests {
             cluster_id: 7,
             members,
             leader,
+            alarms: Vec::new(),
         })
     }
 
@@ -1311,6 +1408,7 @@ mod tests {
             cluster_id: 1,
             members: vec![],
             leader: 0,
+            alarms: Vec::new(),
         };
         let joiner = join_config(&d, &view, "c", &url("c"), &o);
         assert_eq!(joiner.restore, None);
@@ -1893,6 +1991,88 @@ mod tests {
             unreachable!()
         };
         assert_eq!(reason.to_string(), "its certificates expired");
+    }
+
+    fn alarmed(kind: crate::model::AlarmKind, members: &[u64], db: (u64, u64)) -> Observed {
+        let mut o = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: view(
+                vec![
+                    member(1, "a", false, true),
+                    member(2, "b", false, true),
+                    member(3, "c", false, true),
+                ],
+                1,
+            ),
+            timing: Timing::default(),
+        };
+        if let Some(v) = o.etcd.as_mut() {
+            v.alarms = members
+                .iter()
+                .map(|m| crate::model::MemberAlarm {
+                    member: *m,
+                    alarm: kind,
+                })
+                .collect();
+            for m in &mut v.members {
+                if let Some(s) = m.status.as_mut() {
+                    (s.db_size, s.db_size_in_use) = db;
+                }
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn nospace_is_reclaimed_unless_the_data_alone_fills_the_quota() {
+        use crate::model::{AlarmKind, MemberAlarm};
+        let mut d = desired(3);
+        d.quota_backend_bytes = 100 << 20;
+        // Over the quota with free pages and history: reclaim.
+        let o = alarmed(AlarmKind::NoSpace, &[1, 2, 3], (110 << 20, 60 << 20));
+        let step = run(&d, &o);
+        let Step::ReclaimSpace { alarms } = &step else {
+            panic!("expected a reclaim: {step:?}")
+        };
+        assert_eq!(alarms.len(), 3);
+        assert!(alarms.contains(&MemberAlarm {
+            member: 2,
+            alarm: AlarmKind::NoSpace
+        }));
+        // Reclaiming goes before scaling.
+        d.replicas = 5;
+        assert!(matches!(run(&d, &o), Step::ReclaimSpace { .. }));
+        d.replicas = 3;
+        // Defragmented and still 96% full: reclaiming cannot help; wait and say so.
+        let o = alarmed(AlarmKind::NoSpace, &[1], (97 << 20, 96 << 20));
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait")
+        };
+        assert_eq!(reason.code(), "NoSpace");
+        assert!(reason.degrades());
+        assert!(reason.to_string().contains("quotaBackendBytes"), "{reason}");
+        // No alarm, same sizes: nothing to do.
+        let o = alarmed(AlarmKind::NoSpace, &[], (97 << 20, 96 << 20));
+        assert_eq!(run(&d, &o), Step::Idle);
+    }
+
+    #[test]
+    fn a_corrupt_alarm_freezes_every_change() {
+        let mut d = desired(3);
+        let mut o = alarmed(crate::model::AlarmKind::Corrupt, &[3], (1 << 20, 1 << 20));
+        // Even a dead member is not replaced, and no member is added.
+        o.runtime[2].liveness = Liveness::Gone {
+            reason: "exited".into(),
+            restartable: false,
+        };
+        d.replicas = 5;
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait: {:?}", run(&d, &o))
+        };
+        assert_eq!(reason, WaitReason::CorruptAlarm { members: vec![3] });
+        assert_eq!(reason.code(), "CorruptAlarm");
+        assert!(reason.degrades());
+        assert!(reason.to_string().contains("docs/operations.md"), "{reason}");
     }
 
     #[test]

@@ -223,6 +223,8 @@ fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
         roll: status::roll_record(obj.status.as_ref()),
         restore: None,
         certificate_rotation: spec.certificate_rotation.clone(),
+        quota_backend_bytes: etcd_operator_api::defaults::effective_maintenance(&obj.spec)
+            .quota_backend_bytes,
     }
 }
 

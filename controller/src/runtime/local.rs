@@ -351,8 +351,18 @@ impl LocalRuntime {
     }
 
     fn to_runtime_member(&self, dir: &Path, file: &MemberFile) -> RuntimeMember {
+        let stale = stale_version(dir, file);
         let liveness = if !file.started {
             Liveness::Reserved
+        } else if let Some((running, configured)) = stale {
+            // Recorded on a new version, but the operator stopped before the restart: what runs
+            // is not the member as configured, so it counts as stopped and is started again.
+            Liveness::Gone {
+                reason: format!(
+                    "its process still runs etcd {running} while it is configured for {configured}"
+                ),
+                restartable: true,
+            }
         } else if running_pid(dir).is_some() {
             Liveness::Running
         } else if !dir.join("data").exists() {
@@ -409,6 +419,7 @@ impl LocalRuntime {
             ))
             .arg(format!("--initial-cluster-token={}", config.cluster_token))
             .args(&tls_flags)
+            .args(etcd_operator_api::defaults::effective_maintenance(&spec.cluster.spec).flags())
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -427,7 +438,7 @@ impl LocalRuntime {
         let mut child = cmd.spawn().map_err(io("start etcd", &file.name))?;
         let pid = child.id().unwrap_or_default();
         let start = proc_state(pid).map(|(_, start)| start).unwrap_or_default();
-        std::fs::write(dir.join("etcd.pid"), format!("{pid} {start}"))
+        std::fs::write(dir.join("etcd.pid"), format!("{pid} {start} {}", config.version))
             .map_err(io("write etcd.pid", &file.name))?;
         // Reap it when it exits while we run; after an operator restart it is re-adopted by pid.
         tokio::spawn(async move {
@@ -488,6 +499,16 @@ impl LocalRuntime {
         }
         tracing::info!(member = %name, pid, "stopped etcd member");
     }
+}
+
+/// (running, configured) versions when the member's process runs another etcd version than its
+/// configuration says (the pid file records the version each process was started on).
+fn stale_version(dir: &Path, file: &MemberFile) -> Option<(String, String)> {
+    running_pid(dir)?;
+    let text = std::fs::read_to_string(dir.join("etcd.pid")).ok()?;
+    let running = text.split_whitespace().nth(2)?.to_owned();
+    let configured = file.config.as_ref()?.version.clone();
+    (running != configured).then_some((running, configured))
 }
 
 /// The pid of the member's etcd if it runs. The pid file holds `<pid> <start time>`, so a pid
@@ -586,6 +607,9 @@ impl Runtime for LocalRuntime {
             });
         }
         let mut file = self.read_member(&dir, name)?;
+        if stale_version(&dir, &file).is_some() {
+            self.stop_process(&dir, name).await;
+        }
         if running_pid(&dir).is_some() {
             return Ok(());
         }
@@ -633,6 +657,8 @@ impl Runtime for LocalRuntime {
             config.previous_version = Some(std::mem::replace(&mut config.version, version.to_string()));
             file.config = Some(config.clone());
             self.write_member(&dir, &file)?;
+            self.stop_process(&dir, name).await;
+        } else if stale_version(&dir, &file).is_some() {
             self.stop_process(&dir, name).await;
         } else if running_pid(&dir).is_some() {
             return Ok(());
@@ -937,6 +963,38 @@ mod tests {
             std::fs::read_to_string(root.path().join("ns/c/c-ddddd/etcd.pid")).unwrap(),
             pid
         );
+
+        // An operator that died between recording a new version and restarting the member
+        // leaves the old process running: it counts as stopped, and a start restarts it on the
+        // recorded version.
+        let json = root.path().join("ns/c/c-ddddd/member.json");
+        let recorded = std::fs::read_to_string(&json).unwrap();
+        std::fs::write(
+            &json,
+            recorded.replace("\"version\": \"3.5.1\"", "\"version\": \"3.5.0\""),
+        )
+        .unwrap();
+        let seen = rt.members(&cluster()).await.unwrap().remove(0);
+        let Liveness::Gone {
+            reason,
+            restartable: true,
+        } = &seen.liveness
+        else {
+            panic!(
+                "expected a stale process to count as stopped: {:?}",
+                seen.liveness
+            )
+        };
+        assert!(reason.contains("still runs etcd 3.5.1"), "{reason}");
+        rt.start(&cluster(), &spec(), &m.name, seen.config.as_ref().unwrap())
+            .await
+            .unwrap();
+        wait_for_version(&m.client_url, "3.5.0").await;
+        assert_eq!(
+            rt.members(&cluster()).await.unwrap()[0].liveness,
+            Liveness::Running
+        );
+
         // Stop keeps data and config: restartable.
         Runtime::stop(&rt, &cluster(), &m.name).await.unwrap();
         assert!(matches!(
