@@ -31,6 +31,11 @@ pub const DEFAULT_BACKUP_MAX_COUNT: i32 = 7;
 /// ones and restarts on them, one at a time with the health gate of an upgrade (see
 /// `docs/tls.md`). Any value works; a timestamp is customary.
 pub const ROTATE_CERTIFICATES_ANNOTATION: &str = "etcd.operator.dev/rotate-certificates";
+/// Annotation on an EtcdCluster that has lost quorum asking the operator to rebuild it from one
+/// surviving member: the value names that member, or is `auto` for the running member that has
+/// applied the most of the log. Nothing is rebuilt without it (see `docs/day2.md`); each value is
+/// acted on once, and the result is recorded in `status.recovery`.
+pub const RECOVER_QUORUM_ANNOTATION: &str = "etcd.operator.dev/recover-quorum";
 
 /// An etcd cluster managed by the operator.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -46,6 +46,9 @@ pub struct Desired {
     pub certificate_rotation: Option<String>,
     /// The backend quota members run with (`--quota-backend-bytes`).
     pub quota_backend_bytes: u64,
+    /// A quorum recovery asked for (the recover-quorum annotation's value) and not yet carried
+    /// out (status.recovery records the values already answered).
+    pub recover_quorum: Option<String>,
 }
 
 /// A rolling version change as persisted in `status.upgrade`.
@@ -249,6 +252,19 @@ pub enum Step {
         /// The NOSPACE alarms to disarm.
         alarms: Vec<crate::model::MemberAlarm>,
     },
+    /// Rebuild a cluster that lost quorum from one surviving member: every member stops, the
+    /// others' data is given up, and the survivor starts once with `--force-new-cluster`.
+    /// Only when people asked for it (the recover-quorum annotation).
+    RecoverQuorum {
+        /// The member the cluster is rebuilt from.
+        survivor: String,
+        /// The members whose data is given up.
+        lost: Vec<String>,
+        /// The raft index the survivor had applied, when it answered.
+        applied_index: Option<u64>,
+        /// The annotation value this answers.
+        request: String,
+    },
     /// Issue a member's certificates again and restart it on them, its data kept.
     RenewCertificates {
         /// Member name.
@@ -367,6 +383,11 @@ pub enum WaitReason {
         /// The members the alarm names.
         members: Vec<u64>,
     },
+    /// A quorum recovery was asked for and cannot be done as asked.
+    RecoveryImpossible {
+        /// Why.
+        detail: String,
+    },
     /// NOSPACE, and the data itself (compacted and defragmented) needs most of the quota:
     /// reclaiming cannot help, the quota must grow.
     DataExceedsQuota {
@@ -398,6 +419,7 @@ impl WaitReason {
             Self::QuorumLost => "NoQuorum",
             Self::BootstrapForming => "Bootstrapping",
             Self::CorruptAlarm { .. } => "CorruptAlarm",
+            Self::RecoveryImpossible { .. } => "RecoveryImpossible",
             Self::DataExceedsQuota { .. } => "NoSpace",
         }
     }
@@ -414,6 +436,7 @@ impl WaitReason {
                 | Self::DataLost
                 | Self::CorruptAlarm { .. }
                 | Self::DataExceedsQuota { .. }
+                | Self::RecoveryImpossible { .. }
         )
     }
 }
@@ -483,6 +506,9 @@ impl std::fmt::Display for WaitReason {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            Self::RecoveryImpossible { detail } => {
+                write!(f, "the quorum recovery asked for cannot be done: {detail}")
+            }
             Self::DataExceedsQuota { in_use, quota } => write!(
                 f,
                 "NOSPACE: the data uses {} MiB of the {} MiB quota even after compaction and defragmentation; raise spec.maintenance.quotaBackendBytes (members pick it up as they restart) or delete data",
@@ -519,6 +545,9 @@ pub fn plan(
         return Step::Wait {
             reason: WaitReason::Paused,
         };
+    }
+    if let Some(step) = plan_recovery(desired, observed) {
+        return step;
     }
     // No answer, or members that answer but never elected a leader in a cluster that never
     // formed: a bootstrap in progress (or to retry).
@@ -1058,6 +1087,75 @@ fn plan_certificate_renewal(
     })
 }
 
+/// Whether the cluster has a leader and a healthy quorum of voters.
+fn has_quorum(etcd: Option<&EtcdView>) -> bool {
+    etcd.is_some_and(|v| v.leader != 0 && v.healthy_voters() >= quorum(v.voters().count()))
+}
+
+/// A quorum recovery, when asked for, needed and possible: the cluster formed before and has no
+/// quorum now. The survivor is the member the request names, or for `auto` the running member
+/// that applied the most of the log. Members without data cannot be the survivor.
+fn plan_recovery(desired: &Desired, observed: &Observed) -> Option<Step> {
+    let request = desired.recover_quorum.as_ref()?;
+    if !desired.formed_before || has_quorum(observed.etcd.as_ref()) {
+        return None;
+    }
+    let impossible = |detail: String| {
+        Some(Step::Wait {
+            reason: WaitReason::RecoveryImpossible { detail },
+        })
+    };
+    let has_data = |r: &&RuntimeMember| {
+        r.config.is_some()
+            && matches!(
+                r.liveness,
+                Liveness::Running
+                    | Liveness::Gone {
+                        restartable: true,
+                        ..
+                    }
+            )
+    };
+    let applied = |r: &RuntimeMember| -> Option<u64> {
+        let view = observed.etcd.as_ref()?;
+        let m = view.by_peer_url(&r.peer_url)?;
+        m.status.as_ref().map(|s| s.raft_applied_index)
+    };
+    let survivor = if request == "auto" {
+        let best = observed
+            .runtime
+            .iter()
+            .filter(has_data)
+            .filter_map(|r| Some((applied(r)?, r)))
+            .max_by_key(|(index, _)| *index);
+        match best {
+            Some((_, r)) => r,
+            None => {
+                return impossible(
+                    "no running member answers with its applied index; name the member to recover from instead of auto".into(),
+                );
+            }
+        }
+    } else {
+        match observed.runtime.iter().find(|r| &r.name == request) {
+            Some(r) if has_data(&r) => r,
+            Some(_) => return impossible(format!("member {request} has no data to recover from")),
+            None => return impossible(format!("there is no member {request}")),
+        }
+    };
+    Some(Step::RecoverQuorum {
+        survivor: survivor.name.clone(),
+        lost: observed
+            .runtime
+            .iter()
+            .filter(|r| r.name != survivor.name)
+            .map(|r| r.name.clone())
+            .collect(),
+        applied_index: applied(survivor),
+        request: request.clone(),
+    })
+}
+
 /// A NOSPACE alarm: reclaim space (compact, defragment, disarm), unless the members' databases
 /// are already defragmented and their data alone fills 95% of the quota, which no reclaiming
 /// helps.
@@ -1275,6 +1373,7 @@ mod tests {
             restore: None,
             certificate_rotation: None,
             quota_backend_bytes: 2 << 30,
+            recover_quorum: None,
         }
     }
 

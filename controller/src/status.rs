@@ -150,6 +150,17 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "Upgrading",
             format!("restarting member {name} on etcd {to} (was {from})"),
         ),
+        Step::RecoverQuorum { survivor, lost, .. } => (
+            "RecoveringQuorum",
+            format!(
+                "rebuilding the cluster from member {survivor} as asked; data of {} given up",
+                if lost.is_empty() {
+                    "no member".to_owned()
+                } else {
+                    lost.join(", ")
+                }
+            ),
+        ),
         Step::ReclaimSpace { alarms } => (
             "ReclaimingSpace",
             format!(
@@ -182,6 +193,27 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
     let mut status = EtcdClusterStatus {
         selector: Some(etcd_operator_api::naming::selector(&name)),
         last_backup: previous.last_backup.clone(),
+        recovery: match (&outcome.step, &outcome.error) {
+            (
+                Step::RecoverQuorum {
+                    survivor,
+                    lost,
+                    applied_index,
+                    request,
+                },
+                None,
+            ) => Some(etcd_operator_api::status::RecoveryStatus {
+                request: request.clone(),
+                survivor: survivor.clone(),
+                lost_members: lost.clone(),
+                survivor_applied_index: applied_index.and_then(|i| i64::try_from(i).ok()),
+                time: Some(Time(
+                    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+                        .unwrap_or_else(|_| jiff::Timestamp::now()),
+                )),
+            }),
+            _ => previous.recovery.clone(),
+        },
         cluster_id: previous.cluster_id.clone(),
         ..Default::default()
     };

@@ -123,6 +123,15 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 Err(e) => return Err(e.into()),
             }
         }
+        Step::RecoverQuorum {
+            survivor,
+            lost,
+            applied_index,
+            request,
+        } => {
+            tracing::warn!(cluster = %cluster.key(), %survivor, ?lost, ?applied_index, %request, "rebuilding the cluster from one member as asked: the other members' data is given up");
+            ctx.runtime.recover_quorum(cluster, spec, survivor).await?;
+        }
         Step::ReclaimSpace { alarms } => {
             let revision = ctx.members.compact(&endpoints).await?;
             tracing::info!(cluster = %cluster.key(), revision, "compacted the history for NOSPACE");

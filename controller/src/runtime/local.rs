@@ -393,6 +393,7 @@ impl LocalRuntime {
         dir: &Path,
         file: &MemberFile,
         config: &MemberConfig,
+        once: &[&str],
     ) -> Result<(), RuntimeError> {
         let binary = self.binary(&config.version)?;
         let tls_flags =
@@ -420,6 +421,7 @@ impl LocalRuntime {
             .arg(format!("--initial-cluster-token={}", config.cluster_token))
             .args(&tls_flags)
             .args(etcd_operator_api::defaults::effective_maintenance(&spec.cluster.spec).flags())
+            .args(once)
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -624,7 +626,7 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.spawn(cluster, spec, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -663,7 +665,7 @@ impl Runtime for LocalRuntime {
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
-        self.spawn(cluster, spec, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -700,7 +702,49 @@ impl Runtime for LocalRuntime {
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name).await;
-        self.spawn(cluster, spec, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
+        file.started = true;
+        self.write_member(&dir, &file)
+    }
+
+    async fn recover_quorum(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        survivor: &str,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, survivor);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: survivor.to_string(),
+            });
+        }
+        let mut file = self.read_member(&dir, survivor)?;
+        let Some(config) = file.config.clone() else {
+            return Err(RuntimeError::State {
+                member: survivor.to_string(),
+                detail: "it was never started, so it has no data to recover from".into(),
+            });
+        };
+        if !dir.join("data").is_dir() {
+            return Err(RuntimeError::State {
+                member: survivor.to_string(),
+                detail: "its data directory is gone".into(),
+            });
+        }
+        // Every member stops; the others are removed with their data kept aside (under
+        // `.retained/`, for whoever wants to look at it), the survivor starts once with
+        // --force-new-cluster: a one-member cluster on its data.
+        for member in self.members(cluster).await? {
+            self.stop_process(&self.member_dir(cluster, &member.name), &member.name)
+                .await;
+        }
+        for member in self.members(cluster).await? {
+            if member.name != survivor {
+                Runtime::remove(self, cluster, &member.name, true).await?;
+            }
+        }
+        self.spawn(cluster, spec, &dir, &file, &config, &["--force-new-cluster"])?;
         file.started = true;
         self.write_member(&dir, &file)
     }
