@@ -875,3 +875,64 @@ async fn wait_gone(pid: u32, timeout: Duration) -> bool {
     }
     !alive(pid)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(dir: &Path) -> EtcdPorts {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("ports.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn ports_of_a_release_without_a_metrics_port_are_kept_and_one_is_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let [client, peer] = free_ports::<2>(&[]).unwrap();
+        std::fs::write(
+            dir.path().join("ports.json"),
+            format!(r#"{{"client":{client},"peer":{peer}}}"#),
+        )
+        .unwrap();
+        let ports = choose_ports(dir.path(), false).unwrap();
+        assert_eq!((ports.client, ports.peer), (client, peer));
+        assert!(ports.metrics != 0 && ports.metrics != client && ports.metrics != peer);
+        assert_eq!(stored(dir.path()), ports);
+        // Then reused as they are.
+        assert_eq!(choose_ports(dir.path(), false).unwrap(), ports);
+    }
+
+    #[test]
+    fn a_taken_or_clashing_metrics_port_gives_three_new_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let taken = squatter.local_addr().unwrap().port();
+        let [client, peer] = free_ports::<2>(&[taken]).unwrap();
+        for metrics in [taken, client] {
+            let old = EtcdPorts {
+                client,
+                peer,
+                metrics,
+            };
+            std::fs::write(dir.path().join("ports.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+            let ports = choose_ports(dir.path(), false).unwrap();
+            assert_ne!(ports, old, "metrics port {metrics}");
+            let all = [ports.client, ports.peer, ports.metrics];
+            assert!(all.iter().all(|p| *p != 0 && *p != taken), "{ports:?}");
+            assert!(
+                ports.client != ports.peer && ports.peer != ports.metrics && ports.client != ports.metrics
+            );
+            assert_eq!(stored(dir.path()), ports);
+        }
+        // `fresh` never reuses.
+        let before = stored(dir.path());
+        assert_ne!(choose_ports(dir.path(), true).unwrap(), before);
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_avoid_the_given_ones() {
+        let [a, b, c] = free_ports::<3>(&[]).unwrap();
+        assert!(a != b && b != c && a != c);
+        let [d] = free_ports::<1>(&[a, b, c]).unwrap();
+        assert!(![a, b, c].contains(&d));
+    }
+}

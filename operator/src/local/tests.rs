@@ -909,6 +909,49 @@ async fn a_broken_ca_of_the_backing_etcd_stops_the_start_and_is_not_replaced() {
     );
 }
 
+#[tokio::test]
+async fn a_restart_by_the_supervisor_checks_the_certificates_again() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let options = etcd_options(dir.path());
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    let supervised = SupervisedEtcd::start(etcd, options);
+    let mut state = supervised.state();
+    let pid = supervised.pid().unwrap();
+    // The serving certificate now expires within 30 days.
+    let pki_dir = dir.path().join("etcd/pki");
+    let pki = etcd_pki::ensure(&pki_dir).unwrap();
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let expiring = ca
+        .issue(&LeafSpec {
+            validity: Duration::from_secs(5 * 24 * 3600),
+            ..LeafSpec::server(etcd_pki::SERVER_NAME, &["localhost"], &[ip("127.0.0.1")])
+        })
+        .unwrap();
+    std::fs::write(pki_dir.join("server.crt"), &expiring.cert_pem).unwrap();
+    std::fs::write(pki_dir.join("server.key"), &expiring.key_pem).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(
+        next_state(&mut state, Duration::from_secs(5)).await,
+        EtcdState::Down
+    );
+    let EtcdState::Running { pid: new_pid } = next_state(&mut state, Duration::from_secs(60)).await else {
+        panic!("not restarted");
+    };
+    assert_ne!(new_pid, pid);
+    let renewed = std::fs::read_to_string(pki_dir.join("server.crt")).unwrap();
+    assert_ne!(renewed, expiring.cert_pem, "the expiring certificate was kept");
+    ca.verify_server(&renewed, &[ServerName::from(ip("127.0.0.1"))], SystemTime::now())
+        .unwrap();
+    // The client certificate of the first start still opens it.
+    supervised.connect().await.unwrap().status().await.unwrap();
+    supervised.shutdown().await.unwrap();
+}
+
 /// Starts etcd as the releases before TLS did (plain HTTP on both planes, the same flags) in
 /// `DIR/etcd/data`, with their `ports.json`, and puts a key; returns the ports.
 async fn plain_state_dir_of_an_earlier_release(state: &Path) -> (u16, u16) {
