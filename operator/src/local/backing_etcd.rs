@@ -29,6 +29,8 @@ pub const TOOLS_DIR_ENV: &str = "ETCD_OPERATOR_TOOLS";
 /// The etcd release `make tools-etcd` installs and local mode prefers.
 pub const PREFERRED_ETCD_VERSION: &str = "3.5.1";
 
+/// The name of the one member (`--name`).
+const MEMBER_NAME: &str = "backing";
 /// How many bytes of the etcd log an error quotes.
 const LOG_TAIL_BYTES: u64 = 4000;
 /// How often a start is retried when a port chosen as free was taken meanwhile.
@@ -338,13 +340,13 @@ impl BackingEtcd {
             source,
         })?;
         let mut cmd = tokio::process::Command::new(&options.binary);
-        cmd.arg("--name=backing")
+        cmd.arg(format!("--name={MEMBER_NAME}"))
             .arg(format!("--data-dir={}", data.display()))
             .arg(format!("--listen-client-urls={endpoint}"))
             .arg(format!("--advertise-client-urls={endpoint}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=backing={peer_url}"))
+            .arg(format!("--initial-cluster={MEMBER_NAME}={peer_url}"))
             .arg(format!("--listen-metrics-urls={metrics_url}"))
             .arg(format!("--cert-file={}", cert.display()))
             .arg(format!("--key-file={}", key.display()))
@@ -414,7 +416,7 @@ impl BackingEtcd {
         let mut client = self.connect_with(probe_options(&self.tls)).await.map_err(err)?;
         let members = client.member_list().await.map_err(err)?;
         for member in members.members() {
-            if member.peer_urls() == [peer_url] {
+            if member.name() != MEMBER_NAME || member.peer_urls() == [peer_url] {
                 continue;
             }
             tracing::info!(
