@@ -2156,6 +2156,99 @@ mod tests {
     }
 
     #[test]
+    fn quorum_is_recovered_only_when_asked_from_the_named_or_most_advanced_survivor() {
+        let mut d = desired(3);
+        d.formed_before = true;
+        // a runs without quorum (b and c lost their data); a answers with its applied index.
+        let lost = |name: &str| {
+            runtime(
+                name,
+                Liveness::Gone {
+                    reason: "data destroyed".into(),
+                    restartable: false,
+                },
+                Some(InitialState::New),
+            )
+        };
+        let mut o = Observed {
+            runtime: vec![running(&["a"]).remove(0), lost("b"), lost("c")],
+            etcd: view(
+                vec![
+                    member(1, "a", false, false),
+                    member(2, "b", false, false),
+                    member(3, "c", false, false),
+                ],
+                0,
+            ),
+            timing: Timing::default(),
+        };
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0].status = Some(MemberHealth {
+                raft_applied_index: 42,
+                ..Default::default()
+            });
+        }
+        // Not asked: nothing but a wait (never automatic).
+        assert!(matches!(run(&d, &o), Step::Wait { .. }), "{:?}", run(&d, &o));
+
+        d.recover_quorum = Some("auto".into());
+        assert_eq!(
+            run(&d, &o),
+            Step::RecoverQuorum {
+                survivor: "a".into(),
+                lost: vec!["b".into(), "c".into()],
+                applied_index: Some(42),
+                request: "auto".into(),
+            }
+        );
+        // Named: that member, if it has data.
+        d.recover_quorum = Some("b".into());
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait")
+        };
+        assert!(
+            matches!(&reason, WaitReason::RecoveryImpossible { detail } if detail.contains("no data")),
+            "{reason}"
+        );
+        assert!(reason.degrades());
+        d.recover_quorum = Some("zed".into());
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::RecoveryImpossible { .. }
+            }
+        ));
+        d.recover_quorum = Some("a".into());
+        assert!(matches!(run(&d, &o), Step::RecoverQuorum { ref survivor, .. } if survivor == "a"));
+
+        // A cluster with quorum ignores the request.
+        let healthy = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: view(
+                vec![
+                    member(1, "a", false, true),
+                    member(2, "b", false, true),
+                    member(3, "c", false, true),
+                ],
+                1,
+            ),
+            timing: Timing::default(),
+        };
+        assert_eq!(run(&d, &healthy), Step::Idle);
+        // So does one that never formed, and a paused one.
+        d.formed_before = false;
+        assert!(!matches!(run(&d, &o), Step::RecoverQuorum { .. }));
+        d.formed_before = true;
+        d.paused = true;
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::Paused
+            }
+        ));
+    }
+
+    #[test]
     fn a_corrupt_alarm_freezes_every_change() {
         let mut d = desired(3);
         let mut o = alarmed(crate::model::AlarmKind::Corrupt, &[3], (1 << 20, 1 << 20));

@@ -236,3 +236,98 @@ async fn a_cluster_past_its_quota_is_reclaimed_and_takes_writes_again_losing_not
     .unwrap();
     println!("members after reclaiming: {}", s["members"]);
 }
+
+#[tokio::test]
+async fn quorum_lost_with_two_members_destroyed_is_rebuilt_only_when_asked_and_recorded() {
+    let op = LocalOperator::start().await.unwrap();
+    let before = three_members_with_a_key(&op, "lost").await;
+    let members: Vec<String> = before["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    let (survivor, destroyed) = (members[0].clone(), members[1..].to_vec());
+    for name in &destroyed {
+        let dir = cluster_dir(&op, "lost").join(name);
+        let pid: i32 = std::fs::read_to_string(dir.join("etcd.pid"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        std::fs::remove_dir_all(dir.join("data")).unwrap();
+    }
+    // Without a request nothing is rebuilt: the status says quorum is gone and no member is
+    // added, replaced or touched for a while.
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "lost"),
+        "the quorum loss reported",
+        Duration::from_secs(60),
+        |s| condition(s, "Available").is_some_and(|c| c["status"] == "False"),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let mut dirs: Vec<String> = std::fs::read_dir(cluster_dir(&op, "lost"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.') && n != "snapshots")
+        .collect();
+    dirs.sort();
+    let mut expected = members.clone();
+    expected.sort();
+    assert_eq!(dirs, expected, "members changed without a request: {s}");
+    assert!(s["recovery"].is_null(), "{s}");
+
+    // Asked for: rebuilt from the survivor, then grown back to 3 members with its data.
+    etcd_operator_tests::kubectl::kubectl(
+        &op,
+        &["annotate", "ec", "lost", "etcd.operator.dev/recover-quorum=auto"],
+        None,
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "lost"),
+        "the cluster rebuilt from the survivor and grown back",
+        Duration::from_secs(120),
+        |s| available(s, 3) && s["recovery"].is_object(),
+    )
+    .await
+    .unwrap();
+    let recovery = &s["recovery"];
+    assert_eq!(recovery["request"], "auto", "{s}");
+    assert_eq!(recovery["survivor"], survivor.as_str(), "{s}");
+    let mut lost: Vec<String> = recovery["lostMembers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
+    lost.sort();
+    let mut want = destroyed.clone();
+    want.sort();
+    assert_eq!(lost, want, "{s}");
+    assert!(recovery["time"].is_string(), "{s}");
+    for ep in client_endpoints(&s) {
+        let out = etcdctl(&ep, &["get", "survives", "--print-value-only"]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "the-outage",
+            "{ep}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The lost members' data was set aside, not deleted.
+    for name in &destroyed {
+        assert!(
+            cluster_dir(&op, "lost").join(".retained").join(name).exists(),
+            "{name}"
+        );
+    }
+}
