@@ -94,6 +94,33 @@ pub async fn write_snapshot(stream: SnapshotStream, path: &Path) -> Result<Verif
     })
 }
 
+/// Streams a snapshot file written by [`write_snapshot`] (or `save_snapshot`) again, checked on
+/// the way like one from a member.
+pub async fn read_snapshot(
+    saved: &crate::member_ops::SavedSnapshot,
+) -> Result<SnapshotStream, SnapshotError> {
+    let path = saved.path.clone();
+    let file = tokio::fs::File::open(&path)
+        .await
+        .map_err(|source| SnapshotError::Read {
+            path: path.clone(),
+            source,
+        })?;
+    let chunks = tokio_util::io::ReaderStream::new(file).map(move |chunk| {
+        chunk.map_err(|source| SnapshotError::Read {
+            path: path.clone(),
+            source,
+        })
+    });
+    Ok(SnapshotStream::new(
+        saved.revision,
+        saved.path.display().to_string(),
+        chrono::Utc::now(),
+        chunks.boxed(),
+        std::time::Duration::from_secs(600),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +145,39 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), data);
         assert_eq!(verified.sha256, crate::backup::policy::sha256_hex(&data));
         assert_eq!(names(&dir.path().join("sub")), ["s.db"]);
+    }
+
+    #[tokio::test]
+    async fn a_saved_snapshot_streams_again_checked_and_a_missing_one_is_a_read_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let data = fake_snapshot_bytes();
+        std::fs::write(&path, &data).unwrap();
+        let saved = crate::member_ops::SavedSnapshot {
+            path: path.clone(),
+            revision: 4,
+            size: data.len() as u64,
+            sha256: crate::backup::policy::sha256_hex(&data),
+        };
+        let (got, verified) = read_snapshot(&saved)
+            .await
+            .unwrap()
+            .collect_bytes()
+            .await
+            .unwrap();
+        assert_eq!(got, data);
+        assert_eq!(verified.sha256, saved.sha256);
+        std::fs::write(&path, &data[..data.len() - 1]).unwrap();
+        let err = read_snapshot(&saved)
+            .await
+            .unwrap()
+            .collect_bytes()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SnapshotError::Corrupt { .. }), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        let err = read_snapshot(&saved).await.unwrap_err();
+        assert!(matches!(err, SnapshotError::Read { .. }), "{err}");
     }
 
     #[tokio::test]

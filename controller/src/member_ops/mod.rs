@@ -101,6 +101,15 @@ pub enum SnapshotError {
         #[source]
         source: std::io::Error,
     },
+    /// Reading a snapshot file back failed.
+    #[error("snapshot: read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The stream did not finish in time.
     #[error("snapshot from {endpoint} did not finish within {after:?}")]
     Timeout {
