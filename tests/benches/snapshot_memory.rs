@@ -55,7 +55,9 @@ fn cluster_yaml(name: &str, restore_from: Option<&str>) -> String {
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: 1\n  version: 3.5.1\n"
     );
     if let Some(backup) = restore_from {
-        y.push_str(&format!("  bootstrap:\n    restore:\n      backupName: {backup}\n"));
+        y.push_str(&format!(
+            "  bootstrap:\n    restore:\n      backupName: {backup}\n"
+        ));
     }
     y
 }
@@ -247,7 +249,11 @@ async fn main() -> anyhow::Result<()> {
                 Watched::object("ec", "restored"),
                 "endpoints",
                 Duration::from_secs(60),
-                |o| o["status"]["clientEndpoints"].as_array().is_some_and(|a| !a.is_empty()),
+                |o| {
+                    o["status"]["clientEndpoints"]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty())
+                },
             )
             .await?;
             let eps: Vec<String> = restored["status"]["clientEndpoints"]
@@ -258,7 +264,10 @@ async fn main() -> anyhow::Result<()> {
                 .collect();
             let mut c = etcd_client::Client::connect(&eps, None).await?;
             let count = c
-                .get("bench/", Some(etcd_client::GetOptions::new().with_prefix().with_count_only()))
+                .get(
+                    "bench/",
+                    Some(etcd_client::GetOptions::new().with_prefix().with_count_only()),
+                )
                 .await?
                 .count();
             ensure!(count as usize == keys, "restored {count} of {keys} keys");

@@ -48,11 +48,12 @@ fn field(status: &str, name: &str) -> Option<u64> {
 
 /// Reads the memory figures of `pid`.
 pub fn read(pid: u32) -> Result<Memory, MemoryError> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|source| MemoryError::Proc {
-        op: "read status of",
-        pid,
-        source,
-    })?;
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|source| MemoryError::Proc {
+            op: "read status of",
+            pid,
+            source,
+        })?;
     Ok(Memory {
         rss_kib: field(&status, "VmRSS").ok_or(MemoryError::Missing { pid, field: "VmRSS" })?,
         peak_kib: field(&status, "VmHWM").ok_or(MemoryError::Missing { pid, field: "VmHWM" })?,
