@@ -28,6 +28,19 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// `(PARTS_IN_FLIGHT + 1) * PART_SIZE`.
 pub const PARTS_IN_FLIGHT: usize = 2;
 
+/// How long an S3 connection may stay silent before a transfer counts as stalled (and is retried
+/// by object_store).
+const S3_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// HTTP settings for S3 transfers of whole snapshots: no limit on a request's total time (object
+/// store's default of 30 s cuts off any download or part slower than that, whatever its size), but
+/// a stalled connection — no bytes for [`S3_READ_TIMEOUT`] — fails and is retried.
+pub fn s3_client_options() -> object_store::ClientOptions {
+    object_store::ClientOptions::new()
+        .with_timeout_disabled()
+        .with_read_timeout(S3_READ_TIMEOUT)
+}
+
 /// Environment variable naming a credentials file for local mode (lines `KEY=VALUE` with
 /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`).
 pub const CREDENTIALS_FILE_ENV: &str = "ETCD_OPERATOR_S3_CREDENTIALS_FILE";
@@ -456,7 +469,8 @@ pub async fn open(
         let mut builder = AmazonS3Builder::new()
             .with_bucket_name(&s3.bucket)
             .with_region(s3.region.as_deref().unwrap_or("us-east-1"))
-            .with_virtual_hosted_style_request(!s3.force_path_style.unwrap_or(false));
+            .with_virtual_hosted_style_request(!s3.force_path_style.unwrap_or(false))
+            .with_client_options(s3_client_options());
         if let Some(endpoint) = &s3.endpoint {
             builder = builder
                 .with_endpoint(endpoint)
@@ -519,6 +533,19 @@ pub async fn open(
 mod tests {
     use super::*;
     use etcd_operator_api::v1alpha2::VolumeDestination;
+
+    #[test]
+    fn s3_transfers_have_no_total_time_limit_but_a_stall_limit() {
+        use object_store::ClientConfigKey;
+        let options = s3_client_options();
+        assert_eq!(options.get_config_value(&ClientConfigKey::Timeout), None);
+        assert!(options.get_config_value(&ClientConfigKey::ReadTimeout).is_some());
+        assert!(
+            options
+                .get_config_value(&ClientConfigKey::ConnectTimeout)
+                .is_some()
+        );
+    }
 
     #[test]
     fn credential_files_are_key_value_lines() {

@@ -81,6 +81,7 @@ async fn open_url(url: &str) -> Result<(Chunks, Option<String>), RestoreError> {
         };
         let s3 = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
+            .with_client_options(store::s3_client_options())
             .build()
             .map_err(to_err)?;
         let sidecar = match s3
