@@ -9,8 +9,8 @@
 //! The status (200) and headers leave before the check can be made, so a snapshot that fails it at
 //! the end — or a member that fails midway — aborts the body instead of ending it: over HTTP/1.1
 //! the connection closes without the final empty chunk, over HTTP/2 the stream is reset. Either
-//! way the client reports an error (kubectl: `unexpected EOF` or `stream error ... INTERNAL_ERROR`,
-//! curl: exit 18 or 92) and never a complete response. A body that ends cleanly passed the check;
+//! way the client sees a failed transfer, never a complete response (hyper's client: `UnexpectedEof`
+//! or `Reset(.., INTERNAL_ERROR)`; see the wire test below). A body that ends cleanly passed the check;
 //! its SHA-256 follows as the trailer `x-etcd-snapshot-sha256` (HTTP/2, or HTTP/1.1 clients that
 //! send `TE: trailers`).
 
