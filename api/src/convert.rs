@@ -2,8 +2,8 @@
 //!
 //! Each spec is split into parts that map onto each other: the scalars (`size`/`replicas`,
 //! `version`, `repository`, `paused`) map one to one; `pod` ↔ (`podTemplate`, `storage`),
-//! `backup` ↔ `backup` and `TLS` ↔ `tls` map as far as the shapes allow; `bootstrap` exists in
-//! v1alpha2 only. Metadata and status are copied.
+//! `backup` ↔ `backup` and `TLS` ↔ `tls` map as far as the shapes allow; `bootstrap` and
+//! `maintenance` exist in v1alpha2 only. Metadata and status are copied.
 //!
 //! When a part does not survive the trip to the other version and back, the original part is
 //! stashed as JSON in an annotation of the converted object — [`V1ALPHA2_FIELDS_ANNOTATION`] on a
@@ -39,6 +39,7 @@ const PART_POD: &str = "pod";
 const PART_BACKUP: &str = "backup";
 const PART_TLS: &str = "tls";
 const PART_BOOTSTRAP: &str = "bootstrap";
+const PART_MAINTENANCE: &str = "maintenance";
 
 /// Converts any served version to the hub.
 pub fn to_hub(obj: VersionedCluster) -> v2::EtcdCluster {
@@ -155,6 +156,9 @@ impl From<v1::EtcdCluster> for v2::EtcdCluster {
         let bootstrap: Option<v2::BootstrapSpec> = stash
             .restore(PART_BOOTSTRAP, &(), |_: &Option<_>| (), |()| ())
             .flatten();
+        let maintenance: Option<v2::MaintenanceSpec> = stash
+            .restore(PART_MAINTENANCE, &(), |_: &Option<_>| (), |()| ())
+            .flatten();
 
         let mut keep = Stash::default();
         keep.keep(PART_POD, &spec.pod, &pod, pod_down);
@@ -175,6 +179,7 @@ impl From<v1::EtcdCluster> for v2::EtcdCluster {
                 tls,
                 backup,
                 bootstrap,
+                maintenance,
                 paused: spec.paused,
             },
             status,
@@ -230,6 +235,7 @@ impl From<v2::EtcdCluster> for v1::EtcdCluster {
         });
         keep.keep(PART_TLS, &spec.tls, &tls, |t| tls_up(t.as_ref()));
         keep.keep(PART_BOOTSTRAP, &spec.bootstrap, &(), |_| None);
+        keep.keep(PART_MAINTENANCE, &spec.maintenance, &(), |_| None);
         keep.put(&mut meta, V1ALPHA2_FIELDS_ANNOTATION);
 
         v1::EtcdCluster {
@@ -646,6 +652,15 @@ mod tests {
                         source: None,
                     }),
                 }),
+                maintenance: Some(v2::MaintenanceSpec {
+                    auto_compaction: Some(v2::AutoCompactionSpec {
+                        mode: Some(v2::AutoCompactionMode::Revision),
+                        retention: Some("500".into()),
+                    }),
+                    quota_backend_bytes: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                        "64Mi".into(),
+                    )),
+                }),
                 ..v2::EtcdClusterSpec::default()
             },
         );
@@ -669,6 +684,7 @@ mod tests {
         assert_eq!(hub2.spec.replicas, Some(3));
         assert_eq!(hub2.spec.storage, hub.spec.storage);
         assert_eq!(hub2.spec.bootstrap, hub.spec.bootstrap);
+        assert_eq!(hub2.spec.maintenance, hub.spec.maintenance);
         assert!(hub2.metadata.annotations.is_none());
     }
 

@@ -79,6 +79,65 @@ pub fn effective_storage(spec: &v2::EtcdClusterSpec) -> v2::StorageSpec {
     storage
 }
 
+/// The smallest and largest backend quota accepted (etcd's own suggested maximum is 8GiB).
+pub const QUOTA_RANGE: (u64, u64) = (16 << 20, 8 << 30);
+
+/// What `spec.maintenance` amounts to for the members' flags, defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveMaintenance {
+    /// `--auto-compaction-mode`: `periodic` or `revision`.
+    pub compaction_mode: &'static str,
+    /// `--auto-compaction-retention`.
+    pub compaction_retention: String,
+    /// `--quota-backend-bytes`.
+    pub quota_backend_bytes: u64,
+}
+
+impl EffectiveMaintenance {
+    /// The etcd flags.
+    pub fn flags(&self) -> Vec<String> {
+        vec![
+            format!("--auto-compaction-mode={}", self.compaction_mode),
+            format!("--auto-compaction-retention={}", self.compaction_retention),
+            format!("--quota-backend-bytes={}", self.quota_backend_bytes),
+        ]
+    }
+}
+
+/// The maintenance the members run with: `spec.maintenance` with its documented defaults
+/// (periodic compaction keeping `1h`, or `10000` revisions in `Revision` mode; a quota of three
+/// quarters of the storage size, within [`QUOTA_RANGE`]). Values that do not parse (validation
+/// refuses them on admission) fall back to the defaults.
+pub fn effective_maintenance(spec: &v2::EtcdClusterSpec) -> EffectiveMaintenance {
+    let maintenance = spec.maintenance.clone().unwrap_or_default();
+    let compaction = maintenance.auto_compaction.unwrap_or_default();
+    let revision = compaction.mode == Some(v2::AutoCompactionMode::Revision);
+    let compaction_retention = compaction
+        .retention
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| if revision { "10000" } else { "1h" }.to_owned());
+    let storage = effective_storage(spec);
+    let size = storage
+        .size
+        .as_ref()
+        .and_then(|q| crate::quantity::parse(&q.0).ok())
+        .unwrap_or(f64::from(1u32 << 30));
+    let (low, high) = QUOTA_RANGE;
+    // Truncation is intended: a byte count from a positive quantity below 2^53.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let from_size = (size * 0.75) as u64;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let quota_backend_bytes = maintenance
+        .quota_backend_bytes
+        .and_then(|q| crate::quantity::parse(&q.0).ok())
+        .map_or(from_size.clamp(low, high), |q| q as u64);
+    EffectiveMaintenance {
+        compaction_mode: if revision { "revision" } else { "periodic" },
+        compaction_retention,
+        quota_backend_bytes,
+    }
+}
+
 fn set_if_empty(field: &mut String, value: &str) {
     if field.is_empty() {
         value.clone_into(field);
@@ -89,6 +148,51 @@ fn set_if_empty(field: &mut String, value: &str) {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn maintenance_defaults_follow_the_storage_and_the_mode() {
+        let mut spec = v2::EtcdClusterSpec::default();
+        let m = effective_maintenance(&spec);
+        assert_eq!(
+            m.flags(),
+            [
+                "--auto-compaction-mode=periodic",
+                "--auto-compaction-retention=1h",
+                "--quota-backend-bytes=805306368",
+            ],
+            "three quarters of the default 1Gi"
+        );
+        spec.storage = Some(v2::StorageSpec {
+            medium: Some(StorageMedium::Memory),
+            size: Some(Quantity("64Gi".into())),
+            storage_class_name: None,
+        });
+        spec.maintenance = Some(v2::MaintenanceSpec {
+            auto_compaction: Some(v2::AutoCompactionSpec {
+                mode: Some(v2::AutoCompactionMode::Revision),
+                retention: None,
+            }),
+            quota_backend_bytes: None,
+        });
+        let m = effective_maintenance(&spec);
+        assert_eq!(
+            (m.compaction_mode, m.compaction_retention.as_str()),
+            ("revision", "10000")
+        );
+        assert_eq!(m.quota_backend_bytes, 8 << 30, "capped at 8Gi");
+        spec.storage.as_mut().unwrap().size = Some(Quantity("10Mi".into()));
+        assert_eq!(
+            effective_maintenance(&spec).quota_backend_bytes,
+            16 << 20,
+            "at least 16Mi"
+        );
+        spec.maintenance.as_mut().unwrap().quota_backend_bytes = Some(Quantity("100Mi".into()));
+        assert_eq!(
+            effective_maintenance(&spec).quota_backend_bytes,
+            100 << 20,
+            "as asked"
+        );
+    }
 
     #[test]
     fn v1alpha2_defaults() {

@@ -91,6 +91,37 @@ pub struct EtcdClusterStatus {
     /// a change of `spec.version`. Absent until the first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
+
+    /// The latest quorum recovery, asked for with the annotation
+    /// `etcd.operator.dev/recover-quorum` (see docs/day2.md): what was chosen and what was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryStatus>,
+}
+
+/// A quorum recovery the operator carried out: the cluster was rebuilt from one surviving member
+/// (`--force-new-cluster`), and the other members' data was given up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryStatus {
+    /// The annotation's value the recovery answered (a second recovery needs another value).
+    #[serde(default)]
+    pub request: String,
+
+    /// The member the cluster was rebuilt from.
+    #[serde(default)]
+    pub survivor: String,
+
+    /// The members whose data was given up (they are replaced by fresh members).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_members: Vec<String>,
+
+    /// The raft index the survivor had applied, when it was running and answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survivor_applied_index: Option<i64>,
+
+    /// When it was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
 }
 
 string_enum! {
@@ -172,6 +203,19 @@ pub struct MemberStatus {
     /// Whether the member answered its last health check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy: Option<bool>,
+
+    /// Size of the member's database file in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size: Option<i64>,
+
+    /// Bytes of the database file in use; the difference to `dbSize` is what a
+    /// defragmentation gives back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_in_use: Option<i64>,
+
+    /// Alarms etcd raised for the member (`NOSPACE`, `CORRUPT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarms: Option<Vec<String>>,
 }
 
 /// A completed backup (snapshot) of the cluster.

@@ -31,6 +31,11 @@ pub const DEFAULT_BACKUP_MAX_COUNT: i32 = 7;
 /// ones and restarts on them, one at a time with the health gate of an upgrade (see
 /// `docs/tls.md`). Any value works; a timestamp is customary.
 pub const ROTATE_CERTIFICATES_ANNOTATION: &str = "etcd.operator.dev/rotate-certificates";
+/// Annotation on an EtcdCluster that has lost quorum asking the operator to rebuild it from one
+/// surviving member: the value names that member, or is `auto` for the running member that has
+/// applied the most of the log. Nothing is rebuilt without it (see `docs/day2.md`); each value is
+/// acted on once, and the result is recorded in `status.recovery`.
+pub const RECOVER_QUORUM_ANNOTATION: &str = "etcd.operator.dev/recover-quorum";
 
 /// An etcd cluster managed by the operator.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -121,6 +126,11 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<BootstrapSpec>,
 
+    /// Routine care that keeps etcd taking writes: compaction of old revisions and the backend
+    /// quota. When unset, the defaults described on each field apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
+
     /// When true, the controller stops acting on the cluster (no scaling, upgrades, repairs or
     /// backups); status is still reported. Defaults to false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,6 +192,49 @@ pub struct PodTemplateSpec {
     /// PriorityClass of the member Pods. A DNS-1123 subdomain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+}
+
+/// Routine care of the members' databases.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// etcd's own compaction of old key revisions (`--auto-compaction-mode` and
+    /// `--auto-compaction-retention`). Without it the database grows with every write until it
+    /// reaches the quota. Defaults to `Periodic` keeping one hour of history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compaction: Option<AutoCompactionSpec>,
+
+    /// The backend quota (`--quota-backend-bytes`), a quantity such as `2Gi`, from 16Mi to 8Gi.
+    /// Above it etcd raises a NOSPACE alarm and refuses writes; the operator then compacts,
+    /// defragments the members one at a time and disarms the alarm. Defaults to three quarters
+    /// of `storage.size` (at most 8Gi), so the alarm comes before the volume or tmpfs is full.
+    /// A change applies to each member when it next restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_backend_bytes: Option<Quantity>,
+}
+
+string_enum! {
+    /// How etcd decides which revisions to compact.
+    pub enum AutoCompactionMode {
+        Periodic => "Periodic",
+        Revision => "Revision",
+    }
+}
+
+/// etcd's automatic compaction.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoCompactionSpec {
+    /// `Periodic`: keep history for a duration. `Revision`: keep a number of revisions.
+    /// Defaults to `Periodic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<AutoCompactionMode>,
+
+    /// How much history to keep: a duration such as `1h`, `30m` or `90s` for `Periodic`, a
+    /// number of revisions such as `10000` for `Revision`; `0` turns compaction off (not
+    /// recommended). Defaults to `1h` (`Periodic`) or `10000` (`Revision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<String>,
 }
 
 string_enum! {

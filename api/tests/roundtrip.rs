@@ -213,15 +213,25 @@ fn status() -> impl Strategy<Value = EtcdClusterStatus> {
         of(any::<bool>()),
         of(any::<bool>()),
         of(any::<bool>()),
+        of(0..1_000_000_000i64),
+        of(prop::collection::vec(
+            prop_oneof![Just("NOSPACE".to_owned()), Just("CORRUPT".to_owned())],
+            0..2,
+        )),
     )
-        .prop_map(|(name, id, version, learner, leader, healthy)| MemberStatus {
-            name,
-            id,
-            version,
-            learner,
-            leader,
-            healthy,
-        });
+        .prop_map(
+            |(name, id, version, learner, leader, healthy, db_size, alarms)| MemberStatus {
+                name,
+                id,
+                version,
+                learner,
+                leader,
+                healthy,
+                db_size,
+                db_size_in_use: db_size.map(|d| d / 2),
+                alarms,
+            },
+        );
     let backup = (
         of(0..2_000_000_000i64),
         of(0..100_000i64),
@@ -526,6 +536,21 @@ fn v2_bootstrap() -> impl Strategy<Value = v2::BootstrapSpec> {
         .prop_map(|restore| v2::BootstrapSpec { restore })
 }
 
+fn v2_maintenance() -> impl Strategy<Value = v2::MaintenanceSpec> {
+    let mode = prop_oneof![
+        Just(v2::AutoCompactionMode::Periodic),
+        Just(v2::AutoCompactionMode::Revision)
+    ];
+    let compaction =
+        (of(mode), of(word())).prop_map(|(mode, retention)| v2::AutoCompactionSpec { mode, retention });
+    (of(compaction), of(prop_oneof![Just("64Mi"), Just("2Gi")])).prop_map(|(auto_compaction, quota)| {
+        v2::MaintenanceSpec {
+            auto_compaction,
+            quota_backend_bytes: quota.map(|q| Quantity(q.to_owned())),
+        }
+    })
+}
+
 fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
     let spec = (
         of(-1..12i32),
@@ -536,10 +561,22 @@ fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
         of((of(v2_plane()), of(v2_plane())).prop_map(|(client, peer)| v2::TlsSpec { client, peer })),
         of(v2_backup()),
         of(v2_bootstrap()),
+        of(v2_maintenance()),
         of(any::<bool>()),
     )
         .prop_map(
-            |(replicas, version, repository, pod_template, storage, tls, backup, bootstrap, paused)| {
+            |(
+                replicas,
+                version,
+                repository,
+                pod_template,
+                storage,
+                tls,
+                backup,
+                bootstrap,
+                maintenance,
+                paused,
+            )| {
                 v2::EtcdClusterSpec {
                     replicas,
                     version,
@@ -549,6 +586,7 @@ fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
                     tls,
                     backup,
                     bootstrap,
+                    maintenance,
                     paused,
                 }
             },

@@ -112,6 +112,13 @@ fn base() -> v2::EtcdCluster {
                 },
             }),
             bootstrap: None,
+            maintenance: Some(v2::MaintenanceSpec {
+                auto_compaction: Some(v2::AutoCompactionSpec {
+                    mode: Some(v2::AutoCompactionMode::Periodic),
+                    retention: Some("1h30m".into()),
+                }),
+                quota_backend_bytes: Some(q("2Gi")),
+            }),
             paused: None,
         },
     );
@@ -149,6 +156,14 @@ fn spread(obj: &mut v2::EtcdCluster) -> &mut TopologySpreadConstraint {
 
 fn storage(obj: &mut v2::EtcdCluster) -> &mut v2::StorageSpec {
     obj.spec.storage.as_mut().unwrap()
+}
+
+fn maintenance(obj: &mut v2::EtcdCluster) -> &mut v2::MaintenanceSpec {
+    obj.spec.maintenance.as_mut().unwrap()
+}
+
+fn compaction(obj: &mut v2::EtcdCluster) -> &mut v2::AutoCompactionSpec {
+    maintenance(obj).auto_compaction.as_mut().unwrap()
 }
 
 fn tls(obj: &mut v2::EtcdCluster) -> &mut v2::TlsSpec {
@@ -245,6 +260,13 @@ fn invalid_cases() -> Vec<Case> {
         ("storage medium unknown", |o| storage(o).medium = Some(StorageMedium::Unknown("SSD".into())), vec![("spec.storage.medium", NotSupported)]),
         ("storage size malformed", |o| storage(o).size = Some(q("lots")), vec![("spec.storage.size", Invalid)]),
         ("storage size zero", |o| storage(o).size = Some(q("0")), vec![("spec.storage.size", Invalid)]),
+        ("quota malformed", |o| maintenance(o).quota_backend_bytes = Some(q("plenty")), vec![("spec.maintenance.quotaBackendBytes", Invalid)]),
+        ("quota too small", |o| maintenance(o).quota_backend_bytes = Some(q("1Mi")), vec![("spec.maintenance.quotaBackendBytes", Invalid)]),
+        ("quota too large", |o| maintenance(o).quota_backend_bytes = Some(q("9Gi")), vec![("spec.maintenance.quotaBackendBytes", Invalid)]),
+        ("compaction mode unknown", |o| compaction(o).mode = Some(v2::AutoCompactionMode::Unknown("Daily".into())), vec![("spec.maintenance.autoCompaction.mode", NotSupported)]),
+        ("periodic retention not a duration", |o| compaction(o).retention = Some("1 hour".into()), vec![("spec.maintenance.autoCompaction.retention", Invalid)]),
+        ("periodic retention unit unknown", |o| compaction(o).retention = Some("2d".into()), vec![("spec.maintenance.autoCompaction.retention", Invalid)]),
+        ("revision retention not a number", |o| { compaction(o).mode = Some(v2::AutoCompactionMode::Revision); compaction(o).retention = Some("1h".into()); }, vec![("spec.maintenance.autoCompaction.retention", Invalid)]),
         ("storage class with memory", |o| storage(o).medium = Some(StorageMedium::Memory), vec![("spec.storage.storageClassName", Forbidden)]),
         ("storage class invalid", |o| storage(o).storage_class_name = Some("Fast_SSD".into()), vec![("spec.storage.storageClassName", Invalid)]),
         ("tls plane empty", |o| tls(o).client = Some(v2::TlsPlane::default()), vec![("spec.tls.client", Required)]),

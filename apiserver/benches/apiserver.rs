@@ -137,7 +137,7 @@ fn backing_etcd_pid(state_dir: &Path) -> Option<u32> {
 }
 
 /// The KV requests (Range, Txn, Put, DeleteRange) the backing etcd has handled, from its
-/// `/metrics` (served on the client port).
+/// `/metrics` (plain HTTP on its loopback metrics port; the client port is mutual TLS).
 async fn etcd_kv_requests(port: u16) -> anyhow::Result<u64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
@@ -166,7 +166,8 @@ struct CpuUse {
 struct CpuMeter {
     server: u32,
     etcd: u32,
-    etcd_port: u16,
+    /// The backing etcd's metrics port (`metrics` in `DIR/etcd/ports.json`).
+    metrics_port: u16,
 }
 
 impl CpuMeter {
@@ -175,7 +176,7 @@ impl CpuMeter {
             server: cpu_ns(self.server),
             etcd: cpu_ns(self.etcd),
             bench: cpu_ns(std::process::id()),
-            etcd_requests: etcd_kv_requests(self.etcd_port).await?,
+            etcd_requests: etcd_kv_requests(self.metrics_port).await?,
         })
     }
 
@@ -446,7 +447,14 @@ async fn connect(
     let port = ports["client"]
         .as_u64()
         .ok_or_else(|| anyhow!("no client port in {}", ports_file.display()))?;
-    let etcd = etcd_client::Client::connect([format!("http://127.0.0.1:{port}")], None).await?;
+    // Mutual TLS, as the server's storage connects: the backing etcd's CA and client certificate.
+    let state_dir = ports_file
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow!("no state directory above {}", ports_file.display()))?;
+    let options = etcd_operator_tests::operator::backing_etcd_connect_options(state_dir)
+        .ok_or_else(|| anyhow!("no client certificate under {}/etcd/pki", state_dir.display()))?;
+    let etcd = etcd_client::Client::connect([format!("https://127.0.0.1:{port}")], Some(options)).await?;
     Ok((client, etcd))
 }
 
@@ -1179,10 +1187,10 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
                 server.state.path().display()
             )
         })?,
-        etcd_port: ports["client"]
+        metrics_port: ports["metrics"]
             .as_u64()
             .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| anyhow!("no client port in ports.json"))?,
+            .ok_or_else(|| anyhow!("no metrics port in ports.json"))?,
     };
     meter.now().await.context("read the backing etcd's /metrics")?;
     let etcd_version = etcd

@@ -42,7 +42,7 @@ pub enum PkiError {
     },
     /// Only one of the CA's two files exists.
     #[error(
-        "load CA: {} exists but {} does not; remove {} to start over with a new CA (and a new kubeconfig)",
+        "load CA: {} exists but {} does not; remove {} to start over with a new CA (and every certificate issued again from it)",
         present.display(), missing.display(), dir.display()
     )]
     IncompleteCa {
@@ -51,7 +51,7 @@ pub enum PkiError {
         dir: PathBuf,
     },
     /// The stored CA cannot be used.
-    #[error("load CA from {}: {reason}; remove {} to start over with a new CA (and a new kubeconfig)", path.display(), dir.display())]
+    #[error("load CA from {}: {reason}; remove {} to start over with a new CA (and every certificate issued again from it)", path.display(), dir.display())]
     InvalidCa {
         path: PathBuf,
         dir: PathBuf,
@@ -118,7 +118,7 @@ pub fn ensure(dir: &Path, listen_ip: IpAddr) -> Result<LocalPki, PkiError> {
         path: dir.to_path_buf(),
         source,
     })?;
-    let ca = ensure_ca(dir)?;
+    let ca = ensure_ca(dir, "etcd-operator-local-ca")?;
     let now = SystemTime::now();
 
     let (dns, ips) = serving_names(listen_ip);
@@ -145,7 +145,10 @@ pub fn ensure(dir: &Path, listen_ip: IpAddr) -> Result<LocalPki, PkiError> {
     })
 }
 
-fn ensure_ca(dir: &Path) -> Result<CertificateAuthority, PkiError> {
+/// Loads the CA `ca.{crt,key}` of `dir`, or creates one named `<name>@<unix time>` when neither
+/// file exists. Half a CA, or one that cannot be used (or expires within [`RENEW_BEFORE`]), is an
+/// error: a CA is never replaced silently.
+pub fn ensure_ca(dir: &Path, name: &str) -> Result<CertificateAuthority, PkiError> {
     let (cert_path, key_path) = pair_paths(dir, "ca");
     let cert = read(&cert_path)?;
     let key = read(&key_path)?;
@@ -165,7 +168,7 @@ fn ensure_ca(dir: &Path) -> Result<CertificateAuthority, PkiError> {
         }
         (None, None) => {
             let name = format!(
-                "etcd-operator-local-ca@{}",
+                "{name}@{}",
                 SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map(|d| d.as_secs())
@@ -173,7 +176,7 @@ fn ensure_ca(dir: &Path) -> Result<CertificateAuthority, PkiError> {
             );
             let ca = CertificateAuthority::generate(&name, CA_VALIDITY)?;
             write_pair(dir, "ca", ca.pem())?;
-            tracing::info!(path = %cert_path.display(), "created local CA");
+            tracing::info!(path = %cert_path.display(), "created CA");
             Ok(ca)
         }
         (Some(_), None) => Err(PkiError::IncompleteCa {
@@ -222,9 +225,9 @@ fn ensure_client(
     })
 }
 
-/// Reuses the stored pair `base` if `check` accepts it and its key matches, else issues and stores
-/// a new one.
-fn ensure_leaf(
+/// Reuses the stored pair `base` (`<base>.crt`, `<base>.key` in `dir`) if `check` accepts it and
+/// its key matches, else issues and stores a new one (key `0600`).
+pub fn ensure_leaf(
     dir: &Path,
     base: &str,
     ca: &CertificateAuthority,

@@ -138,7 +138,7 @@ pub struct EtcdMember {
 }
 
 /// What a member's own status endpoint said.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MemberHealth {
     /// Server version.
     pub version: String,
@@ -146,8 +146,42 @@ pub struct MemberHealth {
     pub raft_applied_index: u64,
     /// The leader it sees (0: none).
     pub leader: u64,
-    /// Alarms or errors it reports (empty when healthy).
+    /// Errors it reports other than alarms (empty when healthy); alarms are in
+    /// [`EtcdView::alarms`].
     pub errors: Vec<String>,
+    /// Size of its database file in bytes.
+    pub db_size: u64,
+    /// Bytes of the database file in use (the rest is free pages a defragmentation returns).
+    pub db_size_in_use: u64,
+}
+
+/// An alarm etcd raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlarmKind {
+    /// The backend quota is exceeded: the cluster refuses writes until space is reclaimed and
+    /// the alarm disarmed.
+    NoSpace,
+    /// A member's data differs from the others' (corruption check): never fixed blindly.
+    Corrupt,
+}
+
+impl AlarmKind {
+    /// etcd's name of the alarm.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSpace => "NOSPACE",
+            Self::Corrupt => "CORRUPT",
+        }
+    }
+}
+
+/// An alarm raised on a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberAlarm {
+    /// The member's ID.
+    pub member: u64,
+    /// The alarm.
+    pub alarm: AlarmKind,
 }
 
 /// The cluster as etcd reports it (from any member that answered).
@@ -159,6 +193,8 @@ pub struct EtcdView {
     pub members: Vec<EtcdMember>,
     /// Current leader ID (0: none known).
     pub leader: u64,
+    /// Alarms raised in the cluster (from etcd's alarm list).
+    pub alarms: Vec<MemberAlarm>,
 }
 
 impl EtcdView {

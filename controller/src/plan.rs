@@ -44,6 +44,11 @@ pub struct Desired {
     /// The on-demand certificate rotation asked for (the rotation annotation's value): members
     /// whose certificates were issued under another value get new ones.
     pub certificate_rotation: Option<String>,
+    /// The backend quota members run with (`--quota-backend-bytes`).
+    pub quota_backend_bytes: u64,
+    /// A quorum recovery asked for (the recover-quorum annotation's value) and not yet carried
+    /// out (status.recovery records the values already answered).
+    pub recover_quorum: Option<String>,
 }
 
 /// A rolling version change as persisted in `status.upgrade`.
@@ -241,6 +246,25 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+    /// Reclaim space after a NOSPACE alarm: compact the history, defragment every member one at a
+    /// time (followers first, the leader last), then disarm the alarms.
+    ReclaimSpace {
+        /// The NOSPACE alarms to disarm.
+        alarms: Vec<crate::model::MemberAlarm>,
+    },
+    /// Rebuild a cluster that lost quorum from one surviving member: every member stops, the
+    /// others' data is given up, and the survivor starts once with `--force-new-cluster`.
+    /// Only when people asked for it (the recover-quorum annotation).
+    RecoverQuorum {
+        /// The member the cluster is rebuilt from.
+        survivor: String,
+        /// The members whose data is given up.
+        lost: Vec<String>,
+        /// The raft index the survivor had applied, when it answered.
+        applied_index: Option<u64>,
+        /// The annotation value this answers.
+        request: String,
+    },
     /// Issue a member's certificates again and restart it on them, its data kept.
     RenewCertificates {
         /// Member name.
@@ -353,6 +377,25 @@ pub enum WaitReason {
     QuorumLost,
     /// A bootstrap is under way.
     BootstrapForming,
+    /// etcd reports a CORRUPT alarm: the members' data differ. Nothing is changed until people
+    /// have looked (the runbook in docs/operations.md); data is never replaced blindly.
+    CorruptAlarm {
+        /// The members the alarm names.
+        members: Vec<u64>,
+    },
+    /// A quorum recovery was asked for and cannot be done as asked.
+    RecoveryImpossible {
+        /// Why.
+        detail: String,
+    },
+    /// NOSPACE, and the data itself (compacted and defragmented) needs most of the quota:
+    /// reclaiming cannot help, the quota must grow.
+    DataExceedsQuota {
+        /// The most any member's database uses, in bytes.
+        in_use: u64,
+        /// The quota, in bytes.
+        quota: u64,
+    },
 }
 
 impl WaitReason {
@@ -375,6 +418,9 @@ impl WaitReason {
             Self::DataLost => "DataLost",
             Self::QuorumLost => "NoQuorum",
             Self::BootstrapForming => "Bootstrapping",
+            Self::CorruptAlarm { .. } => "CorruptAlarm",
+            Self::RecoveryImpossible { .. } => "RecoveryImpossible",
+            Self::DataExceedsQuota { .. } => "NoSpace",
         }
     }
 
@@ -388,6 +434,9 @@ impl WaitReason {
                 | Self::QuorumBeforeRoll { .. }
                 | Self::QuorumLost
                 | Self::DataLost
+                | Self::CorruptAlarm { .. }
+                | Self::DataExceedsQuota { .. }
+                | Self::RecoveryImpossible { .. }
         )
     }
 }
@@ -448,6 +497,24 @@ impl std::fmt::Display for WaitReason {
                 "no member answers: the cluster has lost quorum; start the stopped members or restore from a backup"
             ),
             Self::BootstrapForming => write!(f, "waiting for the bootstrap to form a cluster"),
+            Self::CorruptAlarm { members } => write!(
+                f,
+                "etcd raised a CORRUPT alarm for member(s) {}: their data differ; nothing is changed until the data is checked (see the corrupt-member runbook in docs/operations.md)",
+                members
+                    .iter()
+                    .map(|m| format!("{m:x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Self::RecoveryImpossible { detail } => {
+                write!(f, "the quorum recovery asked for cannot be done: {detail}")
+            }
+            Self::DataExceedsQuota { in_use, quota } => write!(
+                f,
+                "NOSPACE: the data uses {} MiB of the {} MiB quota even after compaction and defragmentation; raise spec.maintenance.quotaBackendBytes (members pick it up as they restart) or delete data",
+                in_use >> 20,
+                quota >> 20
+            ),
         }
     }
 }
@@ -479,6 +546,9 @@ pub fn plan(
             reason: WaitReason::Paused,
         };
     }
+    if let Some(step) = plan_recovery(desired, observed) {
+        return step;
+    }
     // No answer, or members that answer but never elected a leader in a cluster that never
     // formed: a bootstrap in progress (or to retry).
     let Some(etcd) = observed
@@ -488,6 +558,20 @@ pub fn plan(
     else {
         return plan_without_etcd(desired, observed, thresholds, new_names);
     };
+
+    // 0. A CORRUPT alarm freezes everything: no member is replaced, restarted or added on
+    //    data that may be the wrong copy.
+    let corrupt: Vec<u64> = etcd
+        .alarms
+        .iter()
+        .filter(|a| a.alarm == crate::model::AlarmKind::Corrupt)
+        .map(|a| a.member)
+        .collect();
+    if !corrupt.is_empty() {
+        return Step::Wait {
+            reason: WaitReason::CorruptAlarm { members: corrupt },
+        };
+    }
 
     // 1. Runtime members that etcd does not know: pending joins, or leftovers of a removal.
     let learners: Vec<&EtcdMember> = etcd.members.iter().filter(|m| m.learner).collect();
@@ -646,6 +730,11 @@ pub fn plan(
                 name: learner.name.clone(),
             },
         };
+    }
+
+    // 5b. NOSPACE: writes are refused until space is reclaimed and the alarm disarmed.
+    if let Some(step) = plan_nospace(desired, etcd) {
+        return step;
     }
 
     // 6. Scale.
@@ -998,6 +1087,109 @@ fn plan_certificate_renewal(
     })
 }
 
+/// Whether the cluster has a leader and a healthy quorum of voters.
+fn has_quorum(etcd: Option<&EtcdView>) -> bool {
+    etcd.is_some_and(|v| v.leader != 0 && v.healthy_voters() >= quorum(v.voters().count()))
+}
+
+/// A quorum recovery, when asked for, needed and possible: the cluster formed before and has no
+/// quorum now. The survivor is the member the request names, or for `auto` the running member
+/// that applied the most of the log. Members without data cannot be the survivor.
+fn plan_recovery(desired: &Desired, observed: &Observed) -> Option<Step> {
+    let request = desired.recover_quorum.as_ref()?;
+    if !desired.formed_before || has_quorum(observed.etcd.as_ref()) {
+        return None;
+    }
+    let impossible = |detail: String| {
+        Some(Step::Wait {
+            reason: WaitReason::RecoveryImpossible { detail },
+        })
+    };
+    let has_data = |r: &&RuntimeMember| {
+        r.config.is_some()
+            && matches!(
+                r.liveness,
+                Liveness::Running
+                    | Liveness::Gone {
+                        restartable: true,
+                        ..
+                    }
+            )
+    };
+    let applied = |r: &RuntimeMember| -> Option<u64> {
+        let view = observed.etcd.as_ref()?;
+        let m = view.by_peer_url(&r.peer_url)?;
+        m.status.as_ref().map(|s| s.raft_applied_index)
+    };
+    let survivor = if request == "auto" {
+        let best = observed
+            .runtime
+            .iter()
+            .filter(has_data)
+            .filter_map(|r| Some((applied(r)?, r)))
+            .max_by_key(|(index, _)| *index);
+        match best {
+            Some((_, r)) => r,
+            None => {
+                return impossible(
+                    "no running member answers with its applied index; name the member to recover from instead of auto".into(),
+                );
+            }
+        }
+    } else {
+        match observed.runtime.iter().find(|r| &r.name == request) {
+            Some(r) if has_data(&r) => r,
+            Some(_) => return impossible(format!("member {request} has no data to recover from")),
+            None => return impossible(format!("there is no member {request}")),
+        }
+    };
+    Some(Step::RecoverQuorum {
+        survivor: survivor.name.clone(),
+        lost: observed
+            .runtime
+            .iter()
+            .filter(|r| r.name != survivor.name)
+            .map(|r| r.name.clone())
+            .collect(),
+        applied_index: applied(survivor),
+        request: request.clone(),
+    })
+}
+
+/// A NOSPACE alarm: reclaim space (compact, defragment, disarm), unless the members' databases
+/// are already defragmented and their data alone fills 95% of the quota, which no reclaiming
+/// helps.
+fn plan_nospace(desired: &Desired, etcd: &EtcdView) -> Option<Step> {
+    let alarms: Vec<crate::model::MemberAlarm> = etcd
+        .alarms
+        .iter()
+        .filter(|a| a.alarm == crate::model::AlarmKind::NoSpace)
+        .copied()
+        .collect();
+    if alarms.is_empty() {
+        return None;
+    }
+    let quota = desired.quota_backend_bytes;
+    let statuses: Vec<&crate::model::MemberHealth> =
+        etcd.members.iter().filter_map(|m| m.status.as_ref()).collect();
+    let full = !statuses.is_empty()
+        && statuses.iter().all(|s| {
+            let compact = s.db_size <= s.db_size_in_use + s.db_size_in_use / 20;
+            compact && s.db_size_in_use >= quota / 100 * 95
+        });
+    if full {
+        let in_use = statuses
+            .iter()
+            .map(|s| s.db_size_in_use)
+            .max()
+            .unwrap_or_default();
+        return Some(Step::Wait {
+            reason: WaitReason::DataExceedsQuota { in_use, quota },
+        });
+    }
+    Some(Step::ReclaimSpace { alarms })
+}
+
 /// The one step taken when no member can be reached over TLS: renewing a member whose own
 /// certificates have expired (members left stopped for longer than their certificates last come
 /// back this way, one at a time). Anything else waits for a view of the cluster.
@@ -1180,6 +1372,8 @@ mod tests {
             roll: None,
             restore: None,
             certificate_rotation: None,
+            quota_backend_bytes: 2 << 30,
+            recover_quorum: None,
         }
     }
 
@@ -1217,6 +1411,7 @@ mod tests {
                 raft_applied_index: 10,
                 leader: 1,
                 errors: vec![],
+                ..Default::default()
             }),
         }
     }
@@ -1233,6 +1428,7 @@ mod tests {
             cluster_id: 7,
             members,
             leader,
+            alarms: Vec::new(),
         })
     }
 
@@ -1311,6 +1507,7 @@ mod tests {
             cluster_id: 1,
             members: vec![],
             leader: 0,
+            alarms: Vec::new(),
         };
         let joiner = join_config(&d, &view, "c", &url("c"), &o);
         assert_eq!(joiner.restore, None);
@@ -1893,6 +2090,88 @@ mod tests {
             unreachable!()
         };
         assert_eq!(reason.to_string(), "its certificates expired");
+    }
+
+    fn alarmed(kind: crate::model::AlarmKind, members: &[u64], db: (u64, u64)) -> Observed {
+        let mut o = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: view(
+                vec![
+                    member(1, "a", false, true),
+                    member(2, "b", false, true),
+                    member(3, "c", false, true),
+                ],
+                1,
+            ),
+            timing: Timing::default(),
+        };
+        if let Some(v) = o.etcd.as_mut() {
+            v.alarms = members
+                .iter()
+                .map(|m| crate::model::MemberAlarm {
+                    member: *m,
+                    alarm: kind,
+                })
+                .collect();
+            for m in &mut v.members {
+                if let Some(s) = m.status.as_mut() {
+                    (s.db_size, s.db_size_in_use) = db;
+                }
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn nospace_is_reclaimed_unless_the_data_alone_fills_the_quota() {
+        use crate::model::{AlarmKind, MemberAlarm};
+        let mut d = desired(3);
+        d.quota_backend_bytes = 100 << 20;
+        // Over the quota with free pages and history: reclaim.
+        let o = alarmed(AlarmKind::NoSpace, &[1, 2, 3], (110 << 20, 60 << 20));
+        let step = run(&d, &o);
+        let Step::ReclaimSpace { alarms } = &step else {
+            panic!("expected a reclaim: {step:?}")
+        };
+        assert_eq!(alarms.len(), 3);
+        assert!(alarms.contains(&MemberAlarm {
+            member: 2,
+            alarm: AlarmKind::NoSpace
+        }));
+        // Reclaiming goes before scaling.
+        d.replicas = 5;
+        assert!(matches!(run(&d, &o), Step::ReclaimSpace { .. }));
+        d.replicas = 3;
+        // Defragmented and still 96% full: reclaiming cannot help; wait and say so.
+        let o = alarmed(AlarmKind::NoSpace, &[1], (97 << 20, 96 << 20));
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait")
+        };
+        assert_eq!(reason.code(), "NoSpace");
+        assert!(reason.degrades());
+        assert!(reason.to_string().contains("quotaBackendBytes"), "{reason}");
+        // No alarm, same sizes: nothing to do.
+        let o = alarmed(AlarmKind::NoSpace, &[], (97 << 20, 96 << 20));
+        assert_eq!(run(&d, &o), Step::Idle);
+    }
+
+    #[test]
+    fn a_corrupt_alarm_freezes_every_change() {
+        let mut d = desired(3);
+        let mut o = alarmed(crate::model::AlarmKind::Corrupt, &[3], (1 << 20, 1 << 20));
+        // Even a dead member is not replaced, and no member is added.
+        o.runtime[2].liveness = Liveness::Gone {
+            reason: "exited".into(),
+            restartable: false,
+        };
+        d.replicas = 5;
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait: {:?}", run(&d, &o))
+        };
+        assert_eq!(reason, WaitReason::CorruptAlarm { members: vec![3] });
+        assert_eq!(reason.code(), "CorruptAlarm");
+        assert!(reason.degrades());
+        assert!(reason.to_string().contains("docs/operations.md"), "{reason}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! this only fills in what the user left out. Pure.
 
 use etcd_operator_api::v1alpha2::{
-    DEFAULT_REPLICAS, EtcdCluster, ROTATE_CERTIFICATES_ANNOTATION, StorageSpec,
+    DEFAULT_REPLICAS, EtcdCluster, RECOVER_QUORUM_ANNOTATION, ROTATE_CERTIFICATES_ANNOTATION, StorageSpec,
 };
 use etcd_operator_api::versions::DEFAULT_ETCD_VERSION;
 
@@ -24,6 +24,8 @@ pub struct ClusterSpecView {
     /// The value of the [`ROTATE_CERTIFICATES_ANNOTATION`]: the on-demand rotation member
     /// certificates must have been issued under (`None`: none asked for).
     pub certificate_rotation: Option<String>,
+    /// The value of the [`RECOVER_QUORUM_ANNOTATION`]: a quorum recovery asked for.
+    pub recover_quorum: Option<String>,
 }
 
 impl ClusterSpecView {
@@ -46,6 +48,13 @@ impl ClusterSpecView {
             .and_then(|a| a.get(ROTATE_CERTIFICATES_ANNOTATION))
             .filter(|v| !v.is_empty())
             .cloned();
+        let recover_quorum = cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RECOVER_QUORUM_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned();
         Self {
             cluster,
             replicas,
@@ -53,6 +62,7 @@ impl ClusterSpecView {
             paused,
             storage,
             certificate_rotation,
+            recover_quorum,
         }
     }
 }

@@ -150,6 +150,24 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "Upgrading",
             format!("restarting member {name} on etcd {to} (was {from})"),
         ),
+        Step::RecoverQuorum { survivor, lost, .. } => (
+            "RecoveringQuorum",
+            format!(
+                "rebuilding the cluster from member {survivor} as asked; data of {} given up",
+                if lost.is_empty() {
+                    "no member".to_owned()
+                } else {
+                    lost.join(", ")
+                }
+            ),
+        ),
+        Step::ReclaimSpace { alarms } => (
+            "ReclaimingSpace",
+            format!(
+                "NOSPACE alarm on {} member(s): compacting, defragmenting one member at a time, then disarming",
+                alarms.len()
+            ),
+        ),
         Step::RenewCertificates { name, reason } => (
             "RotatingCertificates",
             format!("restarting member {name} on new certificates: {reason}"),
@@ -175,6 +193,27 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
     let mut status = EtcdClusterStatus {
         selector: Some(etcd_operator_api::naming::selector(&name)),
         last_backup: previous.last_backup.clone(),
+        recovery: match (&outcome.step, &outcome.error) {
+            (
+                Step::RecoverQuorum {
+                    survivor,
+                    lost,
+                    applied_index,
+                    request,
+                },
+                None,
+            ) => Some(etcd_operator_api::status::RecoveryStatus {
+                request: request.clone(),
+                survivor: survivor.clone(),
+                lost_members: lost.clone(),
+                survivor_applied_index: applied_index.and_then(|i| i64::try_from(i).ok()),
+                time: Some(Time(
+                    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+                        .unwrap_or_else(|_| jiff::Timestamp::now()),
+                )),
+            }),
+            _ => previous.recovery.clone(),
+        },
         cluster_id: previous.cluster_id.clone(),
         ..Default::default()
     };
@@ -212,6 +251,20 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
                         learner: Some(m.learner),
                         leader: Some(m.id == view.leader),
                         healthy: Some(is_healthy(m)),
+                        db_size: m.status.as_ref().and_then(|s| i64::try_from(s.db_size).ok()),
+                        db_size_in_use: m
+                            .status
+                            .as_ref()
+                            .and_then(|s| i64::try_from(s.db_size_in_use).ok()),
+                        alarms: {
+                            let alarms: Vec<String> = view
+                                .alarms
+                                .iter()
+                                .filter(|a| a.member == m.id)
+                                .map(|a| a.alarm.as_str().to_owned())
+                                .collect();
+                            (!alarms.is_empty()).then_some(alarms)
+                        },
                     }
                 })
                 .collect();
@@ -267,6 +320,16 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
                 degraded = Some((
                     "MembersUnhealthy",
                     format!("unhealthy members: {}", sick.join(", ")),
+                ));
+            }
+            if view
+                .alarms
+                .iter()
+                .any(|a| a.alarm == crate::model::AlarmKind::NoSpace)
+            {
+                degraded = Some((
+                    "NoSpaceAlarm",
+                    "etcd raised NOSPACE and refuses writes: the backend quota is exceeded; the operator compacts, defragments and disarms it".into(),
                 ));
             }
             status.members = Some(members);
@@ -451,6 +514,7 @@ mod tests {
                 raft_applied_index: 1,
                 leader: 1,
                 errors: vec![],
+                ..Default::default()
             }),
         }
     }
@@ -477,6 +541,7 @@ mod tests {
                 cluster_id: 0xabc,
                 members: vec![member(1, "a", true), member(2, "b", true), member(3, "c", true)],
                 leader: 1,
+                alarms: Vec::new(),
             }),
             timing: Timing::default(),
         };
@@ -508,6 +573,7 @@ mod tests {
                 cluster_id: 1,
                 members: vec![member(1, "a", true), member(2, "b", false), member(3, "c", false)],
                 leader: 1,
+                alarms: Vec::new(),
             }),
             timing: Timing::default(),
         };
@@ -584,6 +650,7 @@ mod tests {
                 cluster_id: 1,
                 members: vec![member(1, "a", true), member(2, "b", true), member(3, "c", true)],
                 leader: 1,
+                alarms: Vec::new(),
             }),
             timing: Timing::default(),
         };
@@ -650,6 +717,7 @@ mod tests {
                 cluster_id: 1,
                 members,
                 leader: 1,
+                alarms: Vec::new(),
             }),
             timing: Timing::default(),
         }

@@ -616,8 +616,9 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 12] = [
+const RUNTIME_OPERATIONS: [&str; 13] = [
     "client_tls",
+    "recover_quorum",
     "renew_certificates",
     "watch_children",
     "resync_interval",
@@ -666,6 +667,7 @@ async fn drive_runtime(stub: &Stub) {
             let _ = runtime.start(&cluster, &spec, &member, &config).await;
             let _ = runtime.change_version(&cluster, &spec, &member, "3.5.22").await;
             let _ = runtime.renew_certificates(&cluster, &spec, &member).await;
+            let _ = runtime.recover_quorum(&cluster, &spec, &member).await;
             let _ = runtime.stop(&cluster, &member).await;
             let _ = runtime.snapshot_dir(&cluster);
             let _ = runtime.remove(&cluster, &member, true).await;

@@ -178,11 +178,22 @@ impl LocalOperator {
         self.state.path()
     }
 
-    /// The client URL of the backing etcd (from `DIR/etcd/ports.json`).
+    /// The client URL of the backing etcd (from `DIR/etcd/ports.json`): `https://`, mutual TLS;
+    /// connect with [`Self::backing_etcd_connect_options`].
     pub fn backing_etcd_endpoint(&self) -> Option<String> {
-        let text = std::fs::read_to_string(self.state.path().join("etcd").join("ports.json")).ok()?;
-        let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
-        Some(format!("http://127.0.0.1:{}", ports["client"].as_u64()?))
+        Some(format!("https://127.0.0.1:{}", self.backing_etcd_port("client")?))
+    }
+
+    /// A port of the backing etcd from `DIR/etcd/ports.json`: `client`, `peer` or `metrics` (plain
+    /// HTTP on loopback: `/metrics`, `/health`).
+    pub fn backing_etcd_port(&self, which: &str) -> Option<u16> {
+        backing_etcd_port(self.state.path(), which)
+    }
+
+    /// Options for a client of the backing etcd: its CA and the API server storage's client
+    /// certificate (`DIR/etcd/pki/`), as the operator connects.
+    pub fn backing_etcd_connect_options(&self) -> Option<etcd_client::ConnectOptions> {
+        backing_etcd_connect_options(self.state.path())
     }
 
     /// The kubeconfig the operator wrote.
@@ -265,4 +276,26 @@ impl Drop for LocalOperator {
         // Whatever the operator started and left (after a crash, or if it ignored SIGTERM).
         crate::leftovers::kill_processes_mentioning(self.state.path());
     }
+}
+
+/// A port of the backing etcd of the local-mode state directory `state_dir`, from
+/// `DIR/etcd/ports.json`: `client`, `peer` or `metrics`.
+pub fn backing_etcd_port(state_dir: &Path, which: &str) -> Option<u16> {
+    let text = std::fs::read_to_string(state_dir.join("etcd").join("ports.json")).ok()?;
+    let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
+    u16::try_from(ports[which].as_u64()?).ok()
+}
+
+/// Options for a client of the backing etcd of the local-mode state directory `state_dir`: TLS
+/// with its CA and the storage's client certificate (`DIR/etcd/pki/{ca,client}.*`).
+pub fn backing_etcd_connect_options(state_dir: &Path) -> Option<etcd_client::ConnectOptions> {
+    let pki = state_dir.join("etcd").join("pki");
+    let read = |name: &str| std::fs::read(pki.join(name)).ok();
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read("ca.crt")?))
+        .identity(etcd_client::Identity::from_pem(
+            read("client.crt")?,
+            read("client.key")?,
+        ));
+    Some(etcd_client::ConnectOptions::new().with_tls(tls))
 }

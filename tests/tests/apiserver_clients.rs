@@ -121,7 +121,7 @@ async fn kube_watcher_stays_in_sync_across_restart_and_compaction() {
     // history alike.
     let endpoint = op.backing_etcd_endpoint().unwrap();
     op.crash();
-    let mut etcd = etcd_client::Client::connect([endpoint.as_str()], None)
+    let mut etcd = etcd_client::Client::connect([endpoint.as_str()], op.backing_etcd_connect_options())
         .await
         .unwrap();
     let mut rev = 0;

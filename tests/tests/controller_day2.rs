@@ -141,3 +141,98 @@ async fn a_host_reboot_that_took_the_operator_too_brings_the_cluster_back() {
     op.start_again().await.unwrap();
     back_with_the_same_id_and_data(&op, "reboot", &before, &killed).await;
 }
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn a_cluster_past_its_quota_is_reclaimed_and_takes_writes_again_losing_nothing() {
+    let op = LocalOperator::start().await.unwrap();
+    apply(
+        &op,
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: full\n  namespace: default\nspec:\n  replicas: 3\n  version: 3.5.1\n  maintenance:\n    quotaBackendBytes: 16Mi\n",
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "full"),
+        "3 healthy members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let eps = client_endpoints(&s);
+    let mut client = etcd_client::Client::connect(&eps, None).await.unwrap();
+
+    // Small keys that must survive, and a 512 KiB value written again and again: its history
+    // fills the 16 MiB quota until etcd raises NOSPACE and refuses writes.
+    let big = vec![b'x'; 512 * 1024];
+    let mut acknowledged = Vec::new();
+    let mut refused = None;
+    for i in 0..200 {
+        let key = format!("small-{i:04}");
+        if client.put(key.as_str(), i.to_string(), None).await.is_ok() {
+            acknowledged.push(key);
+        }
+        if let Err(e) = client.put("big", big.clone(), None).await {
+            refused = Some(e.to_string());
+            break;
+        }
+    }
+    let refused = refused.expect("the quota was never reached");
+    assert!(refused.contains("database space exceeded"), "{refused}");
+    let alarmed_at = std::time::Instant::now();
+
+    // Without anyone's help writes are taken again: compacted, defragmented, disarmed.
+    let deadline = alarmed_at + Duration::from_secs(90);
+    loop {
+        if client.put("after", "the-alarm", None).await.is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes were never taken again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "NOSPACE after {} acknowledged small writes; writes taken again {:.1}s later",
+        acknowledged.len(),
+        alarmed_at.elapsed().as_secs_f64()
+    );
+    let alarms = client
+        .alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None)
+        .await
+        .unwrap();
+    assert!(
+        alarms.alarms().is_empty(),
+        "{} alarms left",
+        alarms.alarms().len()
+    );
+    // Nothing acknowledged was lost, and the members' databases shrank below the quota.
+    for (i, key) in acknowledged.iter().enumerate() {
+        let got = client.get(key.as_str(), None).await.unwrap();
+        assert_eq!(
+            got.kvs().first().map(|kv| kv.value_str().unwrap().to_owned()),
+            Some(i.to_string()),
+            "{key} lost"
+        );
+    }
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "full"),
+        "healthy with the database sizes shown",
+        Duration::from_secs(30),
+        |s| {
+            available(s, 3)
+                && condition(s, "Degraded").is_some_and(|c| c["status"] == "False")
+                && s["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|m| m["dbSize"].as_i64().is_some_and(|d| d < 16 << 20) && m["alarms"].is_null())
+        },
+    )
+    .await
+    .unwrap();
+    println!("members after reclaiming: {}", s["members"]);
+}

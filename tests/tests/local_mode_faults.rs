@@ -78,8 +78,11 @@ fn operator_log(op: &LocalOperator) -> String {
 }
 
 /// Whether the backing etcd at `endpoint` answers, asked directly.
-async fn etcd_answers(endpoint: &str) -> bool {
-    let options = etcd_client::ConnectOptions::new()
+async fn etcd_answers(op: &LocalOperator, endpoint: &str) -> bool {
+    let Some(options) = op.backing_etcd_connect_options() else {
+        return false;
+    };
+    let options = options
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_secs(1));
     match etcd_client::Client::connect([endpoint], Some(options)).await {
@@ -167,7 +170,7 @@ async fn a_killed_backing_etcd_is_restarted_and_readyz_goes_not_ready_then_ready
     );
     assert!(!zombie(pid), "the killed etcd was left <defunct>");
     assert_eq!(op.backing_etcd_endpoint().unwrap(), endpoint, "same ports");
-    assert!(etcd_answers(&endpoint).await);
+    assert!(etcd_answers(&op, &endpoint).await);
     let log = operator_log(&op);
     assert!(
         log.contains("ERROR") && log.contains("the backing etcd exited") && log.contains("signal: 9"),
@@ -268,8 +271,8 @@ async fn no_acknowledged_write_is_lost_when_the_backing_etcd_is_killed_under_eig
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
     let killed = Instant::now();
     wait_for("the backing etcd serving again", Duration::from_secs(60), || {
-        let endpoint = endpoint.clone();
-        async move { etcd_answers(&endpoint).await }
+        let (op, endpoint) = (&op, endpoint.clone());
+        async move { etcd_answers(op, &endpoint).await }
     })
     .await;
     let back_at = Instant::now();
@@ -322,7 +325,7 @@ async fn no_acknowledged_write_is_lost_when_the_backing_etcd_is_killed_under_eig
     assert_eq!(etcd_pid(&op).map(|p| p != pid), Some(true));
 
     // Nothing acknowledged is lost: in etcd itself...
-    let mut etcd = etcd_client::Client::connect([endpoint.as_str()], None)
+    let mut etcd = etcd_client::Client::connect([endpoint.as_str()], op.backing_etcd_connect_options())
         .await
         .unwrap();
     let stored = etcd

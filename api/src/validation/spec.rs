@@ -142,6 +142,9 @@ pub(crate) fn spec(report: &mut Report, spec: &v2::EtcdClusterSpec) {
     if let Some(storage) = &spec.storage {
         storage_spec(report, &path.child("storage"), storage);
     }
+    if let Some(maintenance) = &spec.maintenance {
+        maintenance_spec(report, &path.child("maintenance"), maintenance);
+    }
     if let Some(tls) = &spec.tls {
         let tls_path = path.child("tls");
         if let Some(client) = &tls.client {
@@ -403,6 +406,78 @@ fn storage_spec(report: &mut Report, path: &Path, storage: &v2::StorageSpec) {
             "with medium Memory a member's data is lost when its Pod stops; losing a majority at once loses the cluster's data (configure backups)",
         );
     }
+}
+
+fn maintenance_spec(report: &mut Report, path: &Path, maintenance: &v2::MaintenanceSpec) {
+    if let Some(quota) = &maintenance.quota_backend_bytes {
+        let (low, high) = crate::defaults::QUOTA_RANGE;
+        let field = path.child("quotaBackendBytes");
+        match quantity::parse(&quota.0) {
+            Err(e) => report.error(FieldError::invalid(&field, &quota.0, e.to_string())),
+            #[allow(clippy::cast_precision_loss)]
+            Ok(v) if v < low as f64 || v > high as f64 => report.error(FieldError::invalid(
+                &field,
+                &quota.0,
+                "must be between 16Mi and 8Gi",
+            )),
+            Ok(_) => {}
+        }
+    }
+    let Some(compaction) = &maintenance.auto_compaction else {
+        return;
+    };
+    let path = path.child("autoCompaction");
+    if let Some(mode) = &compaction.mode
+        && !mode.is_known()
+    {
+        report.error(FieldError::not_supported(
+            &path.child("mode"),
+            mode.as_str(),
+            v2::AutoCompactionMode::KNOWN,
+        ));
+    }
+    if let Some(retention) = &compaction.retention {
+        let revision = compaction.mode == Some(v2::AutoCompactionMode::Revision);
+        let ok = if revision {
+            retention.parse::<u64>().is_ok()
+        } else {
+            compaction_period(retention)
+        };
+        if !ok {
+            report.error(FieldError::invalid(
+                &path.child("retention"),
+                retention,
+                if revision {
+                    "must be a number of revisions, e.g. 10000"
+                } else {
+                    "must be a duration such as 1h, 30m or 90s (or a number of hours)"
+                },
+            ));
+        }
+    }
+}
+
+/// A period etcd's `--auto-compaction-retention` accepts in periodic mode: a number of hours, or
+/// a Go duration made of `<number><unit>` parts (`h`, `m`, `s`, `ms`).
+fn compaction_period(text: &str) -> bool {
+    if text.parse::<u64>().is_ok() {
+        return true;
+    }
+    let mut rest = text;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ms", "h", "m", "s"].iter().find(|u| rest.starts_with(*u));
+        let Some(unit) = unit else { return false };
+        rest = &rest[unit.len()..];
+    }
+    true
 }
 
 fn tls_plane(report: &mut Report, path: &Path, plane: &v2::TlsPlane) {

@@ -58,6 +58,7 @@ mod tests {
                 healthy_member(3, "c", "3.5.1", 1),
             ],
             leader: 1,
+            alarms: Vec::new(),
         }
     }
 

@@ -7,18 +7,31 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, MemberAddOptions};
+use etcd_client::{
+    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions, GetOptions,
+    MemberAddOptions,
+};
 
 use futures::StreamExt;
 
 use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError, SnapshotStream};
-use crate::model::{EtcdMember, EtcdView, MemberHealth};
+use crate::model::{AlarmKind, EtcdMember, EtcdView, MemberAlarm, MemberHealth};
 use crate::tls::member::ClientTls;
 
 /// How long one etcd call may take before the member counts as not answering.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long establishing a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a defragmentation may take (the member does not serve meanwhile; etcd rewrites its
+/// whole database file).
+const DEFRAGMENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Whether a status error is one of etcd's alarms (`memberID:<id> alarm:<type>`, the form etcd's
+/// `Status` lists them in): those are read typed from the alarm list instead. Classified here,
+/// at the wire, once.
+fn is_alarm_text(error: &str) -> bool {
+    error.starts_with("memberID:") && error.contains(" alarm:")
+}
 /// How long a whole snapshot stream may take (every snapshot, whoever asks for it).
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Cached clients kept at most; past this the cache starts again empty (endpoint sets of
@@ -222,8 +235,50 @@ impl EtcdClient {
             version: status.version().to_string(),
             raft_applied_index: status.raft_applied_index(),
             leader: status.leader(),
-            errors: status.errors().to_vec(),
+            errors: status
+                .errors()
+                .iter()
+                .filter(|e| !is_alarm_text(e))
+                .cloned()
+                .collect(),
+            db_size: u64::try_from(status.db_size()).unwrap_or_default(),
+            db_size_in_use: u64::try_from(status.raft_used_db_size()).unwrap_or_default(),
         })
+    }
+
+    /// The alarms raised in the cluster, asked at `endpoint` (empty when it does not answer).
+    async fn alarms(&self, endpoint: &str) -> Vec<MemberAlarm> {
+        let endpoints = [endpoint.to_string()];
+        let result = async {
+            let mut client = self.client(&endpoints, "alarm list").await?;
+            timed(
+                "alarm list",
+                client.alarm(AlarmAction::Get, AlarmType::None, None),
+            )
+            .await
+        }
+        .await;
+        match self.keep_or_forget(&endpoints, result) {
+            Ok(list) => list
+                .alarms()
+                .iter()
+                .filter_map(|a| {
+                    let alarm = match a.alarm() {
+                        AlarmType::Nospace => AlarmKind::NoSpace,
+                        AlarmType::Corrupt => AlarmKind::Corrupt,
+                        AlarmType::None => return None,
+                    };
+                    Some(MemberAlarm {
+                        member: a.member_id(),
+                        alarm,
+                    })
+                })
+                .collect(),
+            Err(error) => {
+                tracing::debug!(%endpoint, %error, "no alarm list");
+                Vec::new()
+            }
+        }
     }
 
     /// Opens a snapshot stream at `endpoint`, after reading the revision it holds at least.
@@ -312,7 +367,7 @@ impl MemberOps for EtcdClient {
             .await;
             match self.keep_or_forget(one, result) {
                 Ok(answer) => {
-                    list = Some(answer);
+                    list = Some((answer, endpoint));
                     break;
                 }
                 // A TLS failure says more than a later member's silence: keep it.
@@ -320,11 +375,12 @@ impl MemberOps for EtcdClient {
                 Err(_) => {}
             }
         }
-        let Some(list) = list else {
+        let Some((list, answered)) = list else {
             return Err(last);
         };
         let mut view = EtcdView {
             cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
+            alarms: self.alarms(answered).await,
             ..Default::default()
         };
         let statuses = futures::future::join_all(list.members().iter().map(|m| {
@@ -382,6 +438,76 @@ impl MemberOps for EtcdClient {
         let result = async {
             let mut client = self.client(endpoints, "member remove").await?;
             timed("member remove", client.member_remove(id)).await
+        }
+        .await;
+        self.keep_or_forget(endpoints, result).map(|_| ())
+    }
+
+    async fn compact(&self, endpoints: &[String]) -> Result<i64, MemberOpError> {
+        let result = async {
+            let mut client = self.client(endpoints, "compact").await?;
+            let head = timed(
+                "compact",
+                client.get("\0", Some(GetOptions::new().with_count_only())),
+            )
+            .await?;
+            let revision = head.header().map(|h| h.revision()).unwrap_or_default();
+            match timed(
+                "compact",
+                client.compact(revision, Some(CompactionOptions::new().with_physical())),
+            )
+            .await
+            {
+                Ok(_) => Ok(revision),
+                // Compacted there already (by etcd's own auto-compaction, or an earlier try):
+                // etcd's `ErrCompacted`, told apart at the wire by its description.
+                Err(MemberOpError::Etcd {
+                    source: etcd_client::Error::GRpcStatus(ref status),
+                    ..
+                }) if status.message().contains("required revision has been compacted") => Ok(revision),
+                Err(e) => Err(e),
+            }
+        }
+        .await;
+        self.keep_or_forget(endpoints, result)
+    }
+
+    async fn defragment(&self, endpoint: &str) -> Result<(), MemberOpError> {
+        // Its own connection: the cached ones give up after a few seconds, a defragmentation
+        // rewrites the member's whole database.
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(DEFRAGMENT_TIMEOUT);
+        if let Some(tls) = self.tls_for(std::slice::from_ref(&endpoint.to_owned())) {
+            options = options.with_tls(tls.options());
+        }
+        let mut client = Client::connect([endpoint], Some(options))
+            .await
+            .map_err(|e| classify("defragment", e))?;
+        match tokio::time::timeout(DEFRAGMENT_TIMEOUT, client.defragment()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(classify("defragment", e)),
+            Err(_) => Err(MemberOpError::Timeout {
+                op: "defragment",
+                after: DEFRAGMENT_TIMEOUT,
+            }),
+        }
+    }
+
+    async fn disarm(&self, endpoints: &[String], alarm: MemberAlarm) -> Result<(), MemberOpError> {
+        let kind = match alarm.alarm {
+            AlarmKind::NoSpace => AlarmType::Nospace,
+            AlarmKind::Corrupt => AlarmType::Corrupt,
+        };
+        let result = async {
+            let mut client = self.client(endpoints, "alarm disarm").await?;
+            let mut options = AlarmOptions::new();
+            options.with_member(alarm.member);
+            timed(
+                "alarm disarm",
+                client.alarm(AlarmAction::Deactivate, kind, Some(options)),
+            )
+            .await
         }
         .await;
         self.keep_or_forget(endpoints, result).map(|_| ())

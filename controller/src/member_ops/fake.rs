@@ -26,6 +26,8 @@ pub enum Op {
     Remove,
     /// [`MemberOps::move_leader`].
     MoveLeader,
+    /// [`MemberOps::compact`], [`MemberOps::defragment`] and [`MemberOps::disarm`].
+    Maintenance,
     /// [`MemberOps::snapshot`] and [`MemberOps::save_snapshot`].
     Snapshot,
 }
@@ -58,6 +60,12 @@ pub enum Call {
         /// The member.
         id: u64,
     },
+    /// `compact(endpoints)`.
+    Compact(Vec<String>),
+    /// `defragment(endpoint)`.
+    Defragment(String),
+    /// `disarm(endpoints, alarm)`.
+    Disarm(Vec<String>, crate::model::MemberAlarm),
     /// `move_leader(leader_url, to)`.
     MoveLeader {
         /// Where it was sent.
@@ -286,6 +294,39 @@ impl MemberOps for FakeMemberOps {
         Ok(())
     }
 
+    /// Compacts at a fixed revision 100.
+    async fn compact(&self, endpoints: &[String]) -> Result<i64, MemberOpError> {
+        self.member_result(Call::Compact(endpoints.to_vec()), Op::Maintenance)?;
+        Ok(100)
+    }
+
+    /// Defragmenting makes the member's database as large as what it uses.
+    async fn defragment(&self, endpoint: &str) -> Result<(), MemberOpError> {
+        self.member_result(Call::Defragment(endpoint.to_owned()), Op::Maintenance)?;
+        if let Some(view) = self.state().view.as_mut() {
+            for m in &mut view.members {
+                if m.client_urls.iter().any(|u| u == endpoint)
+                    && let Some(status) = m.status.as_mut()
+                {
+                    status.db_size = status.db_size_in_use;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn disarm(
+        &self,
+        endpoints: &[String],
+        alarm: crate::model::MemberAlarm,
+    ) -> Result<(), MemberOpError> {
+        self.member_result(Call::Disarm(endpoints.to_vec(), alarm), Op::Maintenance)?;
+        if let Some(view) = self.state().view.as_mut() {
+            view.alarms.retain(|a| *a != alarm);
+        }
+        Ok(())
+    }
+
     async fn move_leader(&self, leader_url: &str, to: u64) -> Result<(), MemberOpError> {
         self.member_result(
             Call::MoveLeader {
@@ -383,6 +424,7 @@ pub fn healthy_member(id: u64, name: &str, version: &str, leader: u64) -> EtcdMe
             raft_applied_index: 100,
             leader,
             errors: Vec::new(),
+            ..Default::default()
         }),
     }
 }

@@ -187,6 +187,20 @@ pub trait MemberOps: Send + Sync + 'static {
     fn remove(&self, endpoints: &[String], id: u64)
     -> impl Future<Output = Result<(), MemberOpError>> + Send;
 
+    /// Compacts the cluster's history up to its current revision (physically) and returns that
+    /// revision; a history compacted there already is no failure.
+    fn compact(&self, endpoints: &[String]) -> impl Future<Output = Result<i64, MemberOpError>> + Send;
+
+    /// Defragments the database of the member at `endpoint` (it serves nothing meanwhile).
+    fn defragment(&self, endpoint: &str) -> impl Future<Output = Result<(), MemberOpError>> + Send;
+
+    /// Disarms an alarm of a member.
+    fn disarm(
+        &self,
+        endpoints: &[String],
+        alarm: crate::model::MemberAlarm,
+    ) -> impl Future<Output = Result<(), MemberOpError>> + Send;
+
     /// Moves leadership to `to`; must be sent to the leader's own client URL.
     fn move_leader(
         &self,

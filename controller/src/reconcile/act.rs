@@ -123,6 +123,40 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 Err(e) => return Err(e.into()),
             }
         }
+        Step::RecoverQuorum {
+            survivor,
+            lost,
+            applied_index,
+            request,
+        } => {
+            tracing::warn!(cluster = %cluster.key(), %survivor, ?lost, ?applied_index, %request, "rebuilding the cluster from one member as asked: the other members' data is given up");
+            ctx.runtime.recover_quorum(cluster, spec, survivor).await?;
+        }
+        Step::ReclaimSpace { alarms } => {
+            let revision = ctx.members.compact(&endpoints).await?;
+            tracing::info!(cluster = %cluster.key(), revision, "compacted the history for NOSPACE");
+            // One member at a time, followers first and the leader last: a member being
+            // defragmented serves nothing, the others keep quorum.
+            let mut order: Vec<(bool, String)> = observed
+                .etcd
+                .as_ref()
+                .map(|view| {
+                    view.members
+                        .iter()
+                        .filter_map(|m| Some((m.id == view.leader, m.client_urls.first()?.clone())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            order.sort();
+            for (_, url) in &order {
+                ctx.members.defragment(url).await?;
+                tracing::info!(cluster = %cluster.key(), member = %url, "defragmented");
+            }
+            for alarm in alarms {
+                ctx.members.disarm(&endpoints, *alarm).await?;
+                tracing::info!(cluster = %cluster.key(), member = format!("{:x}", alarm.member), "disarmed NOSPACE");
+            }
+        }
         Step::RenewCertificates { name, reason } => {
             ctx.runtime.renew_certificates(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
@@ -288,6 +322,7 @@ mod tests {
                 d,
             ],
             leader: 1,
+            alarms: Vec::new(),
         }
     }
 
@@ -841,6 +876,52 @@ mod tests {
             panic!("expected the certificate error: {result:?}")
         };
         assert_eq!(detail, "disk full");
+    }
+
+    #[tokio::test]
+    async fn space_is_reclaimed_by_compacting_defragmenting_followers_first_then_disarming() {
+        use crate::model::{AlarmKind, MemberAlarm};
+        let ctx = setup();
+        let alarm = MemberAlarm {
+            member: 1,
+            alarm: AlarmKind::NoSpace,
+        };
+        let (result, _) = run(&ctx, Step::ReclaimSpace { alarms: vec![alarm] }).await;
+        assert!(result.is_ok(), "{result:?}");
+        let calls = ctx.members.calls();
+        let Some(Call::Compact(_)) = calls.first() else {
+            panic!("compaction first: {calls:?}")
+        };
+        let defragmented: Vec<&str> = calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Defragment(url) => Some(url.as_str()),
+                _ => None,
+            })
+            .collect();
+        let view = view();
+        let leader_url = view
+            .members
+            .iter()
+            .find(|m| m.id == view.leader)
+            .and_then(|m| m.client_urls.first())
+            .unwrap();
+        assert_eq!(defragmented.len(), view.members.len(), "{calls:?}");
+        assert_eq!(defragmented.last(), Some(&leader_url.as_str()), "the leader last");
+        assert!(
+            matches!(calls.last(), Some(Call::Disarm(_, a)) if *a == alarm),
+            "{calls:?}"
+        );
+
+        // A failed maintenance call stops the step before anything is disarmed.
+        let ctx = setup();
+        ctx.members.fail_next(Op::Maintenance, timeout("compact"));
+        let (result, _) = run(&ctx, Step::ReclaimSpace { alarms: vec![alarm] }).await;
+        assert!(
+            matches!(result, Err(StepError::Member(MemberOpError::Timeout { .. }))),
+            "{result:?}"
+        );
+        assert!(!ctx.members.calls().iter().any(|c| matches!(c, Call::Disarm(..))));
     }
 
     #[tokio::test]

@@ -223,6 +223,15 @@ fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
         roll: status::roll_record(obj.status.as_ref()),
         restore: None,
         certificate_rotation: spec.certificate_rotation.clone(),
+        quota_backend_bytes: etcd_operator_api::defaults::effective_maintenance(&obj.spec)
+            .quota_backend_bytes,
+        // Each request is answered once: status.recovery records the last one done.
+        recover_quorum: spec.recover_quorum.clone().filter(|request| {
+            obj.status
+                .as_ref()
+                .and_then(|s| s.recovery.as_ref())
+                .is_none_or(|done| &done.request != request)
+        }),
     }
 }
 
@@ -398,7 +407,10 @@ async fn apply<R: Runtime, M: MemberOps>(
         // A roll's milestones go to status before anything else happens.
         if matches!(
             outcome.step,
-            Step::SnapshotBeforeUpgrade { .. } | Step::RollBack { .. } | Step::HaltUpgrade { .. }
+            Step::SnapshotBeforeUpgrade { .. }
+                | Step::RollBack { .. }
+                | Step::HaltUpgrade { .. }
+                | Step::RecoverQuorum { .. }
         ) || desired
             .roll
             .as_ref()

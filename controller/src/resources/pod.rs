@@ -152,7 +152,11 @@ pub fn build_pod(
         name: CONTAINER_NAME.to_owned(),
         image: Some(format!("{repository}:v{}", config.version)),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some(command(cluster, member, config, &planes)),
+        command: Some({
+            let mut command = command(cluster, member, config, &planes);
+            command.extend(etcd_operator_api::defaults::effective_maintenance(cluster_spec).flags());
+            command
+        }),
         env: has_cpu_limit.then(|| vec![gomaxprocs()]),
         ports: Some(vec![
             container_port("client", CLIENT_PORT),

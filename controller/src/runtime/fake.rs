@@ -20,6 +20,8 @@ pub enum RuntimeCall {
     ChangeVersion(String, String),
     /// `renew_certificates(name)` under the rotation asked for.
     RenewCertificates(String, Option<String>),
+    /// `recover_quorum(survivor)`.
+    RecoverQuorum(String),
     /// `stop(name)`.
     Stop(String),
     /// `remove(name, keep_data)`.
@@ -39,6 +41,8 @@ pub enum RuntimeOp {
     ChangeVersion,
     /// [`Runtime::renew_certificates`].
     RenewCertificates,
+    /// [`Runtime::recover_quorum`].
+    RecoverQuorum,
     /// [`Runtime::stop`].
     Stop,
     /// [`Runtime::remove`].
@@ -207,6 +211,21 @@ impl Runtime for FakeRuntime {
             rotation: spec.certificate_rotation.clone(),
         });
         m.liveness = Liveness::Running;
+        Ok(())
+    }
+
+    async fn recover_quorum(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        survivor: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.call(
+            RuntimeCall::RecoverQuorum(survivor.to_owned()),
+            RuntimeOp::RecoverQuorum,
+        )?;
+        member(&mut state, survivor)?.liveness = Liveness::Running;
+        state.members.retain(|m| m.name == survivor);
         Ok(())
     }
 

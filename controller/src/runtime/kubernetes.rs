@@ -920,6 +920,19 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
+    /// Not built for Pods yet: the survivor's Pod would need a one-time `--force-new-cluster`.
+    async fn recover_quorum(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ClusterSpecView,
+        _survivor: &str,
+    ) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            operation: "quorum recovery",
+            runtime: "kubernetes",
+        })
+    }
+
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
         ignore_not_found(
             self.api::<Pod>(cluster)

@@ -351,8 +351,18 @@ impl LocalRuntime {
     }
 
     fn to_runtime_member(&self, dir: &Path, file: &MemberFile) -> RuntimeMember {
+        let stale = stale_version(dir, file);
         let liveness = if !file.started {
             Liveness::Reserved
+        } else if let Some((running, configured)) = stale {
+            // Recorded on a new version, but the operator stopped before the restart: what runs
+            // is not the member as configured, so it counts as stopped and is started again.
+            Liveness::Gone {
+                reason: format!(
+                    "its process still runs etcd {running} while it is configured for {configured}"
+                ),
+                restartable: true,
+            }
         } else if running_pid(dir).is_some() {
             Liveness::Running
         } else if !dir.join("data").exists() {
@@ -383,6 +393,7 @@ impl LocalRuntime {
         dir: &Path,
         file: &MemberFile,
         config: &MemberConfig,
+        once: &[&str],
     ) -> Result<(), RuntimeError> {
         let binary = self.binary(&config.version)?;
         let tls_flags =
@@ -409,6 +420,8 @@ impl LocalRuntime {
             ))
             .arg(format!("--initial-cluster-token={}", config.cluster_token))
             .args(&tls_flags)
+            .args(etcd_operator_api::defaults::effective_maintenance(&spec.cluster.spec).flags())
+            .args(once)
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -427,7 +440,7 @@ impl LocalRuntime {
         let mut child = cmd.spawn().map_err(io("start etcd", &file.name))?;
         let pid = child.id().unwrap_or_default();
         let start = proc_state(pid).map(|(_, start)| start).unwrap_or_default();
-        std::fs::write(dir.join("etcd.pid"), format!("{pid} {start}"))
+        std::fs::write(dir.join("etcd.pid"), format!("{pid} {start} {}", config.version))
             .map_err(io("write etcd.pid", &file.name))?;
         // Reap it when it exits while we run; after an operator restart it is re-adopted by pid.
         tokio::spawn(async move {
@@ -488,6 +501,16 @@ impl LocalRuntime {
         }
         tracing::info!(member = %name, pid, "stopped etcd member");
     }
+}
+
+/// (running, configured) versions when the member's process runs another etcd version than its
+/// configuration says (the pid file records the version each process was started on).
+fn stale_version(dir: &Path, file: &MemberFile) -> Option<(String, String)> {
+    running_pid(dir)?;
+    let text = std::fs::read_to_string(dir.join("etcd.pid")).ok()?;
+    let running = text.split_whitespace().nth(2)?.to_owned();
+    let configured = file.config.as_ref()?.version.clone();
+    (running != configured).then_some((running, configured))
 }
 
 /// The pid of the member's etcd if it runs. The pid file holds `<pid> <start time>`, so a pid
@@ -586,6 +609,9 @@ impl Runtime for LocalRuntime {
             });
         }
         let mut file = self.read_member(&dir, name)?;
+        if stale_version(&dir, &file).is_some() {
+            self.stop_process(&dir, name).await;
+        }
         if running_pid(&dir).is_some() {
             return Ok(());
         }
@@ -600,7 +626,7 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.spawn(cluster, spec, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -634,10 +660,12 @@ impl Runtime for LocalRuntime {
             file.config = Some(config.clone());
             self.write_member(&dir, &file)?;
             self.stop_process(&dir, name).await;
+        } else if stale_version(&dir, &file).is_some() {
+            self.stop_process(&dir, name).await;
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
-        self.spawn(cluster, spec, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -674,7 +702,49 @@ impl Runtime for LocalRuntime {
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name).await;
-        self.spawn(cluster, spec, &dir, &file, &config)?;
+        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
+        file.started = true;
+        self.write_member(&dir, &file)
+    }
+
+    async fn recover_quorum(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        survivor: &str,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.member_dir(cluster, survivor);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: survivor.to_string(),
+            });
+        }
+        let mut file = self.read_member(&dir, survivor)?;
+        let Some(config) = file.config.clone() else {
+            return Err(RuntimeError::State {
+                member: survivor.to_string(),
+                detail: "it was never started, so it has no data to recover from".into(),
+            });
+        };
+        if !dir.join("data").is_dir() {
+            return Err(RuntimeError::State {
+                member: survivor.to_string(),
+                detail: "its data directory is gone".into(),
+            });
+        }
+        // Every member stops; the others are removed with their data kept aside (under
+        // `.retained/`, for whoever wants to look at it), the survivor starts once with
+        // --force-new-cluster: a one-member cluster on its data.
+        for member in self.members(cluster).await? {
+            self.stop_process(&self.member_dir(cluster, &member.name), &member.name)
+                .await;
+        }
+        for member in self.members(cluster).await? {
+            if member.name != survivor {
+                Runtime::remove(self, cluster, &member.name, true).await?;
+            }
+        }
+        self.spawn(cluster, spec, &dir, &file, &config, &["--force-new-cluster"])?;
         file.started = true;
         self.write_member(&dir, &file)
     }
@@ -937,6 +1007,38 @@ mod tests {
             std::fs::read_to_string(root.path().join("ns/c/c-ddddd/etcd.pid")).unwrap(),
             pid
         );
+
+        // An operator that died between recording a new version and restarting the member
+        // leaves the old process running: it counts as stopped, and a start restarts it on the
+        // recorded version.
+        let json = root.path().join("ns/c/c-ddddd/member.json");
+        let recorded = std::fs::read_to_string(&json).unwrap();
+        std::fs::write(
+            &json,
+            recorded.replace("\"version\": \"3.5.1\"", "\"version\": \"3.5.0\""),
+        )
+        .unwrap();
+        let seen = rt.members(&cluster()).await.unwrap().remove(0);
+        let Liveness::Gone {
+            reason,
+            restartable: true,
+        } = &seen.liveness
+        else {
+            panic!(
+                "expected a stale process to count as stopped: {:?}",
+                seen.liveness
+            )
+        };
+        assert!(reason.contains("still runs etcd 3.5.1"), "{reason}");
+        rt.start(&cluster(), &spec(), &m.name, seen.config.as_ref().unwrap())
+            .await
+            .unwrap();
+        wait_for_version(&m.client_url, "3.5.0").await;
+        assert_eq!(
+            rt.members(&cluster()).await.unwrap()[0].liveness,
+            Liveness::Running
+        );
+
         // Stop keeps data and config: restartable.
         Runtime::stop(&rt, &cluster(), &m.name).await.unwrap();
         assert!(matches!(

@@ -102,6 +102,14 @@ pub enum RuntimeError {
         /// `namespace/name` of its Secret.
         secret: String,
     },
+    /// The operation is not available in this runtime (yet).
+    #[error("{operation} is not available in the {runtime} runtime yet")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// `local` or `kubernetes`.
+        runtime: &'static str,
+    },
     /// Stored member state could not be read or written.
     #[error("member state of {member}: {detail}")]
     State {
@@ -162,6 +170,17 @@ pub trait Runtime: Send + Sync + 'static {
         cluster: &ClusterRef,
         spec: &ClusterSpecView,
         name: &str,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Rebuilds a cluster that lost quorum from `survivor`: stops every member, removes every
+    /// other member with its data, and starts the survivor once with `--force-new-cluster` (a
+    /// one-member cluster with its data; the controller adds members back as for a scale-up).
+    /// Idempotent: called again it ends in the same state.
+    fn recover_quorum(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        survivor: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
     /// Stops the member and keeps its data and configuration (it is `Gone`, restartable).

@@ -1,5 +1,7 @@
-//! The backing etcd of local mode: one etcd process on free loopback ports, its data, log, ports
-//! and pid under `DIR/etcd/`, owned by a guard that stops it (SIGTERM, then SIGKILL).
+//! The backing etcd of local mode: one etcd process on free loopback ports, its data, log, ports,
+//! pid and certificates under `DIR/etcd/`, owned by a guard that stops it (SIGTERM, then SIGKILL).
+//! It serves mutual TLS on its client and peer ports (certificates of its own CA, see
+//! [`super::etcd_pki`]) and plain HTTP on loopback only for `/metrics` and `/health`.
 //!
 //! Finding the binary, choosing ports and spotting a stale etcd of a crashed run are hand-written
 //! (a few lines each over `std` and `/proc`); no crate among the dependencies does them.
@@ -15,6 +17,10 @@ use etcd_client::{Client, ConnectOptions};
 use serde::{Deserialize, Serialize};
 
 use etcd_operator_apiserver::files;
+use etcd_operator_apiserver::pki::PkiError;
+use etcd_operator_controller::tls::member::ClientTls;
+
+use super::etcd_pki;
 
 /// Environment variable naming the etcd binary to use.
 pub const ETCD_BINARY_ENV: &str = "ETCD_OPERATOR_ETCD";
@@ -23,6 +29,8 @@ pub const TOOLS_DIR_ENV: &str = "ETCD_OPERATOR_TOOLS";
 /// The etcd release `make tools-etcd` installs and local mode prefers.
 pub const PREFERRED_ETCD_VERSION: &str = "3.5.1";
 
+/// The name of the one member (`--name`).
+const MEMBER_NAME: &str = "backing";
 /// How many bytes of the etcd log an error quotes.
 const LOG_TAIL_BYTES: u64 = 4000;
 /// How often a start is retried when a port chosen as free was taken meanwhile.
@@ -75,6 +83,16 @@ pub enum BackingEtcdError {
         status: String,
         log: PathBuf,
         log_tail: String,
+    },
+    /// The certificates could not be loaded, checked or issued.
+    #[error("set up the backing etcd's certificates: {0}")]
+    Pki(#[source] PkiError),
+    /// The member's peer URL (kept in etcd's data) could not be brought up to date.
+    #[error("update the backing etcd's peer URL to {peer_url}: {source}")]
+    UpdatePeerUrl {
+        peer_url: String,
+        #[source]
+        source: etcd_client::Error,
     },
     /// The process runs but did not answer in time.
     #[error("start etcd: no answer at {endpoint} within {timeout:?} ({last_error}); log {} ends with:\n{log_tail}", log.display())]
@@ -212,10 +230,14 @@ impl BackingEtcdOptions {
 /// The ports of the backing etcd, kept in `ports.json` so that a restart reuses them when free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdPorts {
-    /// Client port.
+    /// Client port (HTTPS, client certificate required).
     pub client: u16,
-    /// Peer port.
+    /// Peer port (HTTPS, peer certificate required).
     pub peer: u16,
+    /// Metrics port: plain HTTP on loopback for `/metrics` and `/health`. 0 in a `ports.json` of
+    /// a release that had none (a free one is chosen then).
+    #[serde(default)]
+    pub metrics: u16,
 }
 
 /// A running backing etcd. [`BackingEtcd::shutdown`] stops it; dropping the guard does too
@@ -226,6 +248,7 @@ pub struct BackingEtcd {
     pid: u32,
     ports: EtcdPorts,
     endpoint: String,
+    tls: ClientTls,
     dir: PathBuf,
     stop_timeout: Duration,
 }
@@ -301,8 +324,14 @@ impl BackingEtcd {
         ports: EtcdPorts,
     ) -> Result<Self, BackingEtcdError> {
         let dir = &options.dir;
-        let endpoint = format!("http://127.0.0.1:{}", ports.client);
-        let peer_url = format!("http://127.0.0.1:{}", ports.peer);
+        // Checked at every start: what expires within 30 days or no longer chains is issued again.
+        let pki = etcd_pki::ensure(&pki_dir(dir)).map_err(BackingEtcdError::Pki)?;
+        let endpoint = format!("https://127.0.0.1:{}", ports.client);
+        let peer_url = format!("https://127.0.0.1:{}", ports.peer);
+        let metrics_url = format!("http://127.0.0.1:{}", ports.metrics);
+        let (cert, key) = pki.pair_paths("server");
+        let (peer_cert, peer_key) = pki.pair_paths("peer");
+        let (ca, _) = pki.pair_paths("ca");
         let log_path = dir.join("etcd.log");
         let log = open_log(&log_path)?;
         let log_err = log.try_clone().map_err(|source| BackingEtcdError::Io {
@@ -311,13 +340,22 @@ impl BackingEtcd {
             source,
         })?;
         let mut cmd = tokio::process::Command::new(&options.binary);
-        cmd.arg("--name=backing")
+        cmd.arg(format!("--name={MEMBER_NAME}"))
             .arg(format!("--data-dir={}", data.display()))
             .arg(format!("--listen-client-urls={endpoint}"))
             .arg(format!("--advertise-client-urls={endpoint}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=backing={peer_url}"))
+            .arg(format!("--initial-cluster={MEMBER_NAME}={peer_url}"))
+            .arg(format!("--listen-metrics-urls={metrics_url}"))
+            .arg(format!("--cert-file={}", cert.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--trusted-ca-file={}", ca.display()))
+            .arg("--client-cert-auth=true")
+            .arg(format!("--peer-cert-file={}", peer_cert.display()))
+            .arg(format!("--peer-key-file={}", peer_key.display()))
+            .arg(format!("--peer-trusted-ca-file={}", ca.display()))
+            .arg("--peer-client-cert-auth=true")
             .arg("--initial-cluster-state=new")
             .arg("--initial-cluster-token=etcd-operator-local")
             .arg(format!("--quota-backend-bytes={}", options.quota_backend_bytes))
@@ -347,6 +385,7 @@ impl BackingEtcd {
             pid,
             ports,
             endpoint,
+            tls: pki.client_tls(),
             dir: dir.clone(),
             stop_timeout: options.stop_timeout,
         };
@@ -361,7 +400,37 @@ impl BackingEtcd {
         tracing::info!(pid, endpoint = %etcd.endpoint, binary = %options.binary.display(), "started backing etcd");
         etcd.wait_ready(options.ready_timeout, options.progress_interval)
             .await?;
+        etcd.update_peer_url(&peer_url).await?;
         Ok(etcd)
+    }
+
+    /// Makes the member's peer URL, which etcd keeps in its data, the one it listens on now: a
+    /// data directory of a release that served plain HTTP (or of a start on other ports) still
+    /// advertises the old one. A single member never dials its peer URL, so etcd serves either
+    /// way; this keeps the data truthful for etcdctl and a later second member.
+    async fn update_peer_url(&self, peer_url: &str) -> Result<(), BackingEtcdError> {
+        let err = |source| BackingEtcdError::UpdatePeerUrl {
+            peer_url: peer_url.to_owned(),
+            source,
+        };
+        let mut client = self.connect_with(probe_options(&self.tls)).await.map_err(err)?;
+        let members = client.member_list().await.map_err(err)?;
+        for member in members.members() {
+            if member.name() != MEMBER_NAME || member.peer_urls() == [peer_url] {
+                continue;
+            }
+            tracing::info!(
+                member = member.id(),
+                old = ?member.peer_urls(),
+                new = %peer_url,
+                "updating the backing etcd's peer URL kept in its data"
+            );
+            client
+                .member_update(member.id(), vec![peer_url.to_owned()])
+                .await
+                .map_err(err)?;
+        }
+        Ok(())
     }
 
     /// Starts etcd again on its data directory and on exactly `ports` (its clients know only
@@ -398,9 +467,7 @@ impl BackingEtcd {
         let deadline = start + timeout;
         let mut next_progress = start + progress;
         let mut last_error = String::from("no attempt yet");
-        let probe = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(Duration::from_secs(2));
+        let probe = probe_options(&self.tls);
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
@@ -444,9 +511,19 @@ impl BackingEtcd {
         })
     }
 
-    /// The client URL, e.g. `http://127.0.0.1:23790`.
+    /// The client URL, e.g. `https://127.0.0.1:23790`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The plain-HTTP URL of `/metrics` and `/health`, e.g. `http://127.0.0.1:23792`.
+    pub fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ports.metrics)
+    }
+
+    /// The storage's TLS identity toward this etcd (its CA and the client certificate).
+    pub fn client_tls(&self) -> &ClientTls {
+        &self.tls
     }
 
     /// The process id.
@@ -472,7 +549,11 @@ impl BackingEtcd {
     /// A client for the API server's storage: no per-request timeout (watches are long), HTTP/2
     /// keep-alive so a dead etcd is noticed.
     pub async fn connect(&self) -> Result<Client, etcd_client::Error> {
-        connect(&self.endpoint).await
+        connect(&self.endpoint, &self.tls).await
+    }
+
+    async fn connect_with(&self, options: ConnectOptions) -> Result<Client, etcd_client::Error> {
+        Client::connect([self.endpoint.as_str()], Some(options)).await
     }
 
     /// Stops etcd: SIGTERM, then SIGKILL after the stop timeout; returns when it has exited.
@@ -547,19 +628,33 @@ fn poll_exit(child: &mut tokio::process::Child, timeout: Duration) -> bool {
     }
 }
 
-/// A client for the API server's storage at `endpoint`: no per-request timeout (watches are
-/// long), HTTP/2 keep-alive so a dead etcd is noticed. Its channel reconnects by itself when
-/// etcd comes back on the same endpoint.
-pub async fn connect(endpoint: &str) -> Result<Client, etcd_client::Error> {
+/// A client for the API server's storage at `endpoint`, presenting `tls`: no per-request timeout
+/// (watches are long), HTTP/2 keep-alive so a dead etcd is noticed. Its channel reconnects by
+/// itself when etcd comes back on the same endpoint.
+pub async fn connect(endpoint: &str, tls: &ClientTls) -> Result<Client, etcd_client::Error> {
     let options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
         .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        .with_tls(tls.options());
     Client::connect([endpoint], Some(options)).await
+}
+
+/// Options of the short-lived clients that check etcd answers (start-up wait, peer URL).
+fn probe_options(tls: &ClientTls) -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(2))
+        .with_tls(tls.options())
 }
 
 fn data_dir(dir: &Path) -> PathBuf {
     dir.join("data")
+}
+
+/// `DIR/etcd/pki`: the backing etcd's certificates.
+pub fn pki_dir(dir: &Path) -> PathBuf {
+    dir.join("pki")
 }
 
 fn bootstrap_dir(dir: &Path) -> PathBuf {
@@ -621,38 +716,76 @@ fn log_tail(path: &Path) -> String {
     }
 }
 
-/// The ports from `ports.json` when both are free now (and `fresh` is false), else new free ones,
-/// stored for the next start.
+/// The ports from `ports.json` when they are free now (and `fresh` is false; a missing metrics
+/// port, from a release that had none, is chosen anew), else new free ones, stored for the next
+/// start.
 fn choose_ports(dir: &Path, fresh: bool) -> Result<EtcdPorts, BackingEtcdError> {
     let path = dir.join("ports.json");
     let stored = files::read_optional(&path)
         .ok()
         .flatten()
         .and_then(|text| serde_json::from_str::<EtcdPorts>(&text).ok());
-    if let Some(ports) = stored
-        && !fresh
-        && ports.client != ports.peer
-        && port_free(ports.client)
-        && port_free(ports.peer)
-    {
-        return Ok(ports);
-    }
-    // Hold both listeners until both ports are chosen, so they differ.
-    let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackingEtcdError::Ports)?;
-    let b = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackingEtcdError::Ports)?;
-    let ports = EtcdPorts {
-        client: a.local_addr().map_err(BackingEtcdError::Ports)?.port(),
-        peer: b.local_addr().map_err(BackingEtcdError::Ports)?.port(),
+    let ports = match stored {
+        Some(ports)
+            if !fresh
+                && ports.client != ports.peer
+                && port_free(ports.client)
+                && port_free(ports.peer)
+                && (ports.metrics == 0
+                    || (port_free(ports.metrics)
+                        && ports.metrics != ports.client
+                        && ports.metrics != ports.peer)) =>
+        {
+            if ports.metrics != 0 {
+                return Ok(ports);
+            }
+            let metrics = free_ports::<1>(&[ports.client, ports.peer])?[0];
+            tracing::info!(metrics, "the stored etcd ports have no metrics port; adding one");
+            EtcdPorts { metrics, ..ports }
+        }
+        _ => {
+            let [client, peer, metrics] = free_ports::<3>(&[])?;
+            let ports = EtcdPorts {
+                client,
+                peer,
+                metrics,
+            };
+            if stored.is_some() {
+                tracing::info!(?stored, new = ?ports, "stored etcd ports are taken; using new ones");
+            }
+            ports
+        }
     };
-    if stored.is_some() {
-        tracing::info!(?stored, new = ?ports, "stored etcd ports are taken; using new ones");
-    }
     let json = serde_json::to_vec(&ports).unwrap_or_default();
     files::write_atomic(&path, &json, files::PUBLIC).map_err(|source| BackingEtcdError::Io {
         action: "write",
         path,
         source,
     })?;
+    Ok(ports)
+}
+
+/// `N` distinct free loopback ports, none of them in `besides`. The listeners are held until all
+/// are chosen, so they differ.
+fn free_ports<const N: usize>(besides: &[u16]) -> Result<[u16; N], BackingEtcdError> {
+    let mut held = Vec::with_capacity(N);
+    let mut ports = [0u16; N];
+    let mut found = 0;
+    while found < N {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackingEtcdError::Ports)?;
+        let port = listener.local_addr().map_err(BackingEtcdError::Ports)?.port();
+        held.push(listener);
+        if besides.contains(&port) {
+            if held.len() > N + 16 {
+                return Err(BackingEtcdError::Ports(std::io::Error::other(
+                    "the system keeps handing out ports already in use",
+                )));
+            }
+            continue;
+        }
+        ports[found] = port;
+        found += 1;
+    }
     Ok(ports)
 }
 
@@ -743,4 +876,65 @@ async fn wait_gone(pid: u32, timeout: Duration) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     !alive(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(dir: &Path) -> EtcdPorts {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("ports.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn ports_of_a_release_without_a_metrics_port_are_kept_and_one_is_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let [client, peer] = free_ports::<2>(&[]).unwrap();
+        std::fs::write(
+            dir.path().join("ports.json"),
+            format!(r#"{{"client":{client},"peer":{peer}}}"#),
+        )
+        .unwrap();
+        let ports = choose_ports(dir.path(), false).unwrap();
+        assert_eq!((ports.client, ports.peer), (client, peer));
+        assert!(ports.metrics != 0 && ports.metrics != client && ports.metrics != peer);
+        assert_eq!(stored(dir.path()), ports);
+        // Then reused as they are.
+        assert_eq!(choose_ports(dir.path(), false).unwrap(), ports);
+    }
+
+    #[test]
+    fn a_taken_or_clashing_metrics_port_gives_three_new_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let taken = squatter.local_addr().unwrap().port();
+        let [client, peer] = free_ports::<2>(&[taken]).unwrap();
+        for metrics in [taken, client] {
+            let old = EtcdPorts {
+                client,
+                peer,
+                metrics,
+            };
+            std::fs::write(dir.path().join("ports.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+            let ports = choose_ports(dir.path(), false).unwrap();
+            assert_ne!(ports, old, "metrics port {metrics}");
+            let all = [ports.client, ports.peer, ports.metrics];
+            assert!(all.iter().all(|p| *p != 0 && *p != taken), "{ports:?}");
+            assert!(
+                ports.client != ports.peer && ports.peer != ports.metrics && ports.client != ports.metrics
+            );
+            assert_eq!(stored(dir.path()), ports);
+        }
+        // `fresh` never reuses.
+        let before = stored(dir.path());
+        assert_ne!(choose_ports(dir.path(), true).unwrap(), before);
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_avoid_the_given_ones() {
+        let [a, b, c] = free_ports::<3>(&[]).unwrap();
+        assert!(a != b && b != c && a != c);
+        let [d] = free_ports::<1>(&[a, b, c]).unwrap();
+        assert!(![a, b, c].contains(&d));
+    }
 }

@@ -6,12 +6,15 @@
 //! DIR/pki/{ca,server,admin,controller}.{crt,key}   certificates (keys 0600), reused on restart
 //! DIR/etcd/{data/,etcd.log,ports.json,etcd.pid}    the backing etcd (supervised: restarted on
 //!                                                  the same data and ports when it exits)
+//! DIR/etcd/pki/{ca,server,peer,client}.{crt,key}   its own CA and certificates: mutual TLS on
+//!                                                  loopback (keys 0600), checked at every start
 //! DIR/kubeconfig                                   admin access for kubectl (0600)
 //! ```
 //!
 //! [`prepare`] sets all of it up and returns a [`LocalEnv`] with everything `main` needs to serve.
 
 pub mod backing_etcd;
+pub mod etcd_pki;
 pub mod supervise;
 
 use std::net::SocketAddr;

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use etcd_operator_controller::tls::member::ClientTls;
+
 use super::backing_etcd::{BackingEtcd, BackingEtcdError, BackingEtcdOptions, EtcdPorts};
 
 /// The first delay before a restart.
@@ -66,6 +68,8 @@ pub enum EtcdState {
 #[derive(Debug)]
 pub struct SupervisedEtcd {
     endpoint: String,
+    metrics_url: String,
+    tls: ClientTls,
     data_dir: std::path::PathBuf,
     state: watch::Receiver<EtcdState>,
     stop: CancellationToken,
@@ -76,12 +80,16 @@ impl SupervisedEtcd {
     /// Supervises `etcd`, started with `options`: from now on an exit restarts it.
     pub fn start(etcd: BackingEtcd, options: BackingEtcdOptions) -> Self {
         let endpoint = etcd.endpoint().to_owned();
+        let metrics_url = etcd.metrics_url();
+        let tls = etcd.client_tls().clone();
         let data_dir = etcd.data_dir();
         let (state_tx, state) = watch::channel(EtcdState::Running { pid: etcd.pid() });
         let stop = CancellationToken::new();
         let task = tokio::spawn(supervise(etcd, options, state_tx, stop.clone()));
         Self {
             endpoint,
+            metrics_url,
+            tls,
             data_dir,
             state,
             stop,
@@ -92,6 +100,16 @@ impl SupervisedEtcd {
     /// The client URL; the same across restarts.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The plain-HTTP URL of `/metrics` and `/health`; the same across restarts.
+    pub fn metrics_url(&self) -> &str {
+        &self.metrics_url
+    }
+
+    /// A client as the storage's: TLS with the client certificate of the backing etcd's CA.
+    pub async fn connect(&self) -> Result<etcd_client::Client, etcd_client::Error> {
+        super::backing_etcd::connect(&self.endpoint, &self.tls).await
     }
 
     /// The etcd data directory.

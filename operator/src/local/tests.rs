@@ -446,14 +446,14 @@ async fn a_restart_that_fails_is_retried_on_the_same_ports_until_it_succeeds() {
     assert_ne!(new_pid, pid);
     assert_eq!(
         supervised.endpoint(),
-        format!("http://127.0.0.1:{}", ports.client)
+        format!("https://127.0.0.1:{}", ports.client)
     );
     let log = std::fs::read_to_string(dir.path().join("etcd/etcd.log")).unwrap();
     assert!(
         log.contains("address already in use"),
         "no failed restart in the log"
     );
-    let mut client = super::backing_etcd::connect(supervised.endpoint()).await.unwrap();
+    let mut client = supervised.connect().await.unwrap();
     client.status().await.unwrap();
     supervised.shutdown().await.unwrap();
     assert!(!process_running(new_pid));
@@ -653,4 +653,424 @@ async fn an_unfinished_bootstrap_is_discarded_and_done_again() {
     let mut client = etcd.connect().await.unwrap();
     client.put("k", "v", None).await.unwrap();
     etcd.shutdown().await.unwrap();
+}
+
+// ---- the backing etcd serves mutual TLS
+
+/// A probe client's options: short timeouts, and `tls` when given.
+fn probe(tls: Option<etcd_client::TlsOptions>) -> etcd_client::ConnectOptions {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(3));
+    match tls {
+        Some(tls) => options.with_tls(tls),
+        None => options,
+    }
+}
+
+/// Asserts that a client at `endpoint` with `options` gets no answer to a status request.
+async fn assert_refused(endpoint: &str, options: etcd_client::ConnectOptions, what: &str) {
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        match etcd_client::Client::connect([endpoint], Some(options)).await {
+            Ok(mut client) => client.status().await.map(|_| ()),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    match answered {
+        Ok(Ok(())) => panic!("{what}: etcd at {endpoint} answered"),
+        Ok(Err(e)) => eprintln!("{what}: refused as expected: {e}"),
+        Err(_) => eprintln!("{what}: no answer within 10 s, as expected"),
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback: the status code (0 when none came) and the whole answer.
+async fn plain_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut bytes)).await;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+#[tokio::test]
+async fn the_backing_etcd_refuses_plain_http_and_foreign_clients_and_serves_metrics_in_plain_http() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    let ports = etcd.ports();
+    assert_eq!(etcd.endpoint(), format!("https://127.0.0.1:{}", ports.client));
+    assert!(ports.metrics != 0 && ports.metrics != ports.client && ports.metrics != ports.peer);
+
+    // The storage's identity works.
+    let mut client = etcd.connect().await.unwrap();
+    client.put("/registry/tls", "yes", None).await.unwrap();
+    let members = client.member_list().await.unwrap();
+    assert_eq!(
+        members.members()[0].peer_urls(),
+        [format!("https://127.0.0.1:{}", ports.peer)]
+    );
+
+    // Plain HTTP on the client port.
+    assert_refused(
+        &format!("http://127.0.0.1:{}", ports.client),
+        probe(None),
+        "plain gRPC",
+    )
+    .await;
+    let (code, text) = plain_get(ports.client, "/version").await;
+    assert_ne!(code, 200, "plain HTTP /version on the client port: {text}");
+    // Plain HTTP on the peer port.
+    let (code, text) = plain_get(ports.peer, "/members").await;
+    assert_ne!(code, 200, "plain HTTP /members on the peer port: {text}");
+    // TLS trusting etcd's CA but presenting no certificate.
+    let ca = etcd_client::Certificate::from_pem(etcd.client_tls().ca_pem.as_bytes());
+    assert_refused(
+        etcd.endpoint(),
+        probe(Some(etcd_client::TlsOptions::new().ca_certificate(ca))),
+        "TLS without a client certificate",
+    )
+    .await;
+    // TLS presenting a client certificate of another CA (same user name).
+    let other = CertificateAuthority::generate("another-ca", Duration::from_secs(365 * 24 * 3600)).unwrap();
+    let foreign = other
+        .issue(&LeafSpec::client(etcd_pki::CLIENT_USER, &[]))
+        .unwrap();
+    let foreign_tls = etcd_operator_controller::tls::member::ClientTls {
+        ca_pem: etcd.client_tls().ca_pem.clone(),
+        cert_pem: foreign.cert_pem,
+        key_pem: foreign.key_pem,
+    };
+    assert_refused(
+        etcd.endpoint(),
+        probe(Some(foreign_tls.options())),
+        "TLS with a client certificate of another CA",
+    )
+    .await;
+    // The peer certificate of another CA does not reach the peer port either: peer endpoints
+    // answer nothing to a plain client, which is enough here (a single member has no peers).
+
+    // /metrics and /health in plain HTTP on the metrics port, loopback only.
+    let (code, text) = plain_get(ports.metrics, "/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("etcd_server_has_leader 1"), "{text}");
+    let (code, text) = plain_get(ports.metrics, "/health").await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains(r#""health":"true""#), "{text}");
+    assert_eq!(etcd.metrics_url(), format!("http://127.0.0.1:{}", ports.metrics));
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("etcd/ports.json")).unwrap()).unwrap();
+    assert_eq!(stored["metrics"], ports.metrics);
+
+    // The files: keys 0600 in a 0700 directory.
+    let pki_dir = dir.path().join("etcd/pki");
+    assert_eq!(mode(&pki_dir), 0o700);
+    for base in ["ca", "server", "peer", "client"] {
+        assert_eq!(mode(&pki_dir.join(format!("{base}.key"))), 0o600, "{base}.key");
+        assert_eq!(mode(&pki_dir.join(format!("{base}.crt"))), 0o644, "{base}.crt");
+    }
+    drop(client);
+    etcd.shutdown().await.unwrap();
+}
+
+#[test]
+fn the_backing_etcd_certificates_verify_for_loopback_and_their_usage() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = etcd_pki::ensure(dir.path()).unwrap();
+    let again = etcd_pki::ensure(dir.path()).unwrap();
+    assert_eq!(
+        (&pki.ca, &pki.server, &pki.peer, &pki.client),
+        (&again.ca, &again.server, &again.peer, &again.client)
+    );
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let names = [
+        ServerName::try_from("localhost").unwrap(),
+        ServerName::from(ip("127.0.0.1")),
+    ];
+    let now = SystemTime::now();
+    ca.verify_server(&pki.server.cert_pem, &names, now).unwrap();
+    ca.verify_server(&pki.peer.cert_pem, &names, now).unwrap();
+    ca.verify_client(&pki.peer.cert_pem, now).unwrap();
+    ca.verify_client(&pki.client.cert_pem, now).unwrap();
+    assert!(
+        ca.verify_client(&pki.server.cert_pem, now).is_err(),
+        "serving only"
+    );
+    assert!(
+        ca.verify_server(&pki.client.cert_pem, &names, now).is_err(),
+        "client only"
+    );
+    assert!(
+        ca.verify_server(&pki.server.cert_pem, &[ServerName::from(ip("10.1.2.3"))], now)
+            .is_err(),
+        "loopback only"
+    );
+    // Not the API server's CA: a kubeconfig's certificate is nothing to this etcd.
+    let api = pki::ensure(&dir.path().join("api"), ip("127.0.0.1")).unwrap();
+    assert_ne!(api.ca, pki.ca);
+    assert!(ca.verify_client(&api.admin.cert_pem, now).is_err());
+}
+
+#[tokio::test]
+async fn expiring_foreign_or_mismatched_backing_etcd_certificates_are_issued_again_at_start() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    etcd.connect()
+        .await
+        .unwrap()
+        .put("kept", "1", None)
+        .await
+        .unwrap();
+    etcd.shutdown().await.unwrap();
+
+    let pki_dir = dir.path().join("etcd/pki");
+    let pki = etcd_pki::ensure(&pki_dir).unwrap();
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let write = |base: &str, pair: &PemPair| {
+        std::fs::write(pki_dir.join(format!("{base}.crt")), &pair.cert_pem).unwrap();
+        std::fs::write(pki_dir.join(format!("{base}.key")), &pair.key_pem).unwrap();
+    };
+    // Serving: of the CA, but expiring in 10 days.
+    let expiring = ca
+        .issue(&LeafSpec {
+            validity: Duration::from_secs(10 * 24 * 3600),
+            ..LeafSpec::server(etcd_pki::SERVER_NAME, &["localhost"], &[ip("127.0.0.1")])
+        })
+        .unwrap();
+    write("server", &expiring);
+    // Client: of another CA.
+    let other = CertificateAuthority::generate("another-ca", Duration::from_secs(365 * 24 * 3600)).unwrap();
+    let foreign = other
+        .issue(&LeafSpec::client(etcd_pki::CLIENT_USER, &[]))
+        .unwrap();
+    write("client", &foreign);
+    // Peer: its certificate with another key.
+    let stray = ca.issue(&LeafSpec::client("stray", &[])).unwrap();
+    std::fs::write(pki_dir.join("peer.key"), &stray.key_pem).unwrap();
+
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    let got = etcd.connect().await.unwrap().get("kept", None).await.unwrap();
+    assert_eq!(got.kvs()[0].value(), b"1");
+    let now = etcd_pki::ensure(&pki_dir).unwrap();
+    assert_eq!(now.ca, pki.ca, "the CA is kept");
+    assert_ne!(now.server.cert_pem, expiring.cert_pem);
+    let not_after = etcd_operator_controller::tls::ca::not_after(&now.server.cert_pem).unwrap();
+    assert!(not_after > SystemTime::now() + Duration::from_secs(300 * 24 * 3600));
+    assert_ne!(now.client.cert_pem, foreign.cert_pem);
+    ca.verify_client(&now.client.cert_pem, SystemTime::now()).unwrap();
+    assert_ne!(now.peer, pki.peer);
+    assert_ne!(now.peer.key_pem, stray.key_pem);
+    assert_eq!(mode(&pki_dir.join("server.key")), 0o600);
+    etcd.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_ca_of_the_backing_etcd_stops_the_start_and_is_not_replaced() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    BackingEtcd::start(etcd_options(dir.path()))
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let pki_dir = dir.path().join("etcd/pki");
+    let ca_cert = std::fs::read_to_string(pki_dir.join("ca.crt")).unwrap();
+    std::fs::remove_file(pki_dir.join("ca.key")).unwrap();
+    let err = BackingEtcd::start(etcd_options(dir.path())).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BackingEtcdError::Pki(PkiError::IncompleteCa { .. }))
+            && text.contains("backing etcd's certificates")
+            && text.contains("ca.key")
+            && text.contains("remove"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(pki_dir.join("ca.crt")).unwrap(), ca_cert);
+    assert!(!pki_dir.join("ca.key").exists());
+
+    // A CA certificate that is no certificate.
+    std::fs::write(pki_dir.join("ca.key"), "not a key").unwrap();
+    let err = BackingEtcd::start(etcd_options(dir.path())).await.unwrap_err();
+    assert!(
+        matches!(err, BackingEtcdError::Pki(PkiError::InvalidCa { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_by_the_supervisor_checks_the_certificates_again() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let options = etcd_options(dir.path());
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    let supervised = SupervisedEtcd::start(etcd, options);
+    let mut state = supervised.state();
+    let pid = supervised.pid().unwrap();
+    // The serving certificate now expires within 30 days.
+    let pki_dir = dir.path().join("etcd/pki");
+    let pki = etcd_pki::ensure(&pki_dir).unwrap();
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let expiring = ca
+        .issue(&LeafSpec {
+            validity: Duration::from_secs(5 * 24 * 3600),
+            ..LeafSpec::server(etcd_pki::SERVER_NAME, &["localhost"], &[ip("127.0.0.1")])
+        })
+        .unwrap();
+    std::fs::write(pki_dir.join("server.crt"), &expiring.cert_pem).unwrap();
+    std::fs::write(pki_dir.join("server.key"), &expiring.key_pem).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(
+        next_state(&mut state, Duration::from_secs(5)).await,
+        EtcdState::Down
+    );
+    let EtcdState::Running { pid: new_pid } = next_state(&mut state, Duration::from_secs(60)).await else {
+        panic!("not restarted");
+    };
+    assert_ne!(new_pid, pid);
+    let renewed = std::fs::read_to_string(pki_dir.join("server.crt")).unwrap();
+    assert_ne!(renewed, expiring.cert_pem, "the expiring certificate was kept");
+    ca.verify_server(&renewed, &[ServerName::from(ip("127.0.0.1"))], SystemTime::now())
+        .unwrap();
+    // The client certificate of the first start still opens it.
+    supervised.connect().await.unwrap().status().await.unwrap();
+    supervised.shutdown().await.unwrap();
+}
+
+/// Starts etcd as the releases before TLS did (plain HTTP on both planes, the same flags) in
+/// `DIR/etcd/data`, with their `ports.json`, and puts a key; returns the ports.
+async fn plain_state_dir_of_an_earlier_release(state: &Path) -> (u16, u16) {
+    let etcd_dir = state.join("etcd");
+    std::fs::create_dir_all(&etcd_dir).unwrap();
+    let etcd_dir = std::fs::canonicalize(&etcd_dir).unwrap();
+    let ports = etcd_operator_tests::ports::free_ports(2).unwrap();
+    let (client_port, peer_port) = (ports[0], ports[1]);
+    std::fs::write(
+        etcd_dir.join("ports.json"),
+        format!(r#"{{"client":{client_port},"peer":{peer_port}}}"#),
+    )
+    .unwrap();
+    let endpoint = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let mut cmd = std::process::Command::new(etcd_binary());
+    cmd.arg("--name=backing")
+        .arg(format!("--data-dir={}", etcd_dir.join("data").display()))
+        .arg(format!("--listen-client-urls={endpoint}"))
+        .arg(format!("--advertise-client-urls={endpoint}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster=backing={peer}"))
+        .arg("--initial-cluster-state=new")
+        .arg("--initial-cluster-token=etcd-operator-local");
+    let mut old =
+        etcd_operator_tests::TestProcess::spawn("plain etcd", cmd, &state.join("plain.log")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut client) = etcd_client::Client::connect([endpoint.as_str()], Some(probe(None))).await
+            && client
+                .put(
+                    "/registry/etcd.operator.dev/etcdclusters/default/old",
+                    "kept",
+                    None,
+                )
+                .await
+                .is_ok()
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", old.log_tail(2000));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while old.exited().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plain etcd did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (client_port, peer_port)
+}
+
+#[tokio::test]
+async fn a_plain_http_state_dir_of_an_earlier_release_is_upgraded_to_tls_with_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (client_port, peer_port) = plain_state_dir_of_an_earlier_release(&state).await;
+    let options = LocalOptions {
+        state_dir: state.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        etcd_binary: None,
+    };
+    let env = prepare_with_etcd_env(options.clone(), owner_env()).await.unwrap();
+    // The same ports, a metrics port added.
+    assert_eq!(
+        env.backing_etcd.endpoint(),
+        format!("https://127.0.0.1:{client_port}")
+    );
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("etcd/ports.json")).unwrap()).unwrap();
+    assert_eq!(stored["client"], client_port);
+    assert_eq!(stored["peer"], peer_port);
+    let metrics = u16::try_from(stored["metrics"].as_u64().unwrap()).unwrap();
+    assert!(metrics != 0 && metrics != client_port && metrics != peer_port);
+    // The data, through the storage's TLS client.
+    let mut client = env.etcd_client.clone();
+    let got = client
+        .get("/registry/etcd.operator.dev/etcdclusters/default/old", None)
+        .await
+        .unwrap();
+    assert_eq!(got.kvs()[0].value(), b"kept");
+    // The member's peer URL in the data is brought to https.
+    let members = client.member_list().await.unwrap();
+    assert_eq!(members.members().len(), 1);
+    assert_eq!(
+        members.members()[0].peer_urls(),
+        [format!("https://127.0.0.1:{peer_port}")]
+    );
+    assert_eq!(
+        members.members()[0].client_urls(),
+        [format!("https://127.0.0.1:{client_port}")]
+    );
+    // Plain HTTP is refused now.
+    assert_refused(
+        &format!("http://127.0.0.1:{client_port}"),
+        probe(None),
+        "plain gRPC after the upgrade",
+    )
+    .await;
+    let log = std::fs::read_to_string(state.join("etcd/etcd.log")).unwrap_or_default();
+    drop(client);
+    env.backing_etcd.shutdown().await.unwrap();
+
+    // And it starts again as any TLS state dir (nothing left to update).
+    let env = prepare_with_etcd_env(options, owner_env()).await.unwrap();
+    let got = env
+        .etcd_client
+        .clone()
+        .get("/registry/etcd.operator.dev/etcdclusters/default/old", None)
+        .await
+        .unwrap();
+    assert_eq!(got.kvs()[0].value(), b"kept", "etcd log:\n{log}");
+    env.backing_etcd.shutdown().await.unwrap();
 }
