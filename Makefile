@@ -57,3 +57,4 @@ bench: tools
 	$(CARGO) bench -p etcd-operator-tests --bench controller
 	$(CARGO) bench -p etcd-operator-tests --bench upgrade
 	$(CARGO) bench -p etcd-operator-tests --bench backup
+	$(CARGO) bench -p etcd-operator-tests --bench snapshot_memory

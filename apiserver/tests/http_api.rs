@@ -64,6 +64,8 @@ struct Resp {
     status: StatusCode,
     headers: HeaderMap,
     body: bytes::Bytes,
+    /// Trailers sent after the body (a snapshot's SHA-256).
+    trailers: Option<HeaderMap>,
 }
 
 impl Resp {
@@ -353,15 +355,16 @@ impl Api {
 async fn send_to(app: &axum::Router, req: Request<Body>) -> Resp {
     let resp = app.clone().oneshot(req).await.unwrap();
     let (parts, body) = resp.into_parts();
-    let body = tokio::time::timeout(Duration::from_secs(30), body.collect())
+    let collected = tokio::time::timeout(Duration::from_secs(30), body.collect())
         .await
         .expect("the response body ends within 30 s")
-        .unwrap()
-        .to_bytes();
+        .unwrap();
+    let trailers = collected.trailers().cloned();
     Resp {
         status: parts.status,
         headers: parts.headers,
-        body,
+        body: collected.to_bytes(),
+        trailers,
     }
 }
 
@@ -2800,8 +2803,13 @@ async fn the_snapshot_subresource_streams_a_checked_snapshot_or_says_why_not() {
     use sha2::Digest;
     let (db, hash) = data.split_at(data.len() - 32);
     assert_eq!(sha2::Sha256::digest(db).as_slice(), hash);
+    // The checksum is known once the body streamed whole: a trailer, not a header.
+    assert_eq!(r.header("x-etcd-snapshot-sha256"), None);
     assert_eq!(
-        r.header("x-etcd-snapshot-sha256"),
+        r.trailers
+            .as_ref()
+            .and_then(|t| t.get("x-etcd-snapshot-sha256"))
+            .and_then(|v| v.to_str().ok()),
         Some(hex::encode(sha2::Sha256::digest(&data)).as_str())
     );
     // The snapshot holds the stored EtcdCluster (the backing etcd's own data).

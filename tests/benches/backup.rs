@@ -1,9 +1,10 @@
 //! Snapshot and restore throughput for a 100 MB keyspace (real etcd 3.5.1), the operator's code
 //! paths beside the same work done by hand with the etcd tools, in the same run:
 //!
-//! - snapshot: the backup controller's path — `MemberOps::snapshot` of `EtcdClient` (etcd's Snapshot
-//!   RPC streamed into memory, hashed, integrity-checked) and `Destination::put_snapshot` into a
-//!   directory (snapshot + `.sha256` sidecar) — beside `etcdctl snapshot save <file>`;
+//! - snapshot: the backup controller's path — `MemberOps::snapshot_stream` of `EtcdClient` (etcd's
+//!   Snapshot RPC, hashed and integrity-checked as it streams) into `Destination::put_snapshot_stream`
+//!   of a directory (temporary file, synced and renamed, + `.sha256` sidecar) — beside
+//!   `etcdctl snapshot save <file>`;
 //! - restore: `restore::prepare_data_dir` (fetch from the directory, verify the recorded SHA-256
 //!   and etcd's hash, `etcdutl snapshot restore`) beside `etcdutl snapshot restore` by hand.
 //!
@@ -120,11 +121,11 @@ async fn main() -> anyhow::Result<()> {
     for r in 0..runs {
         // Snapshot: the operator's path.
         let t = Instant::now();
-        let snap = EtcdClient::default().snapshot(etcd.endpoint()).await?;
+        let snap = EtcdClient::default().snapshot_stream(etcd.endpoint()).await?;
         let key = policy::scheduled_key("bench/c/", snap.taken, snap.revision + r as i64);
-        dest.put_snapshot(&key, snap.data.clone(), &snap.sha256).await?;
+        let snap = dest.put_snapshot_stream(&key, snap).await?;
         let took = t.elapsed();
-        size = snap.data.len();
+        size = usize::try_from(snap.size)?;
         op_snap.push(mbps(size, took));
         // Snapshot: by hand.
         let file = work.path().join(format!("hand-{r}.db"));

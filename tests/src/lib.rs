@@ -10,6 +10,7 @@ pub mod etcd;
 pub mod kube;
 pub mod kubectl;
 pub mod leftovers;
+pub mod memory;
 pub mod operator;
 pub mod ports;
 pub mod process;

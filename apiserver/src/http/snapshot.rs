@@ -3,14 +3,32 @@
 //! reports, checked against etcd's integrity hash and sent as `application/octet-stream` — the
 //! file `etcdutl snapshot status` and `etcdutl snapshot restore` read. Authorized as `get` on
 //! `etcdclusters/snapshot` like any subresource.
+//!
+//! The body streams: each chunk etcd sends is passed on as it arrives (memory is a chunk or two,
+//! whatever the database size) while etcd's integrity hash and the file's SHA-256 are computed.
+//! The status (200) and headers leave before the check can be made, so a snapshot that fails it at
+//! the end — or a member that fails midway — aborts the body instead of ending it: over HTTP/1.1
+//! the connection closes without the final empty chunk, over HTTP/2 the stream is reset. Either
+//! way the client sees a failed transfer, never a complete response (hyper's client: `UnexpectedEof`
+//! or `Reset(.., INTERNAL_ERROR)`; see the wire test below). A body that ends cleanly passed the check;
+//! its SHA-256 follows as the trailer `x-etcd-snapshot-sha256` (HTTP/2, or HTTP/1.1 clients that
+//! send `TE: trailers`).
 
-use axum::response::{IntoResponse, Response};
-use etcd_operator_controller::backup::snapshot::{self, SnapshotError};
-use http::{HeaderValue, StatusCode, header};
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use etcd_operator_controller::backup::snapshot::{self, SnapshotError, SnapshotStream};
+use futures::StreamExt;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http_body_util::StreamBody;
+use hyper::body::Frame;
 
 use super::error::ApiError;
 use crate::registry::kind::Kind;
 use crate::storage::{ReadConsistency, Storage};
+
+/// The trailer carrying the SHA-256 of a snapshot that streamed whole and passed its check.
+pub const SHA256_TRAILER: &str = "x-etcd-snapshot-sha256";
 
 /// The content type of a snapshot.
 pub const CONTENT_TYPE: &str = "application/octet-stream";
@@ -63,34 +81,165 @@ pub async fn serve(
             "EtcdCluster {namespace}/{name} reports no client endpoints: no healthy member to take a snapshot from"
         )));
     }
-    let snap = snapshot::take(members, &endpoints).await.map_err(|e| match e {
+    let stream = snapshot::open(members, &endpoints).await.map_err(|e| match e {
         SnapshotError::NoHealthyMember { .. } => ApiError::unavailable(format!(
             "EtcdCluster {namespace}/{name}: no healthy member to take a snapshot from"
         )),
         other => ApiError::unavailable(format!("EtcdCluster {namespace}/{name}: {other}")),
     })?;
-    tracing::info!(cluster = %format!("{namespace}/{name}"), size = snap.data.len(), revision = snap.revision, from = %snap.endpoint, "serving snapshot");
-    let mut response = (StatusCode::OK, snap.data).into_response();
+    let cluster = format!("{namespace}/{name}");
+    tracing::info!(%cluster, revision = stream.revision, from = %stream.endpoint, "streaming snapshot");
+    let filename = format!("{namespace}-{name}-{}.db", stream.revision);
+    let revision = stream.revision;
+    let mut response = Response::new(streaming_body(stream, cluster));
+    *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-    if let Ok(v) = HeaderValue::from_str(&format!(
-        "attachment; filename=\"{namespace}-{name}-{}.db\"",
-        snap.revision
-    )) {
+    headers.insert(header::TRAILER, HeaderValue::from_static(SHA256_TRAILER));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\"")) {
         headers.insert(header::CONTENT_DISPOSITION, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&snap.sha256) {
-        headers.insert("x-etcd-snapshot-sha256", v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&snap.revision.to_string()) {
+    if let Ok(v) = HeaderValue::from_str(&revision.to_string()) {
         headers.insert("x-etcd-snapshot-revision", v);
     }
     Ok(response)
 }
 
+/// The body of a snapshot response: its chunks as they arrive, then the SHA-256 trailer once the
+/// integrity check passed. A failed stream ends with an error frame, which makes hyper abort the
+/// response (see the module documentation).
+pub fn streaming_body(stream: SnapshotStream, cluster: String) -> Body {
+    let verified = stream.verified_handle();
+    let failed_for = cluster.clone();
+    let chunks = stream.map(move |chunk| {
+        chunk.map(Frame::data).inspect_err(|error| {
+            tracing::warn!(cluster = %failed_for, %error, "snapshot stream failed; aborting the response body");
+        })
+    });
+    let trailer = futures::stream::iter([()]).filter_map(move |()| {
+        let verified = verified.get().cloned();
+        let cluster = cluster.clone();
+        async move {
+            let verified = verified?;
+            tracing::info!(%cluster, size = verified.size, sha256 = %verified.sha256, "snapshot served");
+            let mut trailers = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&verified.sha256) {
+                trailers.insert(SHA256_TRAILER, v);
+            }
+            Some(Ok::<Frame<Bytes>, SnapshotError>(Frame::trailers(trailers)))
+        }
+    });
+    Body::new(StreamBody::new(chunks.chain(trailer)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use etcd_operator_controller::member_ops::fake::fake_snapshot_bytes;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn a_good_snapshot_streams_whole_with_its_checksum_trailer() {
+        let data = fake_snapshot_bytes();
+        let stream = SnapshotStream::from_bytes(1, "e", Bytes::from(data.clone()), 100);
+        let collected = streaming_body(stream, "ns/a".into()).collect().await.unwrap();
+        let trailers = collected.trailers().cloned().unwrap();
+        assert_eq!(
+            trailers.get(SHA256_TRAILER).unwrap(),
+            etcd_operator_controller::backup::policy::sha256_hex(&data).as_str()
+        );
+        assert_eq!(collected.to_bytes(), data);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_snapshot_ends_the_body_in_an_error_not_a_clean_end() {
+        let mut data = fake_snapshot_bytes();
+        data[7] ^= 1;
+        let stream = SnapshotStream::from_bytes(1, "e", Bytes::from(data.clone()), 100);
+        let mut body = streaming_body(stream, "ns/a".into());
+        let mut passed = 0;
+        let err = loop {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    assert!(frame.is_data(), "no trailer for a refused snapshot");
+                    passed += frame.into_data().map(|d| d.len()).unwrap_or_default();
+                }
+                Some(Err(e)) => break e,
+                None => panic!("the body ended cleanly"),
+            }
+        };
+        assert_eq!(passed, data.len());
+        assert!(err.to_string().contains("corrupt"), "{err}");
+    }
+
+    /// Serves one snapshot body (`corrupt` or not) on a loopback port, as the server would.
+    async fn serve_one(corrupt: bool) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route(
+            "/snapshot",
+            axum::routing::get(move || async move {
+                let mut data = fake_snapshot_bytes();
+                // Many chunks, so the headers and most of the body are out before the check.
+                data.resize(64 * 512, 7);
+                use sha2::Digest;
+                let hash = sha2::Sha256::digest(&data);
+                data.extend_from_slice(&hash);
+                if corrupt {
+                    data[100] ^= 1;
+                }
+                let stream = SnapshotStream::from_bytes(1, "e", Bytes::from(data), 512);
+                streaming_body(stream, "ns/a".into())
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    }
+
+    /// What a client reads over the wire: the status and the body's length, or the error that
+    /// ended the response (before its head or within its body).
+    async fn download(addr: std::net::SocketAddr, http2: bool) -> Result<(StatusCode, usize), String> {
+        let io = hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+        let req = http::Request::get(format!("http://{addr}/snapshot"))
+            .header(header::HOST, addr.to_string())
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        let sent = if http2 {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            send.send_request(req).await
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            send.send_request(req).await
+        };
+        let resp = sent.map_err(|e| format!("{e:?}"))?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map_err(|e| format!("{e:?}"))?;
+        Ok((status, body.to_bytes().len()))
+    }
+
+    #[tokio::test]
+    async fn over_the_wire_a_refused_snapshot_is_a_broken_response_in_http1_and_http2() {
+        for http2 in [false, true] {
+            let good = serve_one(false).await;
+            assert_eq!(
+                download(good, http2).await,
+                Ok((StatusCode::OK, 64 * 512 + 32)),
+                "http2: {http2}"
+            );
+            // The status may have left before the check (HTTP/1.1: it has); only the broken
+            // response tells, never a complete one.
+            let bad = serve_one(true).await;
+            let err = download(bad, http2)
+                .await
+                .expect_err("a refused snapshot never reads as a complete response");
+            println!("http2 {http2}: the client sees {err}");
+        }
+    }
 
     #[test]
     fn accept_headers() {

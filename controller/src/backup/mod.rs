@@ -8,6 +8,7 @@
 //! - [`scheduled`] is the controller over EtcdClusters with `spec.backup`;
 //! - [`oneshot`] is the controller over EtcdBackups.
 
+pub mod file;
 pub mod oneshot;
 pub mod policy;
 pub mod scheduled;
@@ -52,6 +53,9 @@ pub enum BackupError {
     /// The destination could not be opened or written.
     #[error(transparent)]
     Destination(#[from] store::DestinationError),
+    /// Streaming the snapshot into the destination failed.
+    #[error(transparent)]
+    Store(#[from] store::StoreSnapshotError),
     /// Writing status failed.
     #[error("patch status: {0}")]
     PatchStatus(#[source] kube::Error),
@@ -73,8 +77,10 @@ impl BackupError {
             Self::NoEndpoints | Self::Snapshot(snapshot::SnapshotError::NoHealthyMember { .. }) => {
                 "NoHealthyMember"
             }
-            Self::Snapshot(_) => "SnapshotFailed",
-            Self::Destination(_) => "DestinationUnavailable",
+            Self::Snapshot(_) | Self::Store(store::StoreSnapshotError::Snapshot(_)) => "SnapshotFailed",
+            Self::Destination(_) | Self::Store(store::StoreSnapshotError::Destination(_)) => {
+                "DestinationUnavailable"
+            }
             Self::PatchStatus(_) | Self::Read { .. } => "APIError",
         }
     }
@@ -201,19 +207,22 @@ pub async fn take_and_store(
     }
     // Open the destination first: an unreachable bucket costs no snapshot.
     let dest = store::open(destination, namespace, &ctx.credentials).await?;
-    let snap = snapshot::take(&ctx.members, endpoints).await?;
+    let stream = snapshot::open(&ctx.members, endpoints).await?;
+    let (taken, revision, from) = (stream.taken, stream.revision, stream.endpoint.clone());
     let dir = policy::cluster_dir(dest.prefix.as_deref(), namespace, cluster);
-    let key = key_for(&dir, snap.taken, snap.revision);
-    let size = i64::try_from(snap.data.len()).unwrap_or(i64::MAX);
-    dest.put_snapshot(&key, snap.data.clone(), &snap.sha256).await?;
-    tracing::info!(%namespace, %cluster, location = %dest.location(&key), size, revision = snap.revision, from = %snap.endpoint, "snapshot stored");
+    let key = key_for(&dir, taken, revision);
+    let location = dest.location(&key);
+    tracing::info!(%namespace, %cluster, %location, revision, %from, "streaming snapshot to the destination");
+    let verified = dest.put_snapshot_stream(&key, stream).await?;
+    let size = i64::try_from(verified.size).unwrap_or(i64::MAX);
+    tracing::info!(%namespace, %cluster, %location, size, revision, %from, "snapshot stored");
     Ok(BackupRecord {
-        taken: snap.taken,
-        revision: snap.revision,
+        taken,
+        revision,
         size,
-        location: dest.location(&key),
+        location,
         key,
-        sha256: snap.sha256,
+        sha256: verified.sha256,
     })
 }
 

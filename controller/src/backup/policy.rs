@@ -196,17 +196,25 @@ impl SnapshotDigest {
 
     /// Checks the stream as a whole; on success, the SHA-256 of every byte seen (lowercase hex).
     pub fn finish(self) -> Result<String, SnapshotCheckError> {
+        let (sha256, check) = self.finish_both();
+        check.map(|()| sha256)
+    }
+
+    /// The SHA-256 of every byte seen (lowercase hex), whatever the integrity check says, and
+    /// the check's verdict: for callers that compare the checksum first.
+    pub fn finish_both(self) -> (String, Result<(), SnapshotCheckError>) {
         let size = usize::try_from(self.size).unwrap_or(usize::MAX);
-        if size < 512 + SNAPSHOT_HASH_LEN {
-            return Err(SnapshotCheckError::TooSmall { size });
-        }
-        if size % 512 != SNAPSHOT_HASH_LEN {
-            return Err(SnapshotCheckError::NoHash { size });
-        }
-        if self.database.finalize().as_slice() != self.tail.as_slice() {
-            return Err(SnapshotCheckError::HashMismatch);
-        }
-        Ok(hex::encode(self.whole.finalize()))
+        let whole = hex::encode(self.whole.finalize());
+        let check = if size < 512 + SNAPSHOT_HASH_LEN {
+            Err(SnapshotCheckError::TooSmall { size })
+        } else if size % 512 != SNAPSHOT_HASH_LEN {
+            Err(SnapshotCheckError::NoHash { size })
+        } else if self.database.finalize().as_slice() != self.tail.as_slice() {
+            Err(SnapshotCheckError::HashMismatch)
+        } else {
+            Ok(())
+        };
+        (whole, check)
     }
 }
 

@@ -1,9 +1,9 @@
 //! Choosing where a snapshot comes from: a healthy member, a follower when there is one (so the
 //! leader keeps its bandwidth), trying the next when one fails. The streaming and the integrity
-//! check are [`MemberOps::snapshot`]'s.
+//! check are [`MemberOps::snapshot_stream`]'s.
 
 use crate::member_ops::MemberOps;
-pub use crate::member_ops::{Snapshot, SnapshotError};
+pub use crate::member_ops::{SnapshotError, SnapshotStream, Verified};
 use crate::model::is_healthy;
 
 /// The members to try, best first: healthy followers, then the healthy leader. Uses the member
@@ -22,16 +22,17 @@ pub async fn candidates(ops: &impl MemberOps, endpoints: &[String]) -> Vec<Strin
     healthy.into_iter().map(|(_, url)| url).collect()
 }
 
-/// Takes a snapshot from the best healthy member among those `endpoints` lead to, trying the
-/// next one when a member fails.
-pub async fn take(ops: &impl MemberOps, endpoints: &[String]) -> Result<Snapshot, SnapshotError> {
+/// Opens a snapshot stream at the best healthy member among those `endpoints` lead to, trying
+/// the next one when a member fails to start streaming. A failure once chunks flow is the
+/// consumer's to see (the stream yields it): what was already passed on cannot be taken back.
+pub async fn open(ops: &impl MemberOps, endpoints: &[String]) -> Result<SnapshotStream, SnapshotError> {
     let candidates = candidates(ops, endpoints).await;
     let mut last = SnapshotError::NoHealthyMember {
         asked: endpoints.to_vec(),
     };
     for endpoint in candidates {
-        match ops.snapshot(&endpoint).await {
-            Ok(snapshot) => return Ok(snapshot),
+        match ops.snapshot_stream(&endpoint).await {
+            Ok(stream) => return Ok(stream),
             Err(e) => {
                 tracing::warn!(%endpoint, error = %e, "snapshot failed; trying another member");
                 last = e;
@@ -68,7 +69,7 @@ mod tests {
             endpoint: "http://b:2379".into(),
             after: std::time::Duration::from_secs(600),
         });
-        let snap = take(&ops, &["http://a:2379".into()]).await.unwrap();
+        let snap = open(&ops, &["http://a:2379".into()]).await.unwrap();
         assert_eq!(snap.endpoint, "http://c:2379");
         let asked: Vec<Call> = ops.actions();
         assert_eq!(
@@ -87,7 +88,7 @@ mod tests {
     #[tokio::test]
     async fn no_healthy_member_and_every_member_failing_are_errors() {
         let ops = FakeMemberOps::new(None);
-        let err = take(&ops, &["http://a:2379".into()]).await.unwrap_err();
+        let err = open(&ops, &["http://a:2379".into()]).await.unwrap_err();
         assert!(matches!(err, SnapshotError::NoHealthyMember { .. }), "{err}");
 
         let mut sick = three();
@@ -95,7 +96,7 @@ mod tests {
             m.status = None;
         }
         let ops = FakeMemberOps::new(Some(sick));
-        let err = take(&ops, &["http://a:2379".into()]).await.unwrap_err();
+        let err = open(&ops, &["http://a:2379".into()]).await.unwrap_err();
         assert!(matches!(err, SnapshotError::NoHealthyMember { .. }), "{err}");
 
         let ops = FakeMemberOps::new(Some(three()));
@@ -105,7 +106,7 @@ mod tests {
                 source: MemberOpError::NoEndpoint { op: "snapshot" },
             });
         }
-        let err = take(&ops, &["http://a:2379".into()]).await.unwrap_err();
+        let err = open(&ops, &["http://a:2379".into()]).await.unwrap_err();
         assert!(
             matches!(&err, SnapshotError::Etcd { endpoint, .. } if endpoint == "http://a:2379"),
             "the leader is tried last: {err}"

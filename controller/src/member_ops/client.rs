@@ -12,8 +12,9 @@ use etcd_client::{
     MemberAddOptions,
 };
 
-use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError};
-use crate::backup::policy::SnapshotDigest;
+use futures::StreamExt;
+
+use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError, SnapshotStream};
 use crate::model::{AlarmKind, EtcdMember, EtcdView, MemberAlarm, MemberHealth};
 use crate::tls::member::ClientTls;
 
@@ -306,68 +307,28 @@ impl EtcdClient {
         self.keep_or_forget(&endpoints, result).map_err(etcd)
     }
 
-    /// Streams the snapshot at `endpoint` into `sink`, checking it on the way; returns its
-    /// revision, size and SHA-256. The one snapshot loop: memory and file differ only in the sink.
-    async fn stream_snapshot(
-        &self,
-        endpoint: &str,
-        sink: &mut impl SnapshotSink,
-    ) -> Result<(i64, u64, String), SnapshotError> {
-        let work = async {
-            let (revision, mut stream) = self.open_snapshot(endpoint).await?;
-            let mut digest = SnapshotDigest::default();
-            while let Some(chunk) = stream.message().await.map_err(|source| SnapshotError::Etcd {
-                endpoint: endpoint.to_owned(),
-                source: classify("snapshot", source),
-            })? {
-                digest.update(chunk.blob());
-                sink.write(chunk.blob()).await?;
+    /// Opens the checked chunk stream of a snapshot at `endpoint`.
+    async fn stream_snapshot(&self, endpoint: &str) -> Result<SnapshotStream, SnapshotError> {
+        let taken = chrono::Utc::now();
+        let (revision, stream) = self.open_snapshot(endpoint).await?;
+        let owner = endpoint.to_owned();
+        let chunks = futures::stream::try_unfold(stream, move |mut stream| {
+            let endpoint = owner.clone();
+            async move {
+                let next = stream.message().await.map_err(|source| SnapshotError::Etcd {
+                    endpoint,
+                    source: classify("snapshot", source),
+                })?;
+                Ok(next.map(|chunk| (bytes::Bytes::copy_from_slice(chunk.blob()), stream)))
             }
-            let size = digest.size();
-            let sha256 = digest.finish().map_err(|source| SnapshotError::Corrupt {
-                endpoint: endpoint.to_owned(),
-                source,
-            })?;
-            Ok((revision, size, sha256))
-        };
-        match tokio::time::timeout(SNAPSHOT_TIMEOUT, work).await {
-            Ok(result) => result,
-            Err(_) => Err(SnapshotError::Timeout {
-                endpoint: endpoint.to_owned(),
-                after: SNAPSHOT_TIMEOUT,
-            }),
-        }
-    }
-}
-
-/// Where snapshot chunks go.
-trait SnapshotSink: Send {
-    fn write(&mut self, chunk: &[u8]) -> impl std::future::Future<Output = Result<(), SnapshotError>> + Send;
-}
-
-impl SnapshotSink for Vec<u8> {
-    async fn write(&mut self, chunk: &[u8]) -> Result<(), SnapshotError> {
-        self.extend_from_slice(chunk);
-        Ok(())
-    }
-}
-
-/// A file being written.
-struct FileSink {
-    path: std::path::PathBuf,
-    file: tokio::fs::File,
-}
-
-impl SnapshotSink for FileSink {
-    async fn write(&mut self, chunk: &[u8]) -> Result<(), SnapshotError> {
-        use tokio::io::AsyncWriteExt;
-        self.file
-            .write_all(chunk)
-            .await
-            .map_err(|source| SnapshotError::Write {
-                path: self.path.clone(),
-                source,
-            })
+        });
+        Ok(SnapshotStream::new(
+            revision,
+            endpoint,
+            taken,
+            chunks.boxed(),
+            SNAPSHOT_TIMEOUT,
+        ))
     }
 }
 
@@ -563,16 +524,20 @@ impl MemberOps for EtcdClient {
     }
 
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, SnapshotError> {
-        let taken = chrono::Utc::now();
-        let mut data = Vec::new();
-        let (revision, _, sha256) = self.stream_snapshot(endpoint, &mut data).await?;
+        let stream = self.stream_snapshot(endpoint).await?;
+        let (revision, taken) = (stream.revision, stream.taken);
+        let (data, verified) = stream.collect_bytes().await?;
         Ok(Snapshot {
-            data: bytes::Bytes::from(data),
-            sha256,
+            data,
+            sha256: verified.sha256,
             revision,
             endpoint: endpoint.to_owned(),
             taken,
         })
+    }
+
+    async fn snapshot_stream(&self, endpoint: &str) -> Result<SnapshotStream, SnapshotError> {
+        self.stream_snapshot(endpoint).await
     }
 
     async fn save_snapshot(
@@ -586,40 +551,17 @@ impl MemberOps for EtcdClient {
             move |source| SnapshotError::Write { path, source }
         };
         tokio::fs::create_dir_all(dir).await.map_err(write_error(dir))?;
-        // The revision is only known once the stream opens: write under a unique partial name.
-        let partial = dir.join(format!(".{prefix}-{}.db.partial", uuid_like()));
-        let file = tokio::fs::File::create(&partial)
-            .await
-            .map_err(write_error(&partial))?;
-        let mut sink = FileSink {
-            path: partial.clone(),
-            file,
-        };
-        let streamed = self.stream_snapshot(endpoint, &mut sink).await;
-        let synced = sink.file.sync_all().await.map_err(write_error(&partial));
-        let (revision, size, sha256) = match (streamed, synced) {
-            (Ok(done), Ok(())) => done,
-            (Err(e), _) | (Ok(_), Err(e)) => {
-                let _ = tokio::fs::remove_file(&partial).await;
-                return Err(e);
-            }
-        };
+        let stream = self.stream_snapshot(endpoint).await?;
+        let revision = stream.revision;
         let path = dir.join(format!("{prefix}-{revision}.db"));
-        tokio::fs::rename(&partial, &path)
-            .await
-            .map_err(write_error(&path))?;
+        let verified = crate::backup::file::write_snapshot(stream, &path).await?;
         Ok(SavedSnapshot {
             path,
             revision,
-            size,
-            sha256,
+            size: verified.size,
+            sha256: verified.sha256,
         })
     }
-}
-
-/// A random name part for partial files.
-fn uuid_like() -> String {
-    format!("{:016x}", rand::random::<u64>())
 }
 
 #[cfg(test)]

@@ -363,6 +363,21 @@ impl MemberOps for FakeMemberOps {
         })
     }
 
+    async fn snapshot_stream(&self, endpoint: &str) -> Result<super::SnapshotStream, SnapshotError> {
+        self.snapshot_result(
+            Call::Snapshot {
+                endpoint: endpoint.to_owned(),
+            },
+            endpoint,
+        )?;
+        Ok(super::SnapshotStream::from_bytes(
+            self.state().revision,
+            endpoint,
+            bytes::Bytes::from(fake_snapshot_bytes()),
+            100,
+        ))
+    }
+
     async fn save_snapshot(
         &self,
         endpoint: &str,

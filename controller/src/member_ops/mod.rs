@@ -6,12 +6,14 @@
 
 mod client;
 pub mod fake;
+pub mod stream;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use client::EtcdClient;
+pub use stream::{SnapshotStream, Verified};
 
 use crate::tls::member::ClientTls;
 
@@ -93,6 +95,15 @@ pub enum SnapshotError {
     /// Writing the file failed.
     #[error("snapshot: write {}: {source}", path.display())]
     Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading a snapshot file back failed.
+    #[error("snapshot: read {}: {source}", path.display())]
+    Read {
         /// The file.
         path: PathBuf,
         /// The cause.
@@ -197,8 +208,16 @@ pub trait MemberOps: Send + Sync + 'static {
         to: u64,
     ) -> impl Future<Output = Result<(), MemberOpError>> + Send;
 
-    /// Streams a snapshot from the member at `endpoint` into memory and checks it.
+    /// Streams a snapshot from the member at `endpoint` into memory and checks it (small
+    /// snapshots; everything else uses [`Self::snapshot_stream`]).
     fn snapshot(&self, endpoint: &str) -> impl Future<Output = Result<Snapshot, SnapshotError>> + Send;
+
+    /// Opens a snapshot stream at the member at `endpoint`: its chunks, checked while they pass
+    /// (see [`SnapshotStream`]), in bounded memory whatever the database size.
+    fn snapshot_stream(
+        &self,
+        endpoint: &str,
+    ) -> impl Future<Output = Result<SnapshotStream, SnapshotError>> + Send;
 
     /// Streams a snapshot from the member at `endpoint` into `dir/<prefix>-<revision>.db`,
     /// checked while it streams and written under a temporary name that is renamed once whole,

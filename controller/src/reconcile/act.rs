@@ -216,7 +216,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
         .ok_or(StepError::NoSnapshotSource)?;
     let name = format!("pre-upgrade-{from}-to-{to}");
     let mut kept = Vec::new();
-    let mut taken: Option<(bytes::Bytes, i64, String)> = None;
+    let mut taken: Option<crate::member_ops::SavedSnapshot> = None;
     if let Some(dir) = beside {
         let saved = ctx
             .members
@@ -224,41 +224,35 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
             .await
             .map_err(StepError::Snapshot)?;
         tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
-        if destination.is_some() {
-            let data = tokio::fs::read(&saved.path)
-                .await
-                .map_err(|source| StepError::ReadSnapshot {
-                    path: saved.path.clone(),
-                    source,
-                })?;
-            taken = Some((bytes::Bytes::from(data), saved.revision, saved.sha256.clone()));
-        }
         kept.push(saved.path.display().to_string());
+        taken = Some(saved);
     }
     if let Some(destination) = destination {
         // The same snapshot goes to the backup destination, among the one-shot backups (which
-        // retention never deletes). Both ways of taking it check it against etcd's hash.
-        let (data, revision, sha256) = match taken {
-            Some(t) => t,
-            None => {
-                let s = ctx
-                    .members
-                    .snapshot(endpoint)
-                    .await
-                    .map_err(StepError::Snapshot)?;
-                (s.data, s.revision, s.sha256)
-            }
+        // retention never deletes). Either way it streams, checked against etcd's hash.
+        let stream = match &taken {
+            Some(saved) => crate::backup::file::read_snapshot(saved)
+                .await
+                .map_err(StepError::Snapshot)?,
+            None => ctx
+                .members
+                .snapshot_stream(endpoint)
+                .await
+                .map_err(StepError::Snapshot)?,
         };
         let store = crate::backup::store::open(destination, &cluster.namespace, &ctx.backup_credentials)
             .await
             .map_err(StepError::SendSnapshot)?;
         let dir =
             crate::backup::policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
-        let key = crate::backup::policy::manual_key(&dir, &name, chrono::Utc::now(), revision);
+        let key = crate::backup::policy::manual_key(&dir, &name, chrono::Utc::now(), stream.revision);
         store
-            .put_snapshot(&key, data, &sha256)
+            .put_snapshot_stream(&key, stream)
             .await
-            .map_err(StepError::SendSnapshot)?;
+            .map_err(|e| match e {
+                crate::backup::store::StoreSnapshotError::Snapshot(e) => StepError::Snapshot(e),
+                crate::backup::store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
+            })?;
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
         kept.push(store.location(&key));
     }

@@ -23,9 +23,8 @@ use std::process::Stdio;
 use etcd_operator_api::backup::EtcdBackup;
 use etcd_operator_api::v1alpha2::{BackupDestination, RestoreSpec};
 use object_store::ObjectStoreExt;
-use sha2::{Digest, Sha256};
 
-use crate::backup::policy::{self, SnapshotCheckError};
+use crate::backup::policy::{self, SnapshotCheckError, SnapshotDigest};
 use crate::backup::store::{self, Credentials, DestinationError};
 
 /// Where a snapshot comes from, resolved. Serializable, so a member's start configuration can
@@ -259,6 +258,7 @@ mod tests {
     use super::*;
     use etcd_operator_api::backup::{BackupPhase, EtcdBackupSpec, EtcdBackupStatus};
     use etcd_operator_api::v1alpha2::{RestoreSource, S3Destination};
+    use sha2::{Digest, Sha256};
 
     fn snapshot_bytes() -> Vec<u8> {
         let db = vec![3u8; 2048];

@@ -48,7 +48,7 @@ pub enum PodFetch {
 /// init container in the operator's image on the member's volume): clears `staging`, then —
 /// unless `data_dir` already holds a member and `snapshot` exists — fetches the snapshot of
 /// `plan` with S3 keys from the environment, verifies it, and writes it to `snapshot`
-/// (through `<snapshot>.partial`, so a half-written file is never restored). A snapshot that
+/// (through a temporary file beside it, so a half-written file is never restored). A snapshot that
 /// fails its checks is refused and nothing is written.
 pub async fn fetch_for_pod(
     plan: &RestorePlan,
@@ -68,19 +68,8 @@ pub async fn fetch_for_pod(
     if has_member_data(data_dir) && snapshot.is_file() {
         return Ok(PodFetch::Kept);
     }
-    let fetched = fetch(plan, "", &Credentials::Environment { file: None }).await?;
-    if let Some(parent) = snapshot.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(io("create", parent))?;
-    }
-    let partial = snapshot.with_extension("partial");
-    tokio::fs::write(&partial, &fetched.data)
-        .await
-        .map_err(io("write", &partial))?;
-    tokio::fs::rename(&partial, snapshot)
-        .await
-        .map_err(io("move into place", snapshot))?;
+    // Streamed and verified into a temporary file beside `snapshot`, renamed once whole.
+    let fetched = fetch(plan, "", &Credentials::Environment { file: None }, snapshot).await?;
     Ok(PodFetch::Fetched {
         location: fetched.location,
         sha256: fetched.sha256,

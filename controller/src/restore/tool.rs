@@ -158,20 +158,8 @@ pub async fn prepare_data_dir(
     if has_member_data(data_dir) {
         return Ok(());
     }
-    let fetched = fetch(plan, namespace, credentials).await?;
     let file = data_dir.with_extension("snapshot.db");
-    let io = |op: &'static str| {
-        let path = file.clone();
-        move |source| RestoreError::Io { op, path, source }
-    };
-    if let Some(parent) = file.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(io("create directory of"))?;
-    }
-    tokio::fs::write(&file, &fetched.data)
-        .await
-        .map_err(io("write"))?;
+    let fetched = fetch(plan, namespace, credentials, &file).await?;
     let result = restore_into(tool, &file, member, data_dir).await;
     let _ = tokio::fs::remove_file(&file).await;
     tracing::info!(member = %member.name, from = %fetched.location, sha256 = %fetched.sha256, ok = result.is_ok(), "restored member data from snapshot");
