@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod discovery;
 pub mod error;
+pub mod managed;
 pub mod negotiate;
 pub mod openapi;
 pub mod overload;
