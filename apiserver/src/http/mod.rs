@@ -188,10 +188,10 @@ async fn version() -> Response {
 
 async fn apis(headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    if !discovery::wants_aggregated(accept) {
+    let Some(version) = discovery::aggregated_version(accept) else {
         return json_response(&discovery::api_group_list());
-    }
-    let body = discovery::aggregated().to_string();
+    };
+    let body = discovery::aggregated_in(version).to_string();
     let etag = discovery::etag(body.as_bytes());
     let mut response =
         if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
@@ -202,7 +202,7 @@ async fn apis(headers: HeaderMap) -> Response {
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(discovery::AGGREGATED_V2),
+        HeaderValue::from_static(version.content_type()),
     );
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
