@@ -3310,6 +3310,32 @@ async fn strategic_merge_patch_is_served_with_list_semantics(backing: Backing) {
         .await;
 }
 
+async fn namespaces_must_be_dns_labels(backing: Backing) {
+    let api = Api::start(backing).await;
+    let before = api.stored().await;
+    let long = "n".repeat(64);
+    for ns in ["Bad_NS", "-x", long.as_str()] {
+        let r = api.post(&coll(ns), &cluster("a")).await;
+        let s = assert_status(&r, 422, "Invalid", "metadata.namespace: Invalid value");
+        assert_eq!(cause_fields(&s), ["metadata.namespace"], "{ns}");
+        let r = api
+            .patch(
+                &format!("{}?fieldManager=m", obj(ns, "a")),
+                APPLY,
+                &applied(json!({"replicas": 3, "version": "3.5.21"})).to_string(),
+            )
+            .await;
+        assert_status(&r, 422, "Invalid", "metadata.namespace");
+        let r = api.post(&backups(ns), &backup("b", "a")).await;
+        assert_status(&r, 422, "Invalid", "metadata.namespace");
+    }
+    api.assert_unchanged(&before, "objects in invalid namespaces")
+        .await;
+    assert!(api.stored_backups().await.is_empty());
+    // Any DNS-1123 label is a namespace in local mode: no Namespace object is needed.
+    api.create_in("never-created-before", &cluster("a")).await;
+}
+
 async fn aggregated_discovery_is_served_in_v2_and_v2beta1(backing: Backing) {
     let api = Api::start(backing).await;
     let beta = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
@@ -3395,4 +3421,5 @@ both_backings!(
     every_write_records_managed_fields,
     strategic_merge_patch_is_served_with_list_semantics,
     aggregated_discovery_is_served_in_v2_and_v2beta1,
+    namespaces_must_be_dns_labels,
 );

@@ -598,7 +598,11 @@ async fn kube_rs_patch_apply_creates_and_conflicts() {
         other => panic!("expected a conflict, got {other:?}"),
     }
     let forced = api
-        .patch("rs", &PatchParams::apply("rust-b").force(), &Patch::Apply(body(5)))
+        .patch(
+            "rs",
+            &PatchParams::apply("rust-b").force(),
+            &Patch::Apply(body(5)),
+        )
         .await
         .unwrap();
     assert_eq!(forced.data["spec"]["replicas"], 5);
