@@ -221,6 +221,7 @@ impl Api {
             authorizer: Arc::new(AllowAuthenticated),
             openapi: Arc::new(Documents::generate().unwrap()),
             members: Default::default(),
+            namespaces: None,
         });
         (app, storage)
     }

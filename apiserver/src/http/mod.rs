@@ -83,6 +83,9 @@ pub struct AppState {
     pub openapi: Arc<openapi::Documents>,
     /// How `/snapshot` reaches the members of an EtcdCluster (the controller's connections).
     pub members: etcd_operator_controller::member_ops::EtcdClient,
+    /// Serve mode: creates are refused in missing or terminating namespaces, read from
+    /// kube-apiserver. `None` in local mode (any DNS-1123 label is a namespace).
+    pub namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
 }
 
 impl std::fmt::Debug for AppState {

@@ -37,6 +37,8 @@ struct Target {
     output: Output,
     /// The User-Agent's product: the field manager when the request names none.
     agent_manager: String,
+    /// Serve mode's namespace lifecycle check on creates.
+    namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -92,6 +94,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         subresource: info.subresource.clone(),
         query,
         output: negotiate(accept)?,
+        namespaces: state.namespaces.clone(),
         agent_manager: managed::manager_from_user_agent(
             parts
                 .headers
@@ -211,6 +214,15 @@ impl Target {
     /// A stored object in the requested version.
     fn in_version(&self, stored: Value) -> Result<Value, ApiError> {
         self.kind.in_version(stored, &self.version)
+    }
+
+    /// Serve mode: refuses a create in a missing (404) or terminating (403) namespace, as
+    /// kube-apiserver's NamespaceLifecycle admission, before validation as admission runs.
+    async fn admit_namespace(&self, name: &str, namespace: &str) -> Result<(), ApiError> {
+        match &self.namespaces {
+            Some(lifecycle) => lifecycle.admit_create(self.resource(), name, namespace).await,
+            None => Ok(()),
+        }
     }
 
     /// Who writes, for `metadata.managedFields`: `fieldManager`, else the User-Agent's product.
@@ -387,6 +399,7 @@ fn clone_target(t: &Target) -> Target {
         query: t.query.clone(),
         output: t.output,
         agent_manager: t.agent_manager.clone(),
+        namespaces: t.namespaces.clone(),
     }
 }
 
@@ -685,6 +698,14 @@ async fn create(
     let opts = WriteOptions::parse(t.query.as_deref(), "CreateOptions")?;
     let bytes = body::read(body).await?;
     let value = body::decode_object(&bytes, content_type)?;
+    t.admit_namespace(
+        value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        namespace,
+    )
+    .await?;
     let (versioned, mut warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
     let (mut stored, name, admitted_warnings) = t.kind.create(versioned, namespace)?;
     warnings.extend(admitted_warnings);
@@ -923,6 +944,7 @@ async fn apply(
                 obj["metadata"]["name"] = json!(name);
             }
         }
+        t.admit_namespace(name, ns).await?;
         let applied_set = crate::registry::fieldset::fields_of(&applied, ctx.scope());
         let (versioned, mut warnings) = decode_request(t.kind, obj, &t.version, opts.field_validation)?;
         let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
