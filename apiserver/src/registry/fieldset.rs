@@ -1,9 +1,10 @@
 //! Field sets and managed fields (server-side apply), pure: the structured-merge-diff rules
 //! kube-apiserver applies, driven by this API's own list semantics.
 //!
-//! Hand-written because no Rust crate implements structured-merge-diff or `managedFields`
-//! (crates.io searched for structured-merge-diff / managed fields / server-side apply: only
-//! clients that *send* apply patches exist, e.g. kube-rs `Patch::Apply`). It covers what this
+//! Hand-written because no Rust crate implements structured-merge-diff or `managedFields`: a
+//! search of the registry documentation for structured-merge-diff / managed fields /
+//! server-side apply finds only Go's `sigs.k8s.io/structured-merge-diff` and, in Rust, clients
+//! that *send* apply patches (kube-rs `Patch::Apply`); the wire contract notes the same. It covers what this
 //! API needs: `f:` fields, `k:` keyed list items, `v:` set values; every other list is atomic,
 //! as in a CRD schema without `x-kubernetes-list-type`.
 //!
