@@ -189,6 +189,7 @@ pub fn validate(obj: &EtcdBackup) -> Outcome {
             crate::validation::format::dns1123_subdomain(name),
         ),
     }
+    crate::validation::spec::namespace(&mut report, &obj.metadata);
     crate::validation::spec::labels_and_annotations(&mut report, &obj.metadata);
     let spec = Path::root("spec");
     let cluster = spec.child("clusterName");

@@ -5,9 +5,12 @@
 //! their own schemas, named `io.k8s....`). Our types are named `dev.operator.etcd.<version>.<Type>`.
 //! Following the contract (section 1.4): every operation carries `x-kubernetes-group-version-kind`
 //! as a single object and `x-kubernetes-action`; the top-level schemas carry it as a list; PATCH
-//! accepts JSON patch and merge patch, the two the server serves (not strategic merge, not apply
-//! patch: server-side apply is not served and answers 415); writes advertise the
-//! `fieldValidation` query parameter. The v3 documents are checked by parsing them into
+//! accepts JSON patch, merge patch and apply patch (server-side apply, with its `force`
+//! parameter; `/scale` takes no apply patch). Strategic merge patch is served but deliberately
+//! not listed: kubectl's client-side apply picks strategic merge when the document lists it and
+//! then needs per-field patch metadata these types do not carry, so it keeps using the 3-way JSON
+//! merge patch, as for CRDs (`kubectl patch` sends strategic merge without reading the document).
+//! Writes advertise the `fieldValidation` query parameter. The v3 documents are checked by parsing them into
 //! [`openapiv3::OpenAPI`].
 //!
 //! The committed copies live in `openapi/` at the workspace root; regenerate them with
@@ -264,7 +267,21 @@ fn list_parameters() -> Vec<Value> {
     ]
 }
 
-/// The query parameters of writes. No `force`: it concerns apply patches, which are not served.
+/// The query parameters of a PATCH: those of writes and, where apply patches are accepted,
+/// `force`.
+fn patch_parameters(apply: bool) -> Vec<Value> {
+    let mut params = write_parameters();
+    if apply {
+        params.push(query(
+            "force",
+            "boolean",
+            "Force is going to \"force\" Apply requests: re-acquire conflicting fields owned by other managers. Only for apply patches.",
+        ));
+    }
+    params
+}
+
+/// The query parameters of writes.
 fn write_parameters() -> Vec<Value> {
     vec![
         query(
@@ -422,9 +439,14 @@ fn resource_paths(version: &str, r: PathResource) -> Value {
     let gvk = (GROUP, version, kind);
     let scale_gvk = ("autoscaling", "v1", "Scale");
     let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema.clone()}, "application/yaml": {"schema": schema}}});
-    let patch_body = json!({"required": true, "content": {
+    let scale_patch_body = json!({"required": true, "content": {
         "application/json-patch+json": {"schema": reference(PATCH)},
         "application/merge-patch+json": {"schema": reference(PATCH)}
+    }});
+    let patch_body = json!({"required": true, "content": {
+        "application/json-patch+json": {"schema": reference(PATCH)},
+        "application/merge-patch+json": {"schema": reference(PATCH)},
+        "application/apply-patch+yaml": {"schema": reference(PATCH)}
     }});
     let base = format!("/apis/{GROUP}/{version}");
     let namespaced = format!("{base}/namespaces/{{namespace}}/{resource}");
@@ -459,6 +481,7 @@ fn resource_paths(version: &str, r: PathResource) -> Value {
         "delete": op("deletecollection", format!("deleteCollection{ident}Namespaced{kind}"), format!("delete collection of {kind}"), [list_parameters(), delete_parameters()].concat(), Some(body(reference(DELETE_OPTIONS))), reference(STATUS), false),
     });
     let item_ops = |suffix: &str, what: &str, response: &Value, gvk| {
+        let apply = suffix != "Scale";
         item_operations(ItemOps {
             kind,
             ident: &ident,
@@ -467,7 +490,8 @@ fn resource_paths(version: &str, r: PathResource) -> Value {
             response,
             gvk,
             body: &body,
-            patch_body: &patch_body,
+            patch_body: if apply { &patch_body } else { &scale_patch_body },
+            apply,
         })
     };
     let mut item = item_ops("", "the state", &object, gvk);
@@ -550,6 +574,7 @@ struct ItemOps<'a> {
     gvk: (&'a str, &'a str, &'a str),
     body: &'a dyn Fn(Value) -> Value,
     patch_body: &'a Value,
+    apply: bool,
 }
 
 /// get/put/patch of one object or of one of its subresources.
@@ -569,7 +594,7 @@ fn item_operations(ops: ItemOps<'_>) -> Value {
     json!({
         "get": mk("get", "read", vec![], None),
         "put": mk("put", "replace", write_parameters(), Some((ops.body)(ops.response.clone()))),
-        "patch": mk("patch", "patch", write_parameters(), Some(ops.patch_body.clone())),
+        "patch": mk("patch", "patch", patch_parameters(ops.apply), Some(ops.patch_body.clone())),
     })
 }
 

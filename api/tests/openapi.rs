@@ -76,8 +76,9 @@ fn operations_carry_a_single_group_version_kind_and_patch_types() {
     let content = item["patch"]["requestBody"]["content"].as_object().unwrap();
     assert!(content.contains_key("application/merge-patch+json"));
     assert!(content.contains_key("application/json-patch+json"));
-    // Server-side apply is not served (415): the document must not offer it, nor its `force`.
-    assert!(!content.contains_key("application/apply-patch+yaml"));
+    // Server-side apply is served and offered, with its `force`; strategic merge is served but
+    // not offered (kubectl's client-side apply would otherwise switch to it).
+    assert!(content.contains_key("application/apply-patch+yaml"));
     assert!(!content.contains_key("application/strategic-merge-patch+json"));
     let params: Vec<&str> = item["patch"]["parameters"]
         .as_array()
@@ -86,10 +87,15 @@ fn operations_carry_a_single_group_version_kind_and_patch_types() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert!(params.contains(&"fieldValidation"), "{params:?}");
-    assert!(!params.contains(&"force"), "{params:?}");
+    assert!(params.contains(&"force"), "{params:?}");
+    assert!(params.contains(&"fieldManager"), "{params:?}");
     let scale =
         &doc["paths"]["/apis/etcd.operator.dev/v1alpha2/namespaces/{namespace}/etcdclusters/{name}/scale"];
     assert_eq!(scale["get"]["x-kubernetes-group-version-kind"]["kind"], "Scale");
+    // No apply patch through /scale (the server answers 415).
+    let scale_content = scale["patch"]["requestBody"]["content"].as_object().unwrap();
+    assert!(!scale_content.contains_key("application/apply-patch+yaml"));
+    assert!(scale_content.contains_key("application/merge-patch+json"));
 }
 
 /// Follows `$ref` / `allOf` to the named schema.

@@ -98,6 +98,16 @@ impl ApiError {
         .with_details(json!({"name": name, "group": etcd_operator_api::GROUP, "kind": resource}))
     }
 
+    /// 409 of a server-side apply that would take fields other managers own; the causes are
+    /// `FieldManagerConflict`s (k8s.io/apimachinery `NewApplyConflict`, which names no object).
+    pub fn apply_conflict(_resource: &str, _name: &str, message: String, causes: Vec<Cause>) -> Self {
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Self::new(StatusCode::CONFLICT, "Conflict", message).with_details(json!({"causes": causes}))
+    }
+
     /// The standard optimistic-concurrency conflict.
     pub fn modified(resource: &str, name: &str) -> Self {
         Self::conflict(

@@ -13,6 +13,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod fieldset;
 pub mod kind;
 pub mod printers;
 pub mod strategy;

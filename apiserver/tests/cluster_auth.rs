@@ -25,6 +25,7 @@ use etcd_operator_apiserver::cluster::authn::{DelegatedAuthenticator, TokenRevie
 use etcd_operator_apiserver::cluster::authz::SubjectAccessReviewAuthorizer;
 use etcd_operator_apiserver::cluster::config;
 use etcd_operator_apiserver::cluster::loopback::Loopback;
+use etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle;
 use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas};
 use etcd_operator_apiserver::http::openapi::Documents;
 use etcd_operator_apiserver::http::{AppState, Stores, router_with};
@@ -178,10 +179,39 @@ impl StubState {
             let known = matches!(
                 (r.method.as_str(), r.path.as_str()),
                 ("GET", CM_PATH) | ("POST", TOKEN_REVIEWS) | ("POST", SARS)
-            );
+            ) || (r.method == "GET" && namespace_of(&r.path).is_some());
             assert!(known, "unexpected request to kube-apiserver: {r:?}");
         }
     }
+}
+
+/// The namespace a `GET /api/v1/namespaces/<ns>` reads.
+fn namespace_of(path: &str) -> Option<&str> {
+    path.strip_prefix("/api/v1/namespaces/")
+        .filter(|ns| !ns.contains('/'))
+}
+
+/// The stub's namespaces: `missing` does not exist, `dying` is terminating, every other is active.
+fn stub_namespace(ns: &str) -> Response {
+    let phase = match ns {
+        "missing" => {
+            return (
+                StatusCode::NOT_FOUND,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
+                       "message": format!("namespaces \"{ns}\" not found")})
+                .to_string(),
+            )
+                .into_response();
+        }
+        "dying" => "Terminating",
+        _ => "Active",
+    };
+    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "status": {"phase": phase}});
+    (
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn stub_handler(State(state): State<Arc<StubState>>, request: Request) -> Response {
@@ -198,6 +228,9 @@ async fn stub_handler(State(state): State<Arc<StubState>>, request: Request) -> 
         path: path.clone(),
         body: body.clone(),
     });
+    if let ("GET", Some(ns)) = (method.as_str(), namespace_of(&path)) {
+        return stub_namespace(ns);
+    }
     let reply = match (method.as_str(), path.as_str()) {
         ("GET", CM_PATH) => match state.configmap.lock().unwrap().clone() {
             Some(data) => json!({
@@ -379,6 +412,7 @@ impl Harness {
             authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(stub.client.clone())),
             openapi: Arc::new(Documents::generate().unwrap()),
             members: Default::default(),
+            namespaces: Some(NamespaceLifecycle::new(stub.client.clone())),
         };
         let app = router_with(state, Router::new().route("/debug/whoami", get(whoami)));
 
@@ -1348,4 +1382,71 @@ async fn the_controller_loopback_identity_works_only_on_its_own_listener() {
         .await;
         assert!(result.is_err(), "the loopback listener answered: {result:?}");
     }
+}
+
+#[tokio::test]
+async fn creates_in_missing_or_terminating_namespaces_are_refused_as_namespace_lifecycle_does() {
+    let h = Harness::start(Some(&["front-proxy-client"])).await;
+    let proxy = h.pki.proxy.clone();
+    let jane = proxied("jane");
+    let before = h.stored().await;
+    let coll = |ns: &str| format!("/apis/etcd.operator.dev/v1alpha2/namespaces/{ns}/etcdclusters");
+    let r = h
+        .call(
+            Some(&proxy),
+            Method::POST,
+            &coll("missing"),
+            &jane,
+            Some(&cluster("c1")),
+        )
+        .await
+        .unwrap();
+    assert_status(&r, 404, "NotFound", r#"namespaces "missing" not found"#);
+    let r = h
+        .call(
+            Some(&proxy),
+            Method::POST,
+            &coll("dying"),
+            &jane,
+            Some(&cluster("c1")),
+        )
+        .await
+        .unwrap();
+    assert_status(
+        &r,
+        403,
+        "Forbidden",
+        r#"etcdclusters.etcd.operator.dev "c1" is forbidden: unable to create new content in namespace dying because it is being terminated"#,
+    );
+    assert_eq!(r.json()["details"]["causes"][0]["reason"], "NamespaceTerminating");
+    // Create-on-apply is a create too.
+    let mut apply_headers = jane.clone();
+    apply_headers.push(("content-type", "application/apply-patch+yaml"));
+    let r = h
+        .call(
+            Some(&proxy),
+            Method::PATCH,
+            &format!("{}/c1?fieldManager=m", coll("missing")),
+            &apply_headers,
+            Some(&cluster("c1")),
+        )
+        .await
+        .unwrap();
+    assert_status(&r, 404, "NotFound", r#"namespaces "missing" not found"#);
+    h.assert_unchanged(&before, "creates in missing or terminating namespaces")
+        .await;
+    // An active namespace: created, after one lookup of it.
+    let r = h
+        .call(
+            Some(&proxy),
+            Method::POST,
+            &coll("team-b"),
+            &jane,
+            Some(&cluster("c1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    assert_eq!(h.stub.state.requests_to("/api/v1/namespaces/team-b").len(), 1);
+    h.stub.state.assert_only_known_requests();
 }

@@ -41,6 +41,8 @@ const MODIFIED: &str =
     "the object has been modified; please apply your changes to the latest version and try again";
 const MERGE: &str = "application/merge-patch+json";
 const JSON_PATCH: &str = "application/json-patch+json";
+const APPLY: &str = "application/apply-patch+yaml";
+const SMP: &str = "application/strategic-merge-patch+json";
 
 /// Every request is made by this user.
 struct FixedUser;
@@ -221,6 +223,7 @@ impl Api {
             authorizer: Arc::new(AllowAuthenticated),
             openapi: Arc::new(Documents::generate().unwrap()),
             members: Default::default(),
+            namespaces: None,
         });
         (app, storage)
     }
@@ -970,13 +973,7 @@ async fn unsupported_content_types_are_415_and_unsatisfiable_accepts_406(backing
     let api = Api::start(backing).await;
     api.create("a").await;
     let before = api.stored().await;
-    for content_type in [
-        "application/strategic-merge-patch+json",
-        "application/apply-patch+yaml",
-        "application/apply-patch+cbor",
-        "text/plain",
-        "application/json",
-    ] {
+    for content_type in ["application/apply-patch+cbor", "text/plain", "application/json"] {
         let r = api
             .patch(&obj(NS, "a"), content_type, r#"{"spec":{"replicas":5}}"#)
             .await;
@@ -2928,12 +2925,32 @@ async fn every_patch_type_the_openapi_documents_list_is_served(backing: Backing)
     api.post(&backups(NS), &backup("a", "a")).await.expect(201);
     let advertised = advertised_patch_types(&api).await;
     let types: BTreeSet<&str> = advertised.iter().map(|(_, ct)| ct.as_str()).collect();
-    assert_eq!(types, BTreeSet::from([JSON_PATCH, MERGE]), "{advertised:#?}");
-    // Every (operation, type) pair is accepted: an empty patch of each kind changes nothing.
+    assert_eq!(
+        types,
+        BTreeSet::from([JSON_PATCH, MERGE, APPLY]),
+        "{advertised:#?}"
+    );
+    // Every (operation, type) pair is accepted: an empty patch of each kind changes nothing, an
+    // apply of nothing but the identity too.
     for (path, content_type) in &advertised {
-        let uri = path.replace("{namespace}", NS).replace("{name}", "a");
-        let body = if content_type == JSON_PATCH { "[]" } else { "{}" };
-        let r = api.patch(&uri, content_type, body).await;
+        let mut uri = path.replace("{namespace}", NS).replace("{name}", "a");
+        let body = match content_type.as_str() {
+            JSON_PATCH => "[]".to_string(),
+            APPLY => {
+                uri.push_str("?fieldManager=t");
+                let version = path.split('/').nth(3).unwrap();
+                let kind = if path.contains("etcdbackups") {
+                    "EtcdBackup"
+                } else {
+                    "EtcdCluster"
+                };
+                format!(
+                    "{{\"apiVersion\":\"etcd.operator.dev/{version}\",\"kind\":\"{kind}\",\"metadata\":{{\"name\":\"a\"}}}}"
+                )
+            }
+            _ => "{}".to_string(),
+        };
+        let r = api.patch(&uri, content_type, &body).await;
         assert_eq!(
             r.status,
             StatusCode::OK,
@@ -2941,15 +2958,410 @@ async fn every_patch_type_the_openapi_documents_list_is_served(backing: Backing)
             String::from_utf8_lossy(&r.body)
         );
     }
-    // What the documents do not list is refused, apply patches included (server-side apply is
-    // not served).
+    // What the documents do not list is refused (CBOR apply; apply through /scale), except
+    // strategic merge, served for `kubectl patch` (see the OpenAPI module's note).
     for (path, _) in &advertised {
         let uri = path.replace("{namespace}", NS).replace("{name}", "a");
         let r = api
-            .patch(&uri, "application/apply-patch+yaml", "metadata: {}")
+            .patch(
+                &format!("{uri}?fieldManager=t"),
+                "application/apply-patch+cbor",
+                "metadata: {}",
+            )
             .await;
-        assert_status(&r, 415, "UnsupportedMediaType", "application/apply-patch+yaml");
+        assert_status(&r, 415, "UnsupportedMediaType", "application/apply-patch+cbor");
+        api.patch(&uri, SMP, "{}").await.expect(200);
     }
+    let r = api
+        .patch(
+            &format!("{}/scale?fieldManager=t", obj(NS, "a")),
+            APPLY,
+            r#"{"apiVersion":"autoscaling/v1","kind":"Scale","spec":{"replicas":3}}"#,
+        )
+        .await;
+    assert_status(&r, 415, "UnsupportedMediaType", "application/apply-patch+yaml");
+}
+
+/// `PATCH ...?fieldManager=<manager>[&force=true]` as an apply patch.
+async fn apply_as(api: &Api, manager: &str, force: bool, body: &Value) -> Resp {
+    let force = if force { "&force=true" } else { "" };
+    api.patch(
+        &format!("{}?fieldManager={manager}{force}", obj(NS, "a")),
+        APPLY,
+        &body.to_string(),
+    )
+    .await
+}
+
+/// The managedFields entries of an object, as (manager, operation, subresource, fieldsV1).
+fn managed(obj: &Value) -> Vec<(String, String, String, Value)> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            assert_eq!(e["fieldsType"], "FieldsV1", "{e}");
+            assert!(e["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{e}");
+            (
+                e["manager"].as_str().unwrap().to_string(),
+                e["operation"].as_str().unwrap().to_string(),
+                e["subresource"].as_str().unwrap_or_default().to_string(),
+                e["fieldsV1"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn applied(spec: Value) -> Value {
+    json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
+        "metadata": {"name": "a"}, "spec": spec})
+}
+
+async fn server_side_apply_creates_owns_conflicts_and_forces(backing: Backing) {
+    let api = Api::start(backing).await;
+    // Apply creates (201); the applier owns what it applied.
+    let created = apply_as(
+        &api,
+        "a",
+        false,
+        &applied(json!({"replicas": 3, "version": "3.5.21"})),
+    )
+    .await
+    .expect(201);
+    assert_eq!(
+        managed(&created),
+        [(
+            "a".into(),
+            "Apply".into(),
+            String::new(),
+            json!({"f:spec": {"f:replicas": {}, "f:version": {}}})
+        )]
+    );
+    assert_eq!(
+        created["metadata"]["managedFields"][0]["apiVersion"],
+        "etcd.operator.dev/v1alpha2"
+    );
+    // Another manager setting the same field to another value: 409, nothing written.
+    let before = api.stored().await;
+    let r = apply_as(&api, "b", false, &applied(json!({"replicas": 5}))).await;
+    let s = assert_status(
+        &r,
+        409,
+        "Conflict",
+        "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas",
+    );
+    assert_eq!(s["details"]["causes"][0]["reason"], "FieldManagerConflict");
+    assert_eq!(s["details"]["causes"][0]["field"], ".spec.replicas");
+    assert_eq!(s["details"]["causes"][0]["message"], "conflict with \"a\"");
+    api.assert_unchanged(&before, "a conflicting apply").await;
+    // The same value is no conflict: both own it.
+    let shared = apply_as(&api, "b", false, &applied(json!({"replicas": 3})))
+        .await
+        .expect(200);
+    assert_eq!(managed(&shared).len(), 2);
+    // force=true takes the field.
+    let forced = apply_as(&api, "b", true, &applied(json!({"replicas": 5})))
+        .await
+        .expect(200);
+    assert_eq!(forced["spec"]["replicas"], 5);
+    let m = managed(&forced);
+    assert_eq!(m[0].0, "a");
+    assert_eq!(m[0].3, json!({"f:spec": {"f:version": {}}}));
+    assert_eq!(m[1].0, "b");
+    assert_eq!(m[1].3, json!({"f:spec": {"f:replicas": {}}}));
+    // A field the applier stops applying is removed when nobody else owns it...
+    let labelled = applied(json!({"version": "3.5.21"}));
+    let mut with_label = labelled.clone();
+    with_label["metadata"]["labels"] = json!({"tier": "db"});
+    let r = apply_as(&api, "a", false, &with_label).await.expect(200);
+    assert_eq!(r["metadata"]["labels"]["tier"], "db");
+    let r = apply_as(&api, "a", false, &labelled).await.expect(200);
+    assert!(
+        r["metadata"]
+            .get("labels")
+            .is_none_or(|l| l.get("tier").is_none()),
+        "{r:#}"
+    );
+    // ...and kept when another manager owns it too (replicas stays: b owns it).
+    assert_eq!(r["spec"]["replicas"], 5);
+    // Dry run: the would-be object, nothing stored.
+    let before = api.stored().await;
+    let r = api
+        .patch(
+            &format!("{}?fieldManager=b&force=true&dryRun=All", obj(NS, "a")),
+            APPLY,
+            &applied(json!({"replicas": 7})).to_string(),
+        )
+        .await
+        .expect(200);
+    assert_eq!(r["spec"]["replicas"], 7);
+    api.assert_unchanged(&before, "a dry-run apply").await;
+    // YAML is accepted as well as JSON.
+    let yaml = "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: a\nspec:\n  replicas: 5\n";
+    api.patch(&format!("{}?fieldManager=b", obj(NS, "a")), APPLY, yaml)
+        .await
+        .expect(200);
+}
+
+async fn apply_refuses_bad_input_as_kube_apiserver_does(backing: Backing) {
+    let api = Api::start(backing).await;
+    api.create("a").await;
+    let before = api.stored().await;
+    let body = applied(json!({"replicas": 5})).to_string();
+    let r = api.patch(&obj(NS, "a"), APPLY, &body).await;
+    let s = assert_status(
+        &r,
+        422,
+        "Invalid",
+        "fieldManager: Required value: is required for apply patch",
+    );
+    assert_eq!(s["details"]["kind"], "PatchOptions");
+    let r = api
+        .patch(&format!("{}?force=true", obj(NS, "a")), MERGE, "{}")
+        .await;
+    assert_status(
+        &r,
+        422,
+        "Invalid",
+        "force: Forbidden: may not be specified for non-apply patch",
+    );
+    let uri = format!("{}?fieldManager=m", obj(NS, "a"));
+    for (body, message) in [
+        (
+            r#"{"apiVersion":"etcd.operator.dev/v1alpha1","kind":"EtcdCluster"}"#,
+            "does not match the expected API version",
+        ),
+        (
+            r#"{"apiVersion":"etcd.operator.dev/v1alpha2","kind":"EtcdBackup"}"#,
+            "does not match the expected kind",
+        ),
+        (
+            r#"{"apiVersion":"etcd.operator.dev/v1alpha2"}"#,
+            "Object 'Kind' is missing",
+        ),
+        (
+            r#"{"apiVersion":"etcd.operator.dev/v1alpha2","kind":"EtcdCluster","metadata":{"managedFields":[]}}"#,
+            "metadata.managedFields must be nil",
+        ),
+        ("[1, 2", "error decoding YAML"),
+        (
+            r#"{"apiVersion":"etcd.operator.dev/v1alpha2","kind":"EtcdCluster","metadata":{"name":"b"}}"#,
+            "does not match the name on the URL",
+        ),
+    ] {
+        let r = api.patch(&uri, APPLY, body).await;
+        assert_status(&r, 400, "BadRequest", message);
+    }
+    // Invalid applied values are 422 with the field, as for any write.
+    let r = api
+        .patch(&uri, APPLY, &applied(json!({"replicas": 12})).to_string())
+        .await;
+    assert_status(&r, 422, "Invalid", "spec.replicas");
+    api.assert_unchanged(&before, "refused applies").await;
+}
+
+async fn every_write_records_managed_fields(backing: Backing) {
+    let api = Api::start(backing).await;
+    let created = api
+        .post(&format!("{}?fieldManager=creator", coll(NS)), &cluster("a"))
+        .await
+        .expect(201);
+    let m = managed(&created);
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].0.as_str(), m[0].1.as_str()), ("creator", "Update"));
+    // What the request set, and (as kube-apiserver does for CRD defaults) what defaulting set.
+    assert_eq!(m[0].3["f:spec"]["f:replicas"], json!({}));
+    assert_eq!(m[0].3["f:spec"]["f:version"], json!({}));
+    assert!(m[0].3["f:spec"].get("f:storage").is_some(), "{:?}", m[0].3);
+    // Identity metadata is never tracked.
+    assert!(m[0].3.get("f:metadata").is_none(), "{:?}", m[0].3);
+    // An applier changing an Update manager's field conflicts with it, named with its version.
+    let r = apply_as(&api, "a", false, &applied(json!({"replicas": 5}))).await;
+    assert_status(
+        &r,
+        409,
+        "Conflict",
+        "conflict with \"creator\" using etcd.operator.dev/v1alpha2 at ",
+    );
+    // A merge patch is an Update of its manager, which takes the field from the creator.
+    let patched = api
+        .patch(
+            &format!("{}?fieldManager=patcher", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":5}}"#,
+        )
+        .await
+        .expect(200);
+    let m = managed(&patched);
+    assert!(m[0].3["f:spec"].get("f:replicas").is_none(), "{:?}", m[0].3);
+    assert!(m[0].3["f:spec"].get("f:version").is_some(), "{:?}", m[0].3);
+    assert_eq!((m[1].0.as_str(), m[1].1.as_str()), ("patcher", "Update"));
+    assert_eq!(m[1].3, json!({"f:spec": {"f:replicas": {}}}));
+    // An identical write changes nothing, not even the times.
+    let again = api
+        .patch(
+            &format!("{}?fieldManager=patcher", obj(NS, "a")),
+            MERGE,
+            r#"{"spec":{"replicas":5}}"#,
+        )
+        .await
+        .expect(200);
+    assert_eq!(
+        again["metadata"]["resourceVersion"],
+        patched["metadata"]["resourceVersion"]
+    );
+    // Status writes are tracked apart, with their subresource.
+    let status = api
+        .patch(
+            &format!("{}/status?fieldManager=ctl", obj(NS, "a")),
+            MERGE,
+            r#"{"status":{"observedGeneration":1}}"#,
+        )
+        .await
+        .expect(200);
+    let m = managed(&status);
+    let ctl = m
+        .iter()
+        .find(|e| e.0 == "ctl")
+        .expect("the status writer's entry");
+    assert_eq!((ctl.1.as_str(), ctl.2.as_str()), ("Update", "status"));
+    assert_eq!(ctl.3, json!({"f:status": {"f:observedGeneration": {}}}));
+    // Scale too.
+    let uri = format!("{}/scale?fieldManager=hpa", obj(NS, "a"));
+    api.patch(&uri, MERGE, r#"{"spec":{"replicas":3}}"#)
+        .await
+        .expect(200);
+    let now = api.get(&obj(NS, "a")).await.expect(200);
+    let m = managed(&now);
+    let hpa = m.iter().find(|e| e.0 == "hpa").expect("the scale writer's entry");
+    assert_eq!((hpa.1.as_str(), hpa.2.as_str()), ("Update", "scale"));
+    assert_eq!(hpa.3, json!({"f:spec": {"f:replicas": {}}}));
+    assert!(
+        !m.iter().any(|e| e.0 == "patcher"),
+        "patcher lost its only field: {m:?}"
+    );
+    // In v1alpha1 the same write is spelled in v1alpha1's fields.
+    let v1 = format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters/a?fieldManager=old");
+    let r = api.patch(&v1, MERGE, r#"{"spec":{"size":5}}"#).await.expect(200);
+    let entry = r["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "old")
+        .unwrap()
+        .clone();
+    assert_eq!(entry["apiVersion"], "etcd.operator.dev/v1alpha1");
+    assert_eq!(entry["fieldsV1"], json!({"f:spec": {"f:size": {}}}));
+    // A client may rewrite the entries (kubectl's migration to server-side apply does);
+    // `[{}]` resets them.
+    let reset = api
+        .patch(&obj(NS, "a"), MERGE, r#"{"metadata":{"managedFields":[{}]}}"#)
+        .await
+        .expect(200);
+    assert!(reset["metadata"].get("managedFields").is_none(), "{reset:#}");
+    let rewritten = json!([{"manager": "kubectl", "operation": "Apply", "apiVersion": "etcd.operator.dev/v1alpha2", "time": "2026-01-01T00:00:00Z",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]);
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            JSON_PATCH,
+            &json!([{"op": "add", "path": "/metadata/managedFields", "value": rewritten}]).to_string(),
+        )
+        .await
+        .expect(200);
+    assert_eq!(managed(&r)[0].0, "kubectl");
+    let r = apply_as(&api, "other", false, &applied(json!({"replicas": 4}))).await;
+    assert_status(&r, 409, "Conflict", "conflict with \"kubectl\": .spec.replicas");
+}
+
+async fn strategic_merge_patch_is_served_with_list_semantics(backing: Backing) {
+    let api = Api::start(backing).await;
+    api.create("a").await;
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            SMP,
+            r#"{"metadata":{"finalizers":["x.io/a"],"labels":{"l":"1"}},"spec":{"replicas":5}}"#,
+        )
+        .await
+        .expect(200);
+    assert_eq!(r["spec"]["replicas"], 5);
+    // finalizers is a set: a second patch adds, `$deleteFromPrimitiveList` removes.
+    let r = api
+        .patch(&obj(NS, "a"), SMP, r#"{"metadata":{"finalizers":["x.io/b"]}}"#)
+        .await
+        .expect(200);
+    assert_eq!(r["metadata"]["finalizers"], json!(["x.io/a", "x.io/b"]));
+    let r = api
+        .patch(
+            &obj(NS, "a"),
+            SMP,
+            r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["x.io/a","x.io/b"],"labels":{"$patch":"replace"}}}"#,
+        )
+        .await
+        .expect(200);
+    assert!(
+        r["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty),
+        "{r:#}"
+    );
+    assert!(
+        r["metadata"]["labels"].as_object().is_none_or(|l| l.is_empty()),
+        "{r:#}"
+    );
+    let before = api.stored().await;
+    let r = api
+        .patch(&obj(NS, "a"), SMP, r#"{"spec":{"$patch":"sideways"}}"#)
+        .await;
+    assert_status(&r, 400, "BadRequest", "unknown patch type");
+    let r = api.patch(&obj(NS, "a"), SMP, r#"{"spec":{"replicas":12}}"#).await;
+    assert_status(&r, 422, "Invalid", "spec.replicas");
+    api.assert_unchanged(&before, "refused strategic merge patches")
+        .await;
+}
+
+async fn namespaces_must_be_dns_labels(backing: Backing) {
+    let api = Api::start(backing).await;
+    let before = api.stored().await;
+    let long = "n".repeat(64);
+    for ns in ["Bad_NS", "-x", long.as_str()] {
+        let r = api.post(&coll(ns), &cluster("a")).await;
+        let s = assert_status(&r, 422, "Invalid", "metadata.namespace: Invalid value");
+        assert_eq!(cause_fields(&s), ["metadata.namespace"], "{ns}");
+        let r = api
+            .patch(
+                &format!("{}?fieldManager=m", obj(ns, "a")),
+                APPLY,
+                &applied(json!({"replicas": 3, "version": "3.5.21"})).to_string(),
+            )
+            .await;
+        assert_status(&r, 422, "Invalid", "metadata.namespace");
+        let r = api.post(&backups(ns), &backup("b", "a")).await;
+        assert_status(&r, 422, "Invalid", "metadata.namespace");
+    }
+    api.assert_unchanged(&before, "objects in invalid namespaces")
+        .await;
+    assert!(api.stored_backups().await.is_empty());
+    // Any DNS-1123 label is a namespace in local mode: no Namespace object is needed.
+    api.create_in("never-created-before", &cluster("a")).await;
+}
+
+async fn aggregated_discovery_is_served_in_v2_and_v2beta1(backing: Backing) {
+    let api = Api::start(backing).await;
+    let beta = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+    let r = api.get_accept("/apis", &format!("{beta},application/json")).await;
+    let doc = r.expect(200);
+    assert_eq!(r.header("content-type"), Some(beta));
+    assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    assert_eq!(doc["items"][0]["metadata"]["name"], "etcd.operator.dev");
+    let etag = r.header("etag").unwrap().to_string();
+    let v2 = api.get_accept("/apis", AGGREGATED_ACCEPT).await;
+    assert_eq!(v2.expect(200)["apiVersion"], "apidiscovery.k8s.io/v2");
+    assert_ne!(
+        v2.header("etag"),
+        Some(etag.as_str()),
+        "each version has its own ETag"
+    );
+    assert_eq!(v2.json()["items"], doc["items"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3013,4 +3425,10 @@ both_backings!(
     etcdbackups_are_served_with_every_verb_status_and_validation,
     every_patch_type_the_openapi_documents_list_is_served,
     labels_and_annotations_are_validated_like_kube_apiserver,
+    server_side_apply_creates_owns_conflicts_and_forces,
+    apply_refuses_bad_input_as_kube_apiserver_does,
+    every_write_records_managed_fields,
+    strategic_merge_patch_is_served_with_list_semantics,
+    aggregated_discovery_is_served_in_v2_and_v2beta1,
+    namespaces_must_be_dns_labels,
 );

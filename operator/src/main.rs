@@ -229,6 +229,8 @@ async fn run_local(
         authorizer: Arc::new(auth::AllowAuthenticated),
         openapi: Arc::new(openapi::Documents::generate()?),
         members: members.clone(),
+        // Local mode has no Namespace objects: any DNS-1123 label is one (docs/api.md).
+        namespaces: None,
     };
     let app = http::overload::limit(http::router(state), overload.options());
     tracing::info!(

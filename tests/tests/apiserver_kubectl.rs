@@ -253,16 +253,21 @@ async fn patch_scale_label_annotate_edit_wait_and_delete() {
     )
     .unwrap();
     assert_eq!(get(&op, "ec", "alpha").unwrap()["spec"]["replicas"], 3);
-    // Strategic merge patch is not supported for this type, as for CRDs.
-    let err = kubectl_fails(
+    // `kubectl patch` without --type sends a strategic merge patch: served for these types.
+    let out = kubectl(
         &op,
         &["patch", "ec", "alpha", "-p", r#"{"spec":{"replicas":5}}"#],
         None,
-    );
-    assert!(
-        err.contains("UnsupportedMediaType") || err.contains("415") || err.contains("unknown format"),
-        "{err}"
-    );
+    )
+    .unwrap();
+    assert!(out.contains("patched"), "{out}");
+    assert_eq!(get(&op, "ec", "alpha").unwrap()["spec"]["replicas"], 5);
+    kubectl(
+        &op,
+        &["patch", "ec", "alpha", "-p", r#"{"spec":{"replicas":3}}"#],
+        None,
+    )
+    .unwrap();
 
     let out = kubectl(&op, &["scale", "ec", "alpha", "--replicas=5"], None).unwrap();
     assert!(out.contains("scaled"), "{out}");
@@ -410,4 +415,195 @@ async fn restart_keeps_every_object() {
     assert_eq!(after["spec"]["replicas"], 3);
     let names = kubectl(&op, &["get", "ec", "-o", "name"], None).unwrap();
     assert_eq!(names.lines().count(), 2, "{names}");
+}
+
+const SSA_CLUSTER: &str = r#"
+apiVersion: etcd.operator.dev/v1alpha2
+kind: EtcdCluster
+metadata:
+  name: ssa
+  namespace: default
+  labels:
+    team: storage
+spec:
+  replicas: 3
+  version: 3.5.1
+"#;
+
+/// `kubectl get ec NAME -o json --show-managed-fields`: the managedFields entries as
+/// (manager, operation).
+fn managers(op: &LocalOperator, name: &str) -> Vec<(String, String)> {
+    let obj: Value = serde_json::from_str(
+        &kubectl(
+            op,
+            &["get", "ec", name, "-o", "json", "--show-managed-fields"],
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap_or_default().to_string(),
+                e["operation"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn server_side_apply_field_managers_migration_and_diff() {
+    let op = LocalOperator::start().await.unwrap();
+    // Two field managers setting the same field: the second gets kubectl's conflict message.
+    let out = kubectl(
+        &op,
+        &["apply", "--server-side", "--field-manager=a", "-f", "-"],
+        Some(SSA_CLUSTER),
+    )
+    .unwrap();
+    assert!(out.contains("serverside-applied"), "{out}");
+    let five = SSA_CLUSTER.replace("replicas: 3", "replicas: 5");
+    let err = kubectl_fails(
+        &op,
+        &["apply", "--server-side", "--field-manager=b", "-f", "-"],
+        Some(&five),
+    );
+    assert!(
+        err.contains(r#"Apply failed with 1 conflict: conflict with "a": .spec.replicas"#),
+        "{err}"
+    );
+    assert_eq!(get(&op, "ec", "ssa").unwrap()["spec"]["replicas"], 3);
+    // --force-conflicts wins.
+    kubectl(
+        &op,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=b",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&five),
+    )
+    .unwrap();
+    assert_eq!(get(&op, "ec", "ssa").unwrap()["spec"]["replicas"], 5);
+    let m = managers(&op, "ssa");
+    assert!(m.contains(&("a".into(), "Apply".into())), "{m:?}");
+    assert!(m.contains(&("b".into(), "Apply".into())), "{m:?}");
+    // Without --show-managed-fields kubectl hides them.
+    let plain = kubectl(&op, &["get", "ec", "ssa", "-o", "yaml"], None).unwrap();
+    assert!(!plain.contains("managedFields"), "{plain}");
+    let shown = kubectl(
+        &op,
+        &["get", "ec", "ssa", "-o", "yaml", "--show-managed-fields"],
+        None,
+    )
+    .unwrap();
+    assert!(shown.contains("f:replicas: {}"), "{shown}");
+
+    // kubectl diff, server-side (a dry-run apply) and client-side: the change shows, nothing
+    // is stored.
+    let seven = SSA_CLUSTER.replace("replicas: 3", "replicas: 7");
+    for args in [
+        vec!["diff", "--server-side", "--field-manager=b", "-f", "-"],
+        vec!["diff", "-f", "-"],
+    ] {
+        let out = output(&op, &args, Some(&seven)).unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("+  replicas: 7"), "{args:?}: {stdout}");
+    }
+    assert_eq!(get(&op, "ec", "ssa").unwrap()["spec"]["replicas"], 5);
+
+    // Client-side to server-side migration: an object created by `kubectl apply` is taken over
+    // by `kubectl apply --server-side` (kubectl moves the client-side manager's fields to its
+    // apply entry), after which a dropped label is removed; a later client-side apply works.
+    let legacy = SSA_CLUSTER.replace("name: ssa", "name: csa");
+    let out = apply(&op, &legacy).unwrap();
+    assert!(out.contains("created"), "{out}");
+    let m = managers(&op, "csa");
+    assert!(
+        m.contains(&("kubectl-client-side-apply".into(), "Update".into())),
+        "{m:?}"
+    );
+    let out = kubectl(&op, &["apply", "--server-side", "-f", "-"], Some(&legacy)).unwrap();
+    assert!(out.contains("serverside-applied"), "{out}");
+    let m = managers(&op, "csa");
+    assert!(m.contains(&("kubectl".into(), "Apply".into())), "{m:?}");
+    assert!(
+        !m.iter().any(|(name, _)| name == "kubectl-client-side-apply"),
+        "{m:?}"
+    );
+    let unlabelled = legacy.replace("  labels:\n    team: storage\n", "");
+    kubectl(&op, &["apply", "--server-side", "-f", "-"], Some(&unlabelled)).unwrap();
+    let obj = get(&op, "ec", "csa").unwrap();
+    assert!(obj["metadata"]["labels"].get("team").is_none(), "{obj:#}");
+    let four = unlabelled.replace("replicas: 3", "replicas: 4");
+    let out = apply(&op, &four).unwrap();
+    assert!(out.contains("configured"), "{out}");
+    assert_eq!(get(&op, "ec", "csa").unwrap()["spec"]["replicas"], 4);
+}
+
+#[tokio::test]
+async fn kube_rs_patch_apply_creates_and_conflicts() {
+    use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+
+    let op = LocalOperator::start().await.unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = Kubeconfig::read_from(op.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let ar = ApiResource {
+        group: "etcd.operator.dev".into(),
+        version: "v1alpha2".into(),
+        api_version: "etcd.operator.dev/v1alpha2".into(),
+        kind: "EtcdCluster".into(),
+        plural: "etcdclusters".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let body = |replicas: u32| {
+        serde_json::json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
+            "metadata": {"name": "rs"}, "spec": {"replicas": replicas, "version": "3.5.1"}})
+    };
+    let created = api
+        .patch("rs", &PatchParams::apply("rust-a"), &Patch::Apply(body(3)))
+        .await
+        .unwrap();
+    let entries = created.metadata.managed_fields.unwrap_or_default();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].manager.as_deref(), Some("rust-a"));
+    assert_eq!(entries[0].operation.as_deref(), Some("Apply"));
+    match api
+        .patch("rs", &PatchParams::apply("rust-b"), &Patch::Apply(body(5)))
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 409, "{s:?}");
+            assert_eq!(s.reason, "Conflict", "{s:?}");
+            assert!(s.message.contains(".spec.replicas"), "{s:?}");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let forced = api
+        .patch(
+            "rs",
+            &PatchParams::apply("rust-b").force(),
+            &Patch::Apply(body(5)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data["spec"]["replicas"], 5);
 }

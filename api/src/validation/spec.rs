@@ -70,14 +70,20 @@ pub(crate) fn metadata(report: &mut Report, meta: &ObjectMeta) {
             report.format(&field, name, problems);
         }
     }
+    namespace(report, meta);
+    labels_and_annotations(report, meta);
+}
+
+/// The namespace is a DNS-1123 label. Local mode has no Namespace objects, so this is its whole
+/// namespace rule (every resource); serve mode behind the aggregator gets kube-apiserver's too.
+pub(crate) fn namespace(report: &mut Report, meta: &ObjectMeta) {
     if let Some(namespace) = meta.namespace.as_deref().filter(|n| !n.is_empty()) {
         report.format(
-            &path.child("namespace"),
+            &Path::root("metadata").child("namespace"),
             namespace,
             format::dns1123_label(namespace),
         );
     }
-    labels_and_annotations(report, meta);
 }
 
 /// kube-apiserver's rules for `metadata.labels` and `metadata.annotations` of any object

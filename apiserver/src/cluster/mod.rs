@@ -6,6 +6,7 @@
 //! * [`authz`]: `system:masters`, else SubjectAccessReview; 403 in kube-apiserver's wording.
 //! * [`tls`]: the serving configuration, rebuilt on certificate or CA changes.
 //! * [`loopback`]: the controller's private path to the API.
+//! * [`namespaces`]: creates in missing (404) or terminating (403) namespaces refused.
 //!
 //! The serve-mode wiring itself (`etcd-operator serve`, leader election) is in the binary crate.
 
@@ -14,6 +15,7 @@ pub mod authz;
 pub mod cache;
 pub mod config;
 pub mod loopback;
+pub mod namespaces;
 pub mod tls;
 
 pub use authn::{DelegatedAuthenticator, LoopbackTrust, TokenReviewer};

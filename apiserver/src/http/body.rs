@@ -39,7 +39,12 @@ pub fn media_type(content_type: Option<&str>) -> String {
 /// The media types of object bodies (create, update).
 pub const OBJECT_MEDIA_TYPES: [&str; 2] = ["application/json", "application/yaml"];
 /// The media types of patches.
-pub const PATCH_MEDIA_TYPES: [&str; 2] = ["application/json-patch+json", "application/merge-patch+json"];
+pub const PATCH_MEDIA_TYPES: [&str; 4] = [
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
 
 /// Decodes an object body: JSON, or YAML when the content type says so.
 pub fn decode_object(bytes: &[u8], content_type: Option<&str>) -> Result<Value, ApiError> {
@@ -70,12 +75,16 @@ pub enum FieldValidation {
 }
 
 /// Options common to writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteOptions {
     /// `dryRun=All`: do everything but store.
     pub dry_run: bool,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
+    /// `fieldManager`, when given.
+    pub field_manager: Option<String>,
+    /// `force`: `None` when absent, else whether it is `true`.
+    pub force: Option<bool>,
 }
 
 /// The `dryRun` cause of kube-apiserver's option validation (`field.NotSupported` of a
@@ -147,6 +156,8 @@ impl WriteOptions {
         Ok(Self {
             dry_run,
             field_validation,
+            field_manager: query_value(query, "fieldManager").filter(|m| !m.is_empty()),
+            force: query_value(query, "force").map(|v| v == "true" || v == "1"),
         })
     }
 }
@@ -158,16 +169,141 @@ pub enum PatchType {
     Json,
     /// RFC 7386.
     Merge,
+    /// Strategic merge patch, with this API's list semantics (see [`strategic_merge`]).
+    Strategic,
+    /// Server-side apply (handled apart: it is not a patch of the live object).
+    Apply,
 }
 
-/// The patch type of a `Content-Type`; strategic merge and apply patches are 415, as for CRDs
-/// (strategic merge needs per-field patch metadata this API does not have).
+/// The patch type of a `Content-Type`; anything else (CBOR apply included) is 415.
 pub fn patch_type(content_type: Option<&str>) -> Result<PatchType, ApiError> {
     match media_type(content_type).as_str() {
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/apply-patch+yaml" => Ok(PatchType::Apply),
         other => Err(ApiError::unsupported_media_type(other, &PATCH_MEDIA_TYPES)),
     }
+}
+
+/// kube-apiserver's `ValidatePatchOptions`: `fieldManager` is required for apply, `force` is
+/// only for apply; both at once as one 422 about `PatchOptions`.
+pub fn check_patch_options(opts: &WriteOptions, patch_type: PatchType) -> Result<(), ApiError> {
+    let cause = if patch_type == PatchType::Apply {
+        opts.field_manager.is_none().then(|| Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: is required for apply patch".into(),
+            field: "fieldManager".into(),
+        })
+    } else {
+        opts.force.is_some().then(|| Cause {
+            reason: "FieldValueForbidden".into(),
+            message: "Forbidden: may not be specified for non-apply patch".into(),
+            field: "force".into(),
+        })
+    };
+    match cause {
+        Some(c) => Err(ApiError::invalid_options("PatchOptions", vec![c])),
+        None => Ok(()),
+    }
+}
+
+/// A strategic merge patch on this API's objects. The types carry no per-field patch strategy
+/// beyond the list semantics of `registry::fieldset::list_type`, so it is a JSON merge patch
+/// (RFC 7386) except that keyed lists (`metadata.ownerReferences`, `status.conditions`,
+/// `status.members`) merge item by item and sets (`metadata.finalizers`) value by value, and the
+/// directives kubectl sends are honoured: `$patch: replace|delete|merge` on maps and list items,
+/// `$retainKeys`, `$deleteFromPrimitiveList/<field>`, `$setElementOrder/<field>` (ignored: order
+/// is the server's).
+pub fn strategic_merge(target: &Value, patch: &Value) -> Result<Value, ApiError> {
+    smp_at(Some(target), patch, &mut Vec::new())
+}
+
+fn smp_at(target: Option<&Value>, patch: &Value, names: &mut Vec<String>) -> Result<Value, ApiError> {
+    use crate::registry::fieldset::{ListType, list_type};
+    let Value::Object(p) = patch else {
+        return Ok(patch.clone());
+    };
+    let mut out = match target {
+        Some(Value::Object(t)) => t.clone(),
+        _ => serde_json::Map::new(),
+    };
+    match p.get("$patch").and_then(Value::as_str) {
+        None | Some("merge") => {}
+        Some("replace") => {
+            out.clear();
+        }
+        Some("delete") => return Ok(Value::Null),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown patch type: {other:?} in map: {patch}"
+            )));
+        }
+    }
+    if let Some(Value::Array(keep)) = p.get("$retainKeys") {
+        let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
+        out.retain(|k, _| keep.contains(&k.as_str()));
+    }
+    for (k, pv) in p {
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(items)), Value::Array(gone)) = (out.get_mut(field), pv) {
+                items.retain(|i| !gone.contains(i));
+            }
+            continue;
+        }
+        if k.starts_with('$') {
+            continue;
+        }
+        if pv.is_null() {
+            out.remove(k);
+            continue;
+        }
+        names.push(k.clone());
+        let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let merged = match (out.get(k), pv) {
+            (Some(Value::Array(current)), Value::Array(items)) => match list_type(&name_refs) {
+                ListType::Atomic => Value::Array(items.clone()),
+                ListType::Set => {
+                    let mut all = current.clone();
+                    for i in items {
+                        if !all.contains(i) {
+                            all.push(i.clone());
+                        }
+                    }
+                    Value::Array(all)
+                }
+                ListType::Map(keys) => {
+                    let mut all = current.clone();
+                    for item in items {
+                        if item.get("$patch").and_then(Value::as_str) == Some("replace") {
+                            all.clear();
+                            continue;
+                        }
+                        let same = |o: &Value| keys.iter().all(|key| o.get(key) == item.get(key));
+                        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+                        match all.iter().position(same) {
+                            Some(i) if delete => {
+                                all.remove(i);
+                            }
+                            Some(i) => all[i] = smp_at(Some(&all[i]), item, &mut Vec::new())?,
+                            None if delete => {}
+                            None => all.push(smp_at(None, item, &mut Vec::new())?),
+                        }
+                    }
+                    Value::Array(all)
+                }
+            },
+            (current, Value::Object(_)) => smp_at(current, pv, names)?,
+            (_, other) => other.clone(),
+        };
+        names.pop();
+        if merged.is_null() {
+            out.remove(k);
+        } else {
+            out.insert(k.clone(), merged);
+        }
+    }
+    Ok(Value::Object(out))
 }
 
 /// Applies a patch to the object `name`; a malformed patch (400) or one that cannot apply (422)
@@ -223,6 +359,19 @@ pub fn apply_patch(
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
             json_patch::merge(&mut doc, &patch);
+        }
+        PatchType::Strategic => {
+            let patch: Value = serde_json::from_slice(patch_bytes)
+                .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?;
+            if !patch.is_object() {
+                return Err(ApiError::bad_request(
+                    "a strategic merge patch must be a JSON object",
+                ));
+            }
+            doc = strategic_merge(&doc, &patch)?;
+        }
+        PatchType::Apply => {
+            return Err(ApiError::internal("an apply patch is not applied as a patch"));
         }
     }
     Ok(doc)
@@ -291,15 +440,70 @@ mod tests {
     }
 
     #[test]
-    fn patches() {
+    fn apply_needs_a_field_manager_and_only_apply_may_force() {
+        let opts = WriteOptions::parse(Some("force=true"), "PatchOptions").unwrap();
+        let err = check_patch_options(&opts, PatchType::Apply).unwrap_err();
+        assert_eq!(err.code, 422);
         assert_eq!(
-            patch_type(Some("application/strategic-merge-patch+json"))
+            err.message,
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+        );
+        let err = check_patch_options(&opts, PatchType::Merge).unwrap_err();
+        assert_eq!(err.to_status()["details"]["causes"][0]["field"], "force");
+        let opts = WriteOptions::parse(Some("fieldManager=a&force=false"), "PatchOptions").unwrap();
+        assert!(check_patch_options(&opts, PatchType::Apply).is_ok());
+        assert_eq!(opts.field_manager.as_deref(), Some("a"));
+        assert_eq!(opts.force, Some(false));
+    }
+
+    #[test]
+    fn strategic_merge_patches_follow_the_list_semantics_and_directives() {
+        let target = json!({"metadata": {"finalizers": ["a"], "labels": {"x": "1", "y": "2"}},
+            "spec": {"replicas": 3, "tls": {"a": 1, "b": 2}, "tolerations": [{"key": "a"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Gone", "status": "True"}]}});
+        let patch = json!({"metadata": {"finalizers": ["b"], "labels": {"x": null},
+                "$deleteFromPrimitiveList/finalizers": ["a"], "$setElementOrder/finalizers": ["b"]},
+            "spec": {"replicas": 5, "tls": {"$patch": "replace", "c": 3}, "tolerations": [{"key": "b"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Gone", "$patch": "delete"}]}});
+        let out = strategic_merge(&target, &patch).unwrap();
+        assert_eq!(
+            out,
+            json!({"metadata": {"finalizers": ["b"], "labels": {"y": "2"}},
+                "spec": {"replicas": 5, "tls": {"c": 3}, "tolerations": [{"key": "b"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        );
+        let out = strategic_merge(
+            &json!({"spec": {"a": 1, "b": 2}}),
+            &json!({"spec": {"$retainKeys": ["a"], "a": 5}}),
+        )
+        .unwrap();
+        assert_eq!(out, json!({"spec": {"a": 5}}));
+        assert_eq!(
+            strategic_merge(&target, &json!({"spec": {"$patch": "explode"}}))
                 .unwrap_err()
                 .code,
-            415
+            400
         );
         assert_eq!(
-            patch_type(Some("application/apply-patch+yaml")).unwrap_err().code,
+            apply_patch(&target, "a", b"[1]", PatchType::Strategic)
+                .unwrap_err()
+                .code,
+            400
+        );
+    }
+
+    #[test]
+    fn patches() {
+        assert_eq!(
+            patch_type(Some("application/strategic-merge-patch+json")).unwrap(),
+            PatchType::Strategic
+        );
+        assert_eq!(
+            patch_type(Some("application/apply-patch+yaml; charset=utf-8")).unwrap(),
+            PatchType::Apply
+        );
+        assert_eq!(
+            patch_type(Some("application/apply-patch+cbor")).unwrap_err().code,
             415
         );
         let target = json!({"spec": {"replicas": 3, "version": "3.5.1"}});

@@ -1,5 +1,6 @@
 //! Discovery documents: per-version `APIResourceList`, the `APIGroup`/`APIGroupList`, and the
-//! aggregated discovery v2 `APIGroupDiscoveryList` (with its ETag) the aggregator prefers.
+//! aggregated discovery `APIGroupDiscoveryList` (with its ETag) the aggregator prefers, in `v2`
+//! and in `v2beta1` (what 1.26–1.29 aggregators and clients ask for; the same shape).
 
 use base64::Engine;
 use etcd_operator_api::{GROUP, SERVED_VERSIONS};
@@ -10,6 +11,36 @@ use crate::registry::kind::{self, Kind};
 
 /// The content type of aggregated discovery v2.
 pub const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+/// The content type of aggregated discovery v2beta1.
+pub const AGGREGATED_V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+/// A served version of aggregated discovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aggregated {
+    /// `apidiscovery.k8s.io/v2`.
+    V2,
+    /// `apidiscovery.k8s.io/v2beta1` (removed from kube-apiserver in 1.35, still asked for by
+    /// 1.26–1.29 aggregators).
+    V2Beta1,
+}
+
+impl Aggregated {
+    /// The response's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Aggregated::V2 => AGGREGATED_V2,
+            Aggregated::V2Beta1 => AGGREGATED_V2BETA1,
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Aggregated::V2 => "apidiscovery.k8s.io/v2",
+            Aggregated::V2Beta1 => "apidiscovery.k8s.io/v2beta1",
+        }
+    }
+}
 
 /// Verbs on the main resource.
 const VERBS: [&str; 8] = [
@@ -95,6 +126,11 @@ pub fn api_group_list() -> Value {
 
 /// `GET /apis` with the aggregated discovery v2 Accept.
 pub fn aggregated() -> Value {
+    aggregated_in(Aggregated::V2)
+}
+
+/// `GET /apis` as aggregated discovery of `version`.
+pub fn aggregated_in(version: Aggregated) -> Value {
     let versions: Vec<Value> = SERVED_VERSIONS
         .iter()
         .map(|v| {
@@ -128,7 +164,7 @@ pub fn aggregated() -> Value {
         .collect();
     json!({
         "kind": "APIGroupDiscoveryList",
-        "apiVersion": "apidiscovery.k8s.io/v2",
+        "apiVersion": version.api_version(),
         "metadata": {},
         "items": [{"metadata": {"name": GROUP}, "versions": versions}],
     })
@@ -139,14 +175,32 @@ pub fn etag(body: &[u8]) -> String {
     format!("\"{}\"", hex::encode(Sha512::digest(body)))
 }
 
-/// Whether the Accept header asks for aggregated discovery v2.
+/// Whether the Accept header asks for aggregated discovery (either version).
 pub fn wants_aggregated(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| {
-        a.split(',').any(|entry| {
-            let params: Vec<String> = entry.split(';').skip(1).map(|p| p.replace(' ', "")).collect();
-            let has = |want: &str| params.iter().any(|p| p == want);
-            has("g=apidiscovery.k8s.io") && has("v=v2") && has("as=APIGroupDiscoveryList")
-        })
+    aggregated_version(accept).is_some()
+}
+
+/// The aggregated discovery version the Accept header asks for: the first entry (in the
+/// client's order, as client-go lists its preference) naming one this server serves.
+pub fn aggregated_version(accept: Option<&str>) -> Option<Aggregated> {
+    accept?.split(',').find_map(|entry| {
+        let mut parts = entry.split(';');
+        let media = parts.next().unwrap_or_default().trim();
+        if media != "application/json" {
+            return None;
+        }
+        let params: Vec<String> = parts.map(|p| p.replace(' ', "")).collect();
+        let has = |want: &str| params.iter().any(|p| p == want);
+        if !(has("g=apidiscovery.k8s.io") && has("as=APIGroupDiscoveryList")) {
+            return None;
+        }
+        if has("v=v2") {
+            Some(Aggregated::V2)
+        } else if has("v=v2beta1") {
+            Some(Aggregated::V2Beta1)
+        } else {
+            None
+        }
     })
 }
 
@@ -222,5 +276,27 @@ mod tests {
         )));
         assert!(!wants_aggregated(Some("application/json")));
         assert!(!wants_aggregated(None));
+        assert!(!wants_aggregated(Some(
+            "application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList"
+        )));
+    }
+
+    #[test]
+    fn v2beta1_is_served_when_asked_for_first() {
+        let beta = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+        let v2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+        assert_eq!(aggregated_version(Some(beta)), Some(Aggregated::V2Beta1));
+        assert_eq!(
+            aggregated_version(Some(&format!("{beta},{v2},application/json"))),
+            Some(Aggregated::V2Beta1)
+        );
+        assert_eq!(
+            aggregated_version(Some(&format!("{v2},{beta}"))),
+            Some(Aggregated::V2)
+        );
+        let doc = aggregated_in(Aggregated::V2Beta1);
+        assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+        assert_eq!(doc["items"], aggregated()["items"]);
+        assert_eq!(Aggregated::V2Beta1.content_type(), beta);
     }
 }

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod discovery;
 pub mod error;
+pub mod managed;
 pub mod negotiate;
 pub mod openapi;
 pub mod overload;
@@ -82,6 +83,9 @@ pub struct AppState {
     pub openapi: Arc<openapi::Documents>,
     /// How `/snapshot` reaches the members of an EtcdCluster (the controller's connections).
     pub members: etcd_operator_controller::member_ops::EtcdClient,
+    /// Serve mode: creates are refused in missing or terminating namespaces, read from
+    /// kube-apiserver. `None` in local mode (any DNS-1123 label is a namespace).
+    pub namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -187,10 +191,10 @@ async fn version() -> Response {
 
 async fn apis(headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    if !discovery::wants_aggregated(accept) {
+    let Some(version) = discovery::aggregated_version(accept) else {
         return json_response(&discovery::api_group_list());
-    }
-    let body = discovery::aggregated().to_string();
+    };
+    let body = discovery::aggregated_in(version).to_string();
     let etag = discovery::etag(body.as_bytes());
     let mut response =
         if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
@@ -201,7 +205,7 @@ async fn apis(headers: HeaderMap) -> Response {
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(discovery::AGGREGATED_V2),
+        HeaderValue::from_static(version.content_type()),
     );
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));

@@ -11,8 +11,9 @@ use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::body::{self, FieldValidation, WriteOptions};
+use super::body::{self, FieldValidation, PatchType, WriteOptions};
 use super::error::{ApiError, Cause};
+use super::managed::{self, WriteContext};
 use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -34,6 +35,10 @@ struct Target {
     subresource: Option<String>,
     query: Option<String>,
     output: Output,
+    /// The User-Agent's product: the field manager when the request names none.
+    agent_manager: String,
+    /// Serve mode's namespace lifecycle check on creates.
+    namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -89,6 +94,13 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         subresource: info.subresource.clone(),
         query,
         output: negotiate(accept)?,
+        namespaces: state.namespaces.clone(),
+        agent_manager: managed::manager_from_user_agent(
+            parts
+                .headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
+        ),
     };
     let storage = state.stores.get(kind)?;
     match (
@@ -202,6 +214,46 @@ impl Target {
     /// A stored object in the requested version.
     fn in_version(&self, stored: Value) -> Result<Value, ApiError> {
         self.kind.in_version(stored, &self.version)
+    }
+
+    /// Serve mode: refuses a create in a missing (404) or terminating (403) namespace, as
+    /// kube-apiserver's NamespaceLifecycle admission, before validation as admission runs.
+    async fn admit_namespace(&self, name: &str, namespace: &str) -> Result<(), ApiError> {
+        match &self.namespaces {
+            Some(lifecycle) => lifecycle.admit_create(self.resource(), name, namespace).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Who writes, for `metadata.managedFields`: `fieldManager`, else the User-Agent's product.
+    fn write_context(&self, opts: &WriteOptions, sub: Option<&str>) -> WriteContext {
+        let manager = opts
+            .field_manager
+            .clone()
+            .or_else(|| (!self.agent_manager.is_empty()).then(|| self.agent_manager.clone()))
+            .unwrap_or_else(|| "unknown".to_string());
+        WriteContext {
+            kind: self.kind,
+            version: self.version.clone(),
+            manager,
+            subresource: sub.map(str::to_string),
+        }
+    }
+}
+
+/// Records an update's fields in the object it writes.
+fn tracked(
+    ctx: &WriteContext,
+    name: &str,
+    current: &Value,
+    action: UpdateAction,
+) -> Result<UpdateAction, ApiError> {
+    match action {
+        UpdateAction::Write(mut v) => {
+            managed::track(ctx, name, Some(current), &mut v, None, false)?;
+            Ok(UpdateAction::Write(v))
+        }
+        other => Ok(other),
     }
 }
 
@@ -346,6 +398,8 @@ fn clone_target(t: &Target) -> Target {
         subresource: t.subresource.clone(),
         query: t.query.clone(),
         output: t.output,
+        agent_manager: t.agent_manager.clone(),
+        namespaces: t.namespaces.clone(),
     }
 }
 
@@ -644,9 +698,25 @@ async fn create(
     let opts = WriteOptions::parse(t.query.as_deref(), "CreateOptions")?;
     let bytes = body::read(body).await?;
     let value = body::decode_object(&bytes, content_type)?;
+    t.admit_namespace(
+        value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        namespace,
+    )
+    .await?;
     let (versioned, mut warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
-    let (stored, name, admitted_warnings) = t.kind.create(versioned, namespace)?;
+    let (mut stored, name, admitted_warnings) = t.kind.create(versioned, namespace)?;
     warnings.extend(admitted_warnings);
+    managed::track(
+        &t.write_context(&opts, None),
+        &name,
+        None,
+        &mut stored,
+        None,
+        false,
+    )?;
     let result = if opts.dry_run {
         // As kube-apiserver's dry-run storage: everything but the write, including the check
         // that the name is free.
@@ -738,11 +808,13 @@ async fn update(
     let opts = WriteOptions::parse(t.query.as_deref(), "UpdateOptions")?;
     let bytes = body::read(body).await?;
     let value = body::decode_object(&bytes, content_type)?;
+    let ctx = t.write_context(&opts, sub);
     if sub == Some("scale") {
         let mut warnings = Vec::new();
         let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
-            let old = registry::from_storage(current)?;
-            decision_to_action(registry::apply_scale(&value, &old, name)?, &mut warnings)
+            let old = registry::from_storage(current.clone())?;
+            let action = decision_to_action(registry::apply_scale(&value, &old, name)?, &mut warnings)?;
+            tracked(&ctx, name, &current, action)
         })
         .await?;
         let scale = registry::scale_of(&registry::from_storage(result)?);
@@ -760,15 +832,15 @@ async fn update(
     let mut warnings = Vec::new();
     let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
         warnings = base_warnings.clone();
-        if sub == Some("status") {
-            return Ok(UpdateAction::Write(
-                t.kind.update_status(&versioned, current, name, true)?,
-            ));
-        }
-        Ok(write_to_action(
-            t.kind.update(&versioned, current, name, ns, true)?,
-            &mut warnings,
-        ))
+        let action = if sub == Some("status") {
+            UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, true)?)
+        } else {
+            write_to_action(
+                t.kind.update(&versioned, current.clone(), name, ns, true)?,
+                &mut warnings,
+            )
+        };
+        tracked(&ctx, name, &current, action)
     })
     .await?;
     object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
@@ -784,28 +856,34 @@ async fn patch(
     let (ns, name) = ns_and_name(t)?;
     let patch_type = body::patch_type(content_type)?;
     let opts = WriteOptions::parse(t.query.as_deref(), "PatchOptions")?;
+    body::check_patch_options(&opts, patch_type)?;
     let bytes = body::read(body).await?;
+    let ctx = t.write_context(&opts, sub);
+    if patch_type == PatchType::Apply {
+        return apply(storage, t, &ctx, &opts, &bytes).await;
+    }
     let mut warnings = Vec::new();
     let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
         warnings.clear();
         if sub == Some("scale") {
-            let old = registry::from_storage(current)?;
+            let old = registry::from_storage(current.clone())?;
             let patched = body::apply_patch(&registry::scale_of(&old), name, &bytes, patch_type)?;
-            return decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings);
+            let action = decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings)?;
+            return tracked(&ctx, name, &current, action);
         }
         let original = t.in_version(current.clone())?;
         let patched = body::apply_patch(&original, name, &bytes, patch_type)?;
         let (versioned, unknown) = decode_request(t.kind, patched, &t.version, opts.field_validation)?;
         warnings.extend(unknown);
-        if sub == Some("status") {
-            return Ok(UpdateAction::Write(
-                t.kind.update_status(&versioned, current, name, false)?,
-            ));
-        }
-        Ok(write_to_action(
-            t.kind.update(&versioned, current, name, ns, false)?,
-            &mut warnings,
-        ))
+        let action = if sub == Some("status") {
+            UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, false)?)
+        } else {
+            write_to_action(
+                t.kind.update(&versioned, current.clone(), name, ns, false)?,
+                &mut warnings,
+            )
+        };
+        tracked(&ctx, name, &current, action)
     })
     .await?;
     if sub == Some("scale") {
@@ -820,6 +898,92 @@ async fn patch(
             &warnings,
         );
     }
+    object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+}
+
+/// Server-side apply (`application/apply-patch+yaml`) of the main resource or `/status`:
+/// creates the object when it does not exist (201), else merges the applied configuration into
+/// it, drops the fields the manager stopped applying, and refuses with 409 to take fields
+/// other managers own unless `force=true`.
+async fn apply(
+    storage: &Storage,
+    t: &Target,
+    ctx: &WriteContext,
+    opts: &WriteOptions,
+    bytes: &[u8],
+) -> Result<Response, ApiError> {
+    let (ns, name) = ns_and_name(t)?;
+    if ctx.subresource.as_deref() == Some("scale") {
+        return Err(ApiError::unsupported_media_type(
+            "application/apply-patch+yaml",
+            &body::PATCH_MEDIA_TYPES[..3],
+        ));
+    }
+    let applied = managed::parse_applied(bytes, ctx)?;
+    let force = opts.force == Some(true);
+    let existing = storage
+        .get(ns, name, ReadConsistency::Consistent)
+        .await
+        .map_err(|e| t.storage_error(e, name))?;
+    if existing.is_none() {
+        if ctx.subresource.is_some() {
+            return Err(ApiError::not_found(t.resource(), name));
+        }
+        tracing::debug!(manager = %ctx.manager, name, "apply creates the object");
+        let mut obj = applied.clone();
+        match obj.pointer("/metadata/name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() && n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {
+                if !obj.get("metadata").is_some_and(Value::is_object) {
+                    obj["metadata"] = json!({});
+                }
+                obj["metadata"]["name"] = json!(name);
+            }
+        }
+        t.admit_namespace(name, ns).await?;
+        let applied_set = crate::registry::fieldset::fields_of(&applied, ctx.scope());
+        let (versioned, mut warnings) = decode_request(t.kind, obj, &t.version, opts.field_validation)?;
+        let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
+        warnings.extend(admitted);
+        managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+        let result = if opts.dry_run {
+            stored
+        } else {
+            storage
+                .create(ns, &name, stored)
+                .await
+                .map_err(|e| t.storage_error(e, &name))?
+        };
+        return object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings);
+    }
+    let mut warnings = Vec::new();
+    let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
+        warnings.clear();
+        let live = t.in_version(current.clone())?;
+        let (merged, applied_set) = managed::merge_for_apply(ctx, &live, &applied);
+        let (versioned, unknown) = decode_request(t.kind, merged, &t.version, opts.field_validation)?;
+        warnings.extend(unknown);
+        let action = if ctx.subresource.as_deref() == Some("status") {
+            UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, false)?)
+        } else {
+            write_to_action(
+                t.kind.update(&versioned, current.clone(), name, ns, false)?,
+                &mut warnings,
+            )
+        };
+        match action {
+            UpdateAction::Write(mut v) => {
+                managed::track(ctx, name, Some(&current), &mut v, Some(&applied_set), force)?;
+                Ok(UpdateAction::Write(v))
+            }
+            other => Ok(other),
+        }
+    })
+    .await?;
     object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
 }
 

@@ -241,6 +241,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
         openapi: Arc::new(openapi::Documents::generate()?),
         members: Default::default(),
+        namespaces: Some(etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(kube.clone())),
     };
     let app = http::router(state);
 

@@ -1,0 +1,992 @@
+//! Field sets and managed fields (server-side apply), pure: the structured-merge-diff rules
+//! kube-apiserver applies, driven by this API's own list semantics.
+//!
+//! Hand-written because no Rust crate implements structured-merge-diff or `managedFields`: a
+//! search of the registry documentation for structured-merge-diff / managed fields /
+//! server-side apply finds only Go's `sigs.k8s.io/structured-merge-diff` and, in Rust, clients
+//! that *send* apply patches (kube-rs `Patch::Apply`); the wire contract notes the same. It covers what this
+//! API needs: `f:` fields, `k:` keyed list items, `v:` set values; every other list is atomic,
+//! as in a CRD schema without `x-kubernetes-list-type`.
+//!
+//! A [`FieldSet`] is a set of paths; each path element is already in its `fieldsV1` spelling
+//! (`f:spec`, `k:{"type":"Ready"}`, `v:"x"`). Objects are handled as JSON in one version: the
+//! HTTP layer converts them into each manager's version before asking.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+/// One path: its elements in `fieldsV1` spelling.
+pub type Path = Vec<String>;
+
+/// A set of field paths, as `fieldsV1` encodes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSet(pub BTreeSet<Path>);
+
+/// Which part of an object a write may touch: the main resource never owns `status`, the
+/// `status` subresource owns only `status` (kube-apiserver's reset fields for CRDs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything but `status`.
+    Main,
+    /// Only `status`.
+    Status,
+}
+
+/// How a list is merged and tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListType {
+    /// Replaced as a whole; owned as one field.
+    Atomic,
+    /// A set of scalars; each value owned (`v:`).
+    Set,
+    /// A map of items keyed by these fields (`k:`).
+    Map(&'static [&'static str]),
+}
+
+/// The list semantics of this API: `ObjectMeta`'s, and the status lists the controller keeps
+/// keyed. Paths are field names only (no list elements).
+pub fn list_type(path: &[&str]) -> ListType {
+    match path {
+        ["metadata", "finalizers"] => ListType::Set,
+        ["metadata", "ownerReferences"] => ListType::Map(&["uid"]),
+        ["status", "conditions"] => ListType::Map(&["type"]),
+        ["status", "members"] => ListType::Map(&["name"]),
+        _ => ListType::Atomic,
+    }
+}
+
+/// Metadata fields nobody owns (kube-apiserver's `stripmeta`).
+const UNTRACKED_META: [&str; 10] = [
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "resourceVersion",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
+fn in_scope(key: &str, scope: Scope) -> bool {
+    match scope {
+        Scope::Main => !matches!(key, "apiVersion" | "kind" | "status"),
+        Scope::Status => key == "status",
+    }
+}
+
+/// The key element of a keyed list item, `k:{"name":"x"}` (keys sorted, as Go encodes them);
+/// `None` when the item lacks a key.
+fn key_element(item: &Value, keys: &[&str]) -> Option<String> {
+    let mut m = Map::new();
+    let mut sorted: Vec<&str> = keys.to_vec();
+    sorted.sort_unstable();
+    for k in sorted {
+        m.insert(k.to_string(), item.get(k)?.clone());
+    }
+    Some(format!("k:{}", Value::Object(m)))
+}
+
+/// Every owned leaf of `obj` with its value: scalars, atomic lists, empty objects, set values
+/// and keyed list items (whose value is `true`: their existence, not their content).
+pub fn leaves(obj: &Value, scope: Scope) -> BTreeMap<Path, Value> {
+    let mut out = BTreeMap::new();
+    let Some(top) = obj.as_object() else {
+        return out;
+    };
+    for (k, v) in top {
+        if !in_scope(k, scope) || v.is_null() {
+            continue;
+        }
+        if k == "metadata" {
+            if let Some(meta) = v.as_object() {
+                for (mk, mv) in meta {
+                    if UNTRACKED_META.contains(&mk.as_str()) || mv.is_null() {
+                        continue;
+                    }
+                    walk(
+                        mv,
+                        &mut vec!["f:metadata".to_string(), format!("f:{mk}")],
+                        &mut vec!["metadata", mk],
+                        &mut out,
+                    );
+                }
+            }
+            continue;
+        }
+        walk(v, &mut vec![format!("f:{k}")], &mut vec![k.as_str()], &mut out);
+    }
+    out
+}
+
+fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, out: &mut BTreeMap<Path, Value>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                if child.is_null() {
+                    continue;
+                }
+                path.push(format!("f:{k}"));
+                names.push(k);
+                walk(child, path, names, out);
+                names.pop();
+                path.pop();
+            }
+        }
+        Value::Array(items) => match list_type(names) {
+            ListType::Atomic => {
+                out.insert(path.clone(), v.clone());
+            }
+            ListType::Set => {
+                for item in items {
+                    path.push(format!("v:{item}"));
+                    out.insert(path.clone(), Value::Bool(true));
+                    path.pop();
+                }
+            }
+            ListType::Map(keys) => {
+                for item in items {
+                    let Some(key) = key_element(item, keys) else {
+                        continue;
+                    };
+                    path.push(key);
+                    out.insert(path.clone(), Value::Bool(true));
+                    if let Value::Object(m) = item {
+                        for (k, child) in m {
+                            if child.is_null() {
+                                continue;
+                            }
+                            path.push(format!("f:{k}"));
+                            names.push(k);
+                            walk(child, path, names, out);
+                            names.pop();
+                            path.pop();
+                        }
+                    }
+                    path.pop();
+                }
+            }
+        },
+        other => {
+            out.insert(path.clone(), other.clone());
+        }
+    }
+}
+
+/// The fields `obj` sets.
+pub fn fields_of(obj: &Value, scope: Scope) -> FieldSet {
+    FieldSet(leaves(obj, scope).into_keys().collect())
+}
+
+/// What a write changed: fields added or given another value, and fields removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    /// Added or modified.
+    pub modified: FieldSet,
+    /// Present before, absent after.
+    pub removed: FieldSet,
+}
+
+/// The fields that differ between `old` and `new`.
+pub fn diff(old: &Value, new: &Value, scope: Scope) -> Change {
+    let before = leaves(old, scope);
+    let after = leaves(new, scope);
+    let modified = after
+        .iter()
+        .filter(|(p, v)| before.get(*p) != Some(*v))
+        .map(|(p, _)| p.clone())
+        .collect();
+    let removed = before
+        .keys()
+        .filter(|p| !after.contains_key(*p))
+        .cloned()
+        .collect();
+    Change {
+        modified: FieldSet(modified),
+        removed: FieldSet(removed),
+    }
+}
+
+impl FieldSet {
+    /// Whether no field is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The paths in both sets.
+    pub fn intersection(&self, other: &FieldSet) -> FieldSet {
+        FieldSet(self.0.intersection(&other.0).cloned().collect())
+    }
+
+    /// The paths of `self` not in `other`.
+    pub fn difference(&self, other: &FieldSet) -> FieldSet {
+        FieldSet(self.0.difference(&other.0).cloned().collect())
+    }
+
+    /// The paths of either.
+    pub fn union(&self, other: &FieldSet) -> FieldSet {
+        FieldSet(self.0.union(&other.0).cloned().collect())
+    }
+
+    /// Whether a path of `self` is `path` or lies under it.
+    pub fn has_under(&self, path: &Path) -> bool {
+        self.0.iter().any(|p| p.starts_with(path))
+    }
+
+    /// The `fieldsV1` JSON: nested objects, `{}` for a leaf, `".": {}` for a node that is owned
+    /// itself and has owned children.
+    pub fn to_fields_v1(&self) -> Value {
+        let mut root = Map::new();
+        for path in &self.0 {
+            insert(&mut root, path, self);
+        }
+        Value::Object(root)
+    }
+
+    /// Parses `fieldsV1`; anything that is not an object of objects is an error.
+    pub fn from_fields_v1(v: &Value) -> Result<Self, String> {
+        fn go(v: &Value, path: &mut Path, out: &mut BTreeSet<Path>) -> Result<(), String> {
+            let m = v
+                .as_object()
+                .ok_or_else(|| format!("fieldsV1 node at {path:?} is not an object"))?;
+            if m.is_empty() && !path.is_empty() {
+                out.insert(path.clone());
+            }
+            for (k, child) in m {
+                if k == "." {
+                    out.insert(path.clone());
+                    continue;
+                }
+                path.push(k.clone());
+                go(child, path, out)?;
+                path.pop();
+            }
+            Ok(())
+        }
+        let mut out = BTreeSet::new();
+        go(v, &mut Vec::new(), &mut out)?;
+        out.remove(&Vec::new());
+        Ok(Self(out))
+    }
+}
+
+fn insert(root: &mut Map<String, Value>, path: &Path, set: &FieldSet) {
+    let mut node = root;
+    for (i, el) in path.iter().enumerate() {
+        let entry = node.entry(el.clone()).or_insert_with(|| json!({}));
+        let Value::Object(child) = entry else {
+            return;
+        };
+        let is_last = i + 1 == path.len();
+        let prefix: Path = path[..=i].to_vec();
+        // A node that is owned itself and also has owned children carries ".".
+        if (is_last
+            && set
+                .0
+                .iter()
+                .any(|p| p.len() > prefix.len() && p.starts_with(&prefix)))
+            || (!is_last && set.0.contains(&prefix))
+        {
+            child.insert(".".into(), json!({}));
+        }
+        node = child;
+    }
+}
+
+/// A path as kube-apiserver prints it in conflicts: `.spec.replicas`,
+/// `.status.conditions[type="Ready"]`, `.metadata.finalizers[="x"]`.
+pub fn path_string(path: &Path) -> String {
+    let mut s = String::new();
+    for el in path {
+        if let Some(f) = el.strip_prefix("f:") {
+            s.push('.');
+            s.push_str(f);
+        } else if let Some(k) = el.strip_prefix("k:") {
+            let keys: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+            let shown: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("[{}]", shown.join(",")));
+        } else if let Some(v) = el.strip_prefix("v:") {
+            s.push_str(&format!("[={v}]"));
+        } else if let Some(i) = el.strip_prefix("i:") {
+            s.push_str(&format!("[{i}]"));
+        }
+    }
+    s
+}
+
+/// Merges an applied configuration into the live object with this API's list semantics: maps
+/// merge field by field, keyed lists item by item, sets value by value, the rest is replaced.
+pub fn merge_applied(live: &Value, applied: &Value) -> Value {
+    merge_at(live, applied, &mut Vec::new())
+}
+
+fn merge_at<'a>(live: &Value, applied: &'a Value, names: &mut Vec<&'a str>) -> Value {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) => {
+            let mut out = l.clone();
+            for (k, av) in a {
+                if av.is_null() {
+                    out.remove(k);
+                    continue;
+                }
+                names.push(k);
+                let merged = match l.get(k) {
+                    Some(lv) => merge_at(lv, av, names),
+                    None => av.clone(),
+                };
+                names.pop();
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (Value::Array(l), Value::Array(a)) => match list_type(names) {
+            ListType::Atomic => applied.clone(),
+            ListType::Set => {
+                let mut out = l.clone();
+                for v in a {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
+                }
+                Value::Array(out)
+            }
+            ListType::Map(keys) => {
+                let mut out = l.clone();
+                for item in a {
+                    let key = key_element(item, keys);
+                    match out
+                        .iter_mut()
+                        .find(|o| key.is_some() && key_element(o, keys) == key)
+                    {
+                        Some(existing) => *existing = merge_at(existing, item, &mut Vec::new()),
+                        None => out.push(item.clone()),
+                    }
+                }
+                Value::Array(out)
+            }
+        },
+        _ => applied.clone(),
+    }
+}
+
+/// Removes the fields at `paths` from `obj` (fields an applier stopped applying).
+pub fn remove_fields(obj: &mut Value, paths: &FieldSet) {
+    for path in &paths.0 {
+        remove_path(obj, path);
+    }
+}
+
+fn remove_path(obj: &mut Value, path: &[String]) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if let Some(f) = first.strip_prefix("f:") {
+        let Value::Object(m) = obj else {
+            return;
+        };
+        if rest.is_empty() {
+            m.remove(f);
+        } else if let Some(child) = m.get_mut(f) {
+            remove_path(child, rest);
+        }
+        return;
+    }
+    let Value::Array(items) = obj else {
+        return;
+    };
+    let matches = |item: &Value| -> bool {
+        if let Some(k) = first.strip_prefix("k:") {
+            let keys: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+            !keys.is_empty() && keys.iter().all(|(k, v)| item.get(k) == Some(v))
+        } else if let Some(v) = first.strip_prefix("v:") {
+            serde_json::from_str::<Value>(v).is_ok_and(|v| *item == v)
+        } else {
+            false
+        }
+    };
+    if rest.is_empty() {
+        items.retain(|i| !matches(i));
+    } else if let Some(item) = items.iter_mut().find(|i| matches(i)) {
+        remove_path(item, rest);
+    }
+}
+
+/// `Apply` or `Update`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Server-side apply.
+    Apply,
+    /// Every other write.
+    Update,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// One `metadata.managedFields` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// `manager`.
+    pub manager: String,
+    /// `operation`.
+    pub operation: Operation,
+    /// `apiVersion`: the version `fields` are spelled in.
+    pub api_version: String,
+    /// `time`, RFC 3339.
+    pub time: Option<String>,
+    /// `subresource`, when the write went through one.
+    pub subresource: Option<String>,
+    /// `fieldsV1`.
+    pub fields: FieldSet,
+}
+
+/// Who writes: the identity of the entry a write records.
+#[derive(Debug, Clone, Copy)]
+pub struct Writer<'a> {
+    /// `fieldManager`.
+    pub manager: &'a str,
+    /// The operation.
+    pub operation: Operation,
+    /// The request's version (`<group>/<version>`).
+    pub api_version: &'a str,
+    /// The subresource written through.
+    pub subresource: Option<&'a str>,
+    /// Now, RFC 3339.
+    pub time: &'a str,
+}
+
+impl Entry {
+    /// Whether this entry is the one `w` records into: apply entries are one per manager (and
+    /// subresource), update entries one per manager, version and subresource.
+    fn is_of(&self, w: &Writer<'_>) -> bool {
+        self.manager == w.manager
+            && self.operation == w.operation
+            && self.subresource.as_deref() == w.subresource
+            && (w.operation == Operation::Apply || self.api_version == w.api_version)
+    }
+
+    /// The manager as kube-apiserver names it in conflicts.
+    fn describe(&self) -> String {
+        let mut s = format!("{:?}", self.manager);
+        if let Some(sub) = &self.subresource {
+            s.push_str(&format!(" with subresource {sub:?}"));
+        }
+        if self.operation == Operation::Update {
+            s.push_str(&format!(" using {}", self.api_version));
+            if let Some(t) = &self.time {
+                s.push_str(&format!(" at {t}"));
+            }
+        }
+        s
+    }
+
+    /// The entry as JSON.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), json!(self.manager));
+        m.insert("operation".into(), json!(self.operation.as_str()));
+        m.insert("apiVersion".into(), json!(self.api_version));
+        if let Some(t) = &self.time {
+            m.insert("time".into(), json!(t));
+        }
+        m.insert("fieldsType".into(), json!("FieldsV1"));
+        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        if let Some(s) = &self.subresource {
+            m.insert("subresource".into(), json!(s));
+        }
+        Value::Object(m)
+    }
+}
+
+/// A malformed `metadata.managedFields`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("decode managedFields: entry {index}: {reason}")]
+pub struct DecodeManagedFieldsError {
+    /// Which entry.
+    pub index: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Parses `metadata.managedFields` (absent is empty). Empty entries (`{}`) are dropped: that is
+/// how a client resets the field (`[{}]`), as with kube-apiserver.
+pub fn decode_entries(v: Option<&Value>) -> Result<Vec<Entry>, DecodeManagedFieldsError> {
+    let Some(Value::Array(items)) = v else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let err = |reason: &str| DecodeManagedFieldsError {
+            index,
+            reason: reason.to_string(),
+        };
+        let Some(m) = item.as_object() else {
+            return Err(err("not an object"));
+        };
+        if m.is_empty() {
+            continue;
+        }
+        let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+        let operation = match s("operation").as_deref() {
+            Some("Apply") => Operation::Apply,
+            Some("Update") => Operation::Update,
+            other => return Err(err(&format!("unknown operation {other:?}"))),
+        };
+        if let Some(t) = s("fieldsType")
+            && t != "FieldsV1"
+        {
+            return Err(err(&format!("unknown fieldsType {t:?}")));
+        }
+        let fields = match m.get("fieldsV1") {
+            None | Some(Value::Null) => FieldSet::default(),
+            Some(f) => FieldSet::from_fields_v1(f).map_err(|e| err(&e))?,
+        };
+        out.push(Entry {
+            manager: s("manager").unwrap_or_default(),
+            operation,
+            api_version: s("apiVersion").unwrap_or_default(),
+            time: s("time"),
+            subresource: s("subresource").filter(|s| !s.is_empty()),
+            fields,
+        });
+    }
+    Ok(out)
+}
+
+/// Entries as `metadata.managedFields` JSON.
+pub fn encode_entries(entries: &[Entry]) -> Value {
+    Value::Array(entries.iter().map(Entry::to_json).collect())
+}
+
+/// One field an applier would take from another manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The other manager, as kube-apiserver prints it.
+    pub manager: String,
+    /// The field, `.spec.replicas`.
+    pub field: String,
+}
+
+/// kube-apiserver's conflict message (`util/managedfields/internal/conflict.go`).
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
+    if let [c] = conflicts {
+        return format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            c.manager, c.field
+        );
+    }
+    let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for c in conflicts {
+        by_manager.entry(&c.manager).or_default().push(&c.field);
+    }
+    let mut lines = Vec::new();
+    for (m, fields) in by_manager {
+        lines.push(format!("conflicts with {m}:"));
+        lines.extend(fields.iter().map(|f| format!("- {f}")));
+    }
+    format!(
+        "Apply failed with {} conflicts: {}",
+        conflicts.len(),
+        lines.join("\n")
+    )
+}
+
+/// Records a write in the managed fields, as structured-merge-diff's `Updater` does.
+///
+/// `changes` holds, per `apiVersion` of an entry (and the writer's), what the write changed in
+/// that version. Every other manager loses the fields the write modified or removed; an apply
+/// that modifies another manager's field without `force` fails with the conflicts instead. The
+/// writer's entry becomes `applied` (apply) or gains the modified fields (update). Empty entries
+/// are dropped; an entry's time moves only when its fields change.
+pub fn record(
+    mut entries: Vec<Entry>,
+    writer: &Writer<'_>,
+    applied: Option<&FieldSet>,
+    changes: &BTreeMap<String, Change>,
+    force: bool,
+) -> Result<Vec<Entry>, Vec<Conflict>> {
+    let mut conflicts = Vec::new();
+    for e in entries.iter_mut().filter(|e| !e.is_of(writer)) {
+        let Some(change) = changes.get(&e.api_version) else {
+            continue;
+        };
+        let taken = e.fields.intersection(&change.modified);
+        if writer.operation == Operation::Apply && !force {
+            conflicts.extend(taken.0.iter().map(|p| Conflict {
+                manager: e.describe(),
+                field: path_string(p),
+            }));
+        }
+        let kept = e.fields.difference(&taken).difference(&change.removed);
+        if kept != e.fields {
+            e.fields = kept;
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(conflicts);
+    }
+    let own = changes.get(writer.api_version).cloned().unwrap_or_default();
+    let position = entries.iter().position(|e| e.is_of(writer));
+    let previous = position.map(|i| entries[i].clone());
+    let fields = match applied {
+        Some(set) => set.clone(),
+        None => previous
+            .as_ref()
+            .map(|p| p.fields.clone())
+            .unwrap_or_default()
+            .union(&own.modified)
+            .difference(&own.removed),
+    };
+    let entry = Entry {
+        manager: writer.manager.to_string(),
+        operation: writer.operation,
+        api_version: writer.api_version.to_string(),
+        time: match &previous {
+            Some(p) if p.fields == fields && p.api_version == writer.api_version => p.time.clone(),
+            _ => Some(writer.time.to_string()),
+        },
+        subresource: writer.subresource.map(str::to_string),
+        fields,
+    };
+    match position {
+        Some(i) => entries[i] = entry,
+        None => entries.push(entry),
+    }
+    entries.retain(|e| !e.fields.is_empty());
+    Ok(entries)
+}
+
+/// The fields an applier stopped applying and nobody else owns: what apply removes from the
+/// object. `others` are the other managers' fields in the same version.
+pub fn dropped_fields(previous: &FieldSet, applied: &FieldSet, others: &FieldSet) -> FieldSet {
+    FieldSet(
+        previous
+            .difference(applied)
+            .0
+            .into_iter()
+            .filter(|p| !others.has_under(p) && !applied.has_under(p))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(paths: &[&[&str]]) -> FieldSet {
+        FieldSet(
+            paths
+                .iter()
+                .map(|p| p.iter().map(|s| (*s).to_string()).collect())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn field_sets_skip_identity_metadata_and_status_and_key_lists() {
+        let obj = json!({"apiVersion": "x/v1", "kind": "K",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "5",
+                "labels": {"app": "x"}, "finalizers": ["f1"]},
+            "spec": {"replicas": 3, "tls": {}, "tolerations": [{"key": "k"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let main = fields_of(&obj, Scope::Main);
+        assert_eq!(
+            main,
+            set(&[
+                &["f:metadata", "f:finalizers", "v:\"f1\""],
+                &["f:metadata", "f:labels", "f:app"],
+                &["f:spec", "f:replicas"],
+                &["f:spec", "f:tls"],
+                &["f:spec", "f:tolerations"],
+            ])
+        );
+        let status = fields_of(&obj, Scope::Status);
+        assert_eq!(
+            status,
+            set(&[
+                &["f:status", "f:conditions", "k:{\"type\":\"Ready\"}"],
+                &["f:status", "f:conditions", "k:{\"type\":\"Ready\"}", "f:status"],
+                &["f:status", "f:conditions", "k:{\"type\":\"Ready\"}", "f:type"],
+            ])
+        );
+        assert_eq!(
+            status.to_fields_v1(),
+            json!({"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}, "f:status": {}, "f:type": {}}}}})
+        );
+    }
+
+    #[test]
+    fn fields_v1_round_trips() {
+        let v = json!({"f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:replicas": {}, "f:x": {".": {}, "f:y": {}}}});
+        let s = FieldSet::from_fields_v1(&v).unwrap();
+        assert!(s.0.contains(&vec!["f:spec".to_string(), "f:x".to_string()]));
+        assert_eq!(s.to_fields_v1(), v);
+        assert!(FieldSet::from_fields_v1(&json!({"f:a": 1})).is_err());
+    }
+
+    #[test]
+    fn diff_finds_modified_and_removed_fields() {
+        let old = json!({"spec": {"replicas": 3, "version": "3.5.0", "x": 1}});
+        let new = json!({"spec": {"replicas": 5, "version": "3.5.0", "y": 1}});
+        let d = diff(&old, &new, Scope::Main);
+        assert_eq!(d.modified, set(&[&["f:spec", "f:replicas"], &["f:spec", "f:y"]]));
+        assert_eq!(d.removed, set(&[&["f:spec", "f:x"]]));
+    }
+
+    #[test]
+    fn merging_an_applied_configuration_follows_list_semantics() {
+        let live = json!({"metadata": {"finalizers": ["a"], "labels": {"x": "1"}},
+            "spec": {"replicas": 3, "tolerations": [{"key": "a"}, {"key": "b"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "R"}]}});
+        let applied = json!({"metadata": {"finalizers": ["b"], "labels": {"y": "2"}},
+            "spec": {"tolerations": [{"key": "c"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Other", "status": "True"}]}});
+        let merged = merge_applied(&live, &applied);
+        assert_eq!(merged["metadata"]["finalizers"], json!(["a", "b"]));
+        assert_eq!(merged["metadata"]["labels"], json!({"x": "1", "y": "2"}));
+        assert_eq!(merged["spec"]["replicas"], 3);
+        assert_eq!(merged["spec"]["tolerations"], json!([{"key": "c"}]));
+        assert_eq!(
+            merged["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True", "reason": "R"}, {"type": "Other", "status": "True"}])
+        );
+    }
+
+    #[test]
+    fn removing_fields_reaches_into_keyed_lists_and_sets() {
+        let mut obj = json!({"metadata": {"finalizers": ["a", "b"]},
+            "spec": {"replicas": 3, "version": "v"},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "R"}]}});
+        remove_fields(
+            &mut obj,
+            &set(&[
+                &["f:metadata", "f:finalizers", "v:\"a\""],
+                &["f:spec", "f:replicas"],
+                &["f:status", "f:conditions", "k:{\"type\":\"Ready\"}", "f:reason"],
+            ]),
+        );
+        assert_eq!(
+            obj,
+            json!({"metadata": {"finalizers": ["b"]}, "spec": {"version": "v"},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        );
+    }
+
+    #[test]
+    fn paths_print_as_kube_apiserver_prints_them() {
+        assert_eq!(
+            path_string(&vec!["f:spec".into(), "f:replicas".into()]),
+            ".spec.replicas"
+        );
+        assert_eq!(
+            path_string(&vec![
+                "f:status".into(),
+                "f:conditions".into(),
+                "k:{\"type\":\"Ready\"}".into()
+            ]),
+            ".status.conditions[type=\"Ready\"]"
+        );
+        assert_eq!(
+            path_string(&vec![
+                "f:metadata".into(),
+                "f:finalizers".into(),
+                "v:\"x\"".into()
+            ]),
+            ".metadata.finalizers[=\"x\"]"
+        );
+    }
+
+    fn writer<'a>(manager: &'a str, operation: Operation) -> Writer<'a> {
+        Writer {
+            manager,
+            operation,
+            api_version: "g/v2",
+            subresource: None,
+            time: "2026-01-01T00:00:00Z",
+        }
+    }
+
+    fn changes(old: &Value, new: &Value) -> BTreeMap<String, Change> {
+        BTreeMap::from([("g/v2".to_string(), diff(old, new, Scope::Main))])
+    }
+
+    #[test]
+    fn updates_take_the_fields_they_change_from_other_managers() {
+        let v0 = json!({});
+        let v1 = json!({"spec": {"replicas": 3, "version": "3.5.0"}});
+        let e = record(
+            Vec::new(),
+            &writer("create", Operation::Update),
+            None,
+            &changes(&v0, &v1),
+            false,
+        )
+        .unwrap();
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            e[0].fields,
+            set(&[&["f:spec", "f:replicas"], &["f:spec", "f:version"]])
+        );
+        let v2 = json!({"spec": {"replicas": 5, "version": "3.5.0"}});
+        let e = record(
+            e,
+            &writer("scaler", Operation::Update),
+            None,
+            &changes(&v1, &v2),
+            false,
+        )
+        .unwrap();
+        assert_eq!(e[0].fields, set(&[&["f:spec", "f:version"]]));
+        assert_eq!(e[1].fields, set(&[&["f:spec", "f:replicas"]]));
+        // Nothing changed: no entry, no time moved.
+        let again = record(
+            e.clone(),
+            &writer("scaler", Operation::Update),
+            None,
+            &changes(&v2, &v2),
+            false,
+        )
+        .unwrap();
+        assert_eq!(again, e);
+        // Removing every field of a manager drops its entry.
+        let v3 = json!({"spec": {"replicas": 5}});
+        let e = record(
+            e,
+            &writer("scaler", Operation::Update),
+            None,
+            &changes(&v2, &v3),
+            false,
+        )
+        .unwrap();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].manager, "scaler");
+    }
+
+    #[test]
+    fn apply_conflicts_with_other_managers_unless_forced() {
+        let live = json!({"spec": {"replicas": 3}});
+        let a = record(
+            Vec::new(),
+            &writer("a", Operation::Apply),
+            Some(&fields_of(&live, Scope::Main)),
+            &changes(&json!({}), &live),
+            false,
+        )
+        .unwrap();
+        let new = json!({"spec": {"replicas": 5}});
+        let applied = fields_of(&new, Scope::Main);
+        let err = record(
+            a.clone(),
+            &writer("b", Operation::Apply),
+            Some(&applied),
+            &changes(&live, &new),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            [Conflict {
+                manager: "\"a\"".into(),
+                field: ".spec.replicas".into()
+            }]
+        );
+        assert_eq!(
+            conflict_message(&err),
+            "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas"
+        );
+        // Same value: shared ownership, no conflict.
+        let shared = record(
+            a.clone(),
+            &writer("b", Operation::Apply),
+            Some(&fields_of(&live, Scope::Main)),
+            &changes(&live, &live),
+            false,
+        )
+        .unwrap();
+        assert_eq!(shared.len(), 2);
+        // Forced: b takes the field, a's entry is gone.
+        let forced = record(
+            a,
+            &writer("b", Operation::Apply),
+            Some(&applied),
+            &changes(&live, &new),
+            true,
+        )
+        .unwrap();
+        assert_eq!(forced.len(), 1);
+        assert_eq!(forced[0].manager, "b");
+        assert_eq!(
+            forced[0].to_json()["fieldsV1"],
+            json!({"f:spec": {"f:replicas": {}}})
+        );
+        assert_eq!(forced[0].to_json()["operation"], "Apply");
+    }
+
+    #[test]
+    fn update_managers_are_named_with_version_and_time_in_conflicts() {
+        let e = Entry {
+            manager: "kubectl-edit".into(),
+            operation: Operation::Update,
+            api_version: "g/v2".into(),
+            time: Some("2026-01-01T00:00:00Z".into()),
+            subresource: Some("status".into()),
+            fields: FieldSet::default(),
+        };
+        assert_eq!(
+            e.describe(),
+            "\"kubectl-edit\" with subresource \"status\" using g/v2 at 2026-01-01T00:00:00Z"
+        );
+        let many = [
+            Conflict {
+                manager: "\"b\"".into(),
+                field: ".spec.x".into(),
+            },
+            Conflict {
+                manager: "\"a\"".into(),
+                field: ".spec.y".into(),
+            },
+        ];
+        assert_eq!(
+            conflict_message(&many),
+            "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.y\nconflicts with \"b\":\n- .spec.x"
+        );
+    }
+
+    #[test]
+    fn fields_an_applier_stops_applying_are_dropped_unless_another_owns_them() {
+        let previous = set(&[
+            &["f:spec", "f:replicas"],
+            &["f:spec", "f:version"],
+            &["f:spec", "f:x"],
+        ]);
+        let applied = set(&[&["f:spec", "f:replicas"]]);
+        let others = set(&[&["f:spec", "f:x"]]);
+        assert_eq!(
+            dropped_fields(&previous, &applied, &others),
+            set(&[&["f:spec", "f:version"]])
+        );
+        // An item another manager owns a field of is kept.
+        let previous = set(&[&["f:status", "f:conditions", "k:{\"type\":\"A\"}"]]);
+        let others = set(&[&["f:status", "f:conditions", "k:{\"type\":\"A\"}", "f:reason"]]);
+        assert!(dropped_fields(&previous, &FieldSet::default(), &others).is_empty());
+    }
+
+    #[test]
+    fn managed_fields_decode_and_reset() {
+        let v = json!([{"manager": "m", "operation": "Update", "apiVersion": "g/v2", "time": "t",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]);
+        let e = decode_entries(Some(&v)).unwrap();
+        assert_eq!(encode_entries(&e), v);
+        assert!(decode_entries(Some(&json!([{}]))).unwrap().is_empty());
+        assert!(decode_entries(Some(&json!([{"operation": "Merge"}]))).is_err());
+        assert!(decode_entries(Some(&json!([1]))).is_err());
+    }
+}
