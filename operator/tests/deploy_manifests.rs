@@ -728,6 +728,9 @@ async fn drive_child_watches(stub: &Stub) {
 async fn drive_serve_mode(stub: &Stub) {
     let client = stub.client();
     let _ = TokenReviewer::new(client.clone()).review("a-token").await;
+    let _ = etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(client.clone())
+        .admit_create("etcdclusters", "a", NS)
+        .await;
     let user = UserInfo {
         name: "alice".to_owned(),
         uid: None,
@@ -968,7 +971,11 @@ fn a_call_without_a_rule_is_denied() {
 /// this test covers it: driven above, or calling only our own API (`etcd.operator.dev`, served
 /// by this process, authorized by its own SubjectAccessReviews, no RBAC rule for the
 /// ServiceAccount needed).
-const KUBE_CALLERS: [(&str, &str); 13] = [
+const KUBE_CALLERS: [(&str, &str); 14] = [
+    (
+        "apiserver/src/cluster/namespaces.rs",
+        "driven: drive_serve_mode (Namespace lifecycle)",
+    ),
     ("controller/src/runtime/kubernetes.rs", "driven: drive_runtime"),
     (
         "controller/src/runtime/kubernetes/tls.rs",
