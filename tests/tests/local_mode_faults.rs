@@ -148,6 +148,19 @@ async fn a_killed_backing_etcd_is_restarted_and_readyz_goes_not_ready_then_ready
         readyz(&client).await == Some(200)
     })
     .await;
+    // The poller's own samples show the recovery too (it samples every 20 ms; give it time to
+    // record a 200 after the 503s before it stops).
+    wait_for(
+        "the poller to see /readyz ok again",
+        Duration::from_secs(10),
+        || async {
+            let seen = seen.lock().await;
+            seen.iter()
+                .position(|c| *c == Some(503))
+                .is_some_and(|i| seen[i..].contains(&Some(200)))
+        },
+    )
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     poller.await.unwrap();
     eprintln!(

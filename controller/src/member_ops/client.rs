@@ -222,6 +222,20 @@ impl EtcdClient {
         (endpoints.to_vec(), fingerprint)
     }
 
+    /// A connection of its own to `endpoints` whose calls may take up to [`DEFRAGMENT_TIMEOUT`]
+    /// (maintenance calls that rewrite or sweep the database), not cached.
+    async fn long_client(&self, endpoints: &[String], op: &'static str) -> Result<Client, MemberOpError> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(DEFRAGMENT_TIMEOUT);
+        if let Some(tls) = self.tls_for(endpoints) {
+            options = options.with_tls(tls.options());
+        }
+        Client::connect(endpoints, Some(options))
+            .await
+            .map_err(|e| classify(op, e))
+    }
+
     /// The status of one member, asked at its own client URL.
     async fn member_status(&self, url: &str) -> Option<MemberHealth> {
         let endpoints = [url.to_string()];
@@ -445,19 +459,26 @@ impl MemberOps for EtcdClient {
 
     async fn compact(&self, endpoints: &[String]) -> Result<i64, MemberOpError> {
         let result = async {
-            let mut client = self.client(endpoints, "compact").await?;
+            // A physical compaction waits until the backend has dropped the old revisions:
+            // longer than the cached clients allow on a loaded machine.
+            let mut client = self.long_client(endpoints, "compact").await?;
             let head = timed(
                 "compact",
                 client.get("\0", Some(GetOptions::new().with_count_only())),
             )
             .await?;
             let revision = head.header().map(|h| h.revision()).unwrap_or_default();
-            match timed(
-                "compact",
+            let compacted = tokio::time::timeout(
+                DEFRAGMENT_TIMEOUT,
                 client.compact(revision, Some(CompactionOptions::new().with_physical())),
             )
             .await
-            {
+            .map_err(|_| MemberOpError::Timeout {
+                op: "compact",
+                after: DEFRAGMENT_TIMEOUT,
+            })
+            .and_then(|r| r.map_err(|e| classify("compact", e)));
+            match compacted {
                 Ok(_) => Ok(revision),
                 // Compacted there already (by etcd's own auto-compaction, or an earlier try):
                 // etcd's `ErrCompacted`, told apart at the wire by its description.
@@ -475,15 +496,7 @@ impl MemberOps for EtcdClient {
     async fn defragment(&self, endpoint: &str) -> Result<(), MemberOpError> {
         // Its own connection: the cached ones give up after a few seconds, a defragmentation
         // rewrites the member's whole database.
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_timeout(DEFRAGMENT_TIMEOUT);
-        if let Some(tls) = self.tls_for(std::slice::from_ref(&endpoint.to_owned())) {
-            options = options.with_tls(tls.options());
-        }
-        let mut client = Client::connect([endpoint], Some(options))
-            .await
-            .map_err(|e| classify("defragment", e))?;
+        let mut client = self.long_client(&[endpoint.to_owned()], "defragment").await?;
         match tokio::time::timeout(DEFRAGMENT_TIMEOUT, client.defragment()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(classify("defragment", e)),

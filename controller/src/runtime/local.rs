@@ -331,6 +331,31 @@ impl LocalRuntime {
         })
     }
 
+    /// A member that was started once: its directory, its file and its configuration;
+    /// [`RuntimeError::UnknownMember`] when there is none, [`RuntimeError::State`] saying
+    /// `never_started` when it has no configuration yet.
+    fn started_member(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        never_started: &str,
+    ) -> Result<(PathBuf, MemberFile, MemberConfig), RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.join("member.json").is_file() {
+            return Err(RuntimeError::UnknownMember {
+                name: name.to_string(),
+            });
+        }
+        let file = self.read_member(&dir, name)?;
+        let Some(config) = file.config.clone() else {
+            return Err(RuntimeError::State {
+                member: name.to_string(),
+                detail: never_started.to_owned(),
+            });
+        };
+        Ok((dir, file, config))
+    }
+
     fn read_member(&self, dir: &Path, name: &str) -> Result<MemberFile, RuntimeError> {
         let text = std::fs::read_to_string(dir.join("member.json")).map_err(io("read member.json", name))?;
         serde_json::from_str(&text).map_err(|e| RuntimeError::State {
@@ -638,19 +663,11 @@ impl Runtime for LocalRuntime {
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
-        let dir = self.member_dir(cluster, name);
-        if !dir.join("member.json").is_file() {
-            return Err(RuntimeError::UnknownMember {
-                name: name.to_string(),
-            });
-        }
-        let mut file = self.read_member(&dir, name)?;
-        let Some(mut config) = file.config.clone() else {
-            return Err(RuntimeError::State {
-                member: name.to_string(),
-                detail: "it was never started, so it has no version to change".into(),
-            });
-        };
+        let (dir, mut file, mut config) = self.started_member(
+            cluster,
+            name,
+            "it was never started, so it has no version to change",
+        )?;
         // Fail before touching anything when the version cannot run here.
         self.binary(version)?;
         if config.version != version {
@@ -676,19 +693,11 @@ impl Runtime for LocalRuntime {
         spec: &ClusterSpecView,
         name: &str,
     ) -> Result<(), RuntimeError> {
-        let dir = self.member_dir(cluster, name);
-        if !dir.join("member.json").is_file() {
-            return Err(RuntimeError::UnknownMember {
-                name: name.to_string(),
-            });
-        }
-        let mut file = self.read_member(&dir, name)?;
-        let Some(config) = file.config.clone() else {
-            return Err(RuntimeError::State {
-                member: name.to_string(),
-                detail: "it was never started, so it has no certificates to renew".into(),
-            });
-        };
+        let (dir, mut file, config) = self.started_member(
+            cluster,
+            name,
+            "it was never started, so it has no certificates to renew",
+        )?;
         let current = self.member_certificates(&dir, &file).is_none_or(|c| {
             c.valid_for >= RENEW_BEFORE
                 && spec
@@ -713,19 +722,11 @@ impl Runtime for LocalRuntime {
         spec: &ClusterSpecView,
         survivor: &str,
     ) -> Result<(), RuntimeError> {
-        let dir = self.member_dir(cluster, survivor);
-        if !dir.join("member.json").is_file() {
-            return Err(RuntimeError::UnknownMember {
-                name: survivor.to_string(),
-            });
-        }
-        let mut file = self.read_member(&dir, survivor)?;
-        let Some(config) = file.config.clone() else {
-            return Err(RuntimeError::State {
-                member: survivor.to_string(),
-                detail: "it was never started, so it has no data to recover from".into(),
-            });
-        };
+        let (dir, mut file, config) = self.started_member(
+            cluster,
+            survivor,
+            "it was never started, so it has no data to recover from",
+        )?;
         if !dir.join("data").is_dir() {
             return Err(RuntimeError::State {
                 member: survivor.to_string(),
