@@ -822,10 +822,20 @@ async fn watch_from_zero_sends_state_then_changes() {
     let f = fixture().await;
     let b = f.storage.create("ns", "b", object("ns", "b", 1)).await.unwrap();
     let a = f.storage.create("ns", "a", object("ns", "a", 1)).await.unwrap();
-    f.storage
+    let c = f
+        .storage
         .create("other", "c", object("other", "c", 1))
         .await
         .unwrap();
+    // Unset and 0 serve the cache's current state (as the watch cache of kube-apiserver does):
+    // let the cache catch up with the writes first, or a write may come as an event after the
+    // initial state instead of in it (seen on a loaded machine).
+    let written = rv_of(&c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while f.storage.current_revision() < written {
+        assert!(std::time::Instant::now() < deadline, "the cache never caught up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for rv in [None, Some("0".to_owned())] {
         let mut w = f
             .storage
