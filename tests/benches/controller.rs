@@ -37,10 +37,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail, ensure};
+use etcd_operator_tests::kube_client::{ClientOptions, connect, etcd_clusters};
 use etcd_operator_tests::{EtcdVersion, TestProcess, kubectl, leftovers, ports, tools};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use serde_json::Value;
@@ -60,16 +60,6 @@ const SETTLE: Duration = Duration::from_secs(6);
 /// on where the kill falls in its periodic reconcile.
 const KILL_WINDOW: Duration = Duration::from_secs(10);
 const NAMESPACE: &str = "default";
-
-fn resource() -> ApiResource {
-    ApiResource {
-        group: "etcd.operator.dev".into(),
-        version: "v1alpha2".into(),
-        api_version: "etcd.operator.dev/v1alpha2".into(),
-        kind: "EtcdCluster".into(),
-        plural: "etcdclusters".into(),
-    }
-}
 
 fn cluster_yaml(name: &str, replicas: usize) -> String {
     format!(
@@ -210,11 +200,15 @@ impl Operator {
                 );
             }
             if kubeconfig.is_file() {
-                match connect(&kubeconfig).await {
+                match connect(&kubeconfig, ClientOptions::default()).await {
                     Ok(client) => {
-                        match Api::<DynamicObject>::namespaced_with(client.clone(), NAMESPACE, &resource())
-                            .list(&Default::default())
-                            .await
+                        match Api::<DynamicObject>::namespaced_with(
+                            client.clone(),
+                            NAMESPACE,
+                            &etcd_clusters(),
+                        )
+                        .list(&Default::default())
+                        .await
                         {
                             Ok(_) => {
                                 return Ok(Self {
@@ -303,12 +297,6 @@ impl Drop for Operator {
         }
         leftovers::kill_processes_mentioning(self.state.path());
     }
-}
-
-async fn connect(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 /// Seconds since midnight UTC, now.
@@ -417,7 +405,7 @@ impl StatusWatch {
     /// Starts the watch and returns once its initial list is done (so that what happens next is
     /// seen through the open watch, without a list in between).
     async fn start(client: &kube::Client, name: &str) -> anyhow::Result<Self> {
-        let api = Api::<DynamicObject>::namespaced_with(client.clone(), NAMESPACE, &resource());
+        let api = Api::<DynamicObject>::namespaced_with(client.clone(), NAMESPACE, &etcd_clusters());
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

@@ -8,8 +8,10 @@
 
 pub mod etcd;
 pub mod kube;
+pub mod kube_client;
 pub mod kubectl;
 pub mod leftovers;
+pub mod local_cluster;
 pub mod memory;
 pub mod operator;
 pub mod ports;

@@ -7,30 +7,14 @@
 use std::time::Duration;
 
 use etcd_operator_tests::LocalOperator;
+use etcd_operator_tests::kube_client::{ClientOptions, connect, etcd_clusters};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 
-fn resource() -> ApiResource {
-    ApiResource {
-        group: "etcd.operator.dev".into(),
-        version: "v1alpha2".into(),
-        api_version: "etcd.operator.dev/v1alpha2".into(),
-        kind: "EtcdCluster".into(),
-        plural: "etcdclusters".into(),
-    }
-}
-
 async fn client(op: &LocalOperator) -> kube::Client {
-    // kube (ring) and object_store (aws-lc-rs) both enable a rustls provider: pick one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = Kubeconfig::read_from(op.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+    connect(&op.kubeconfig(), ClientOptions::default()).await.unwrap()
 }
 
 fn cluster(name: &str) -> DynamicObject {
@@ -46,7 +30,7 @@ fn cluster(name: &str) -> DynamicObject {
 async fn sixteen_concurrent_read_modify_write_writers_lose_no_update() {
     let op = LocalOperator::start().await.unwrap();
     let client = client(&op).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &etcd_clusters());
     api.create(&PostParams::default(), &cluster("counter"))
         .await
         .unwrap();
@@ -94,10 +78,10 @@ async fn sixteen_concurrent_read_modify_write_writers_lose_no_update() {
 #[tokio::test]
 async fn kube_watcher_stays_in_sync_across_restart_and_compaction() {
     let mut op = LocalOperator::start().await.unwrap();
-    let api: Api<DynamicObject> = Api::namespaced_with(client(&op).await, "default", &resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client(&op).await, "default", &etcd_clusters());
     api.create(&PostParams::default(), &cluster("one")).await.unwrap();
 
-    let writer = reflector::store::Writer::<DynamicObject>::new(resource());
+    let writer = reflector::store::Writer::<DynamicObject>::new(etcd_clusters());
     let store = writer.as_reader();
     let stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
@@ -136,7 +120,7 @@ async fn kube_watcher_stays_in_sync_across_restart_and_compaction() {
     }
     etcd.compact(rev, None).await.unwrap();
     op.start_again().await.unwrap();
-    let api: Api<DynamicObject> = Api::namespaced_with(client(&op).await, "default", &resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client(&op).await, "default", &etcd_clusters());
     let mut raw = op.kubectl().unwrap();
     raw.args([
         "get",

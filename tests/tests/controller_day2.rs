@@ -5,69 +5,15 @@
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use etcd_operator_tests::LocalOperator;
 use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, wait_for};
-use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
+use etcd_operator_tests::local_cluster::{
+    available, cluster_dir, cluster_yaml, etcdctl_output as etcdctl, kill_every_member, kill_member,
+    running_member_pids as member_pids,
+};
 use serde_json::Value;
-
-fn cluster_yaml(name: &str, replicas: u32) -> String {
-    format!(
-        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n"
-    )
-}
-
-fn available(s: &Value, replicas: i64) -> bool {
-    condition(s, "Available").is_some_and(|c| c["status"] == "True")
-        && s["readyReplicas"] == replicas
-        && s["members"].as_array().is_some_and(|m| {
-            m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
-        })
-}
-
-fn etcdctl(endpoint: &str, args: &[&str]) -> std::process::Output {
-    Command::new(tools::etcdctl(EtcdVersion::V3_5_1).unwrap())
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoint}"))
-        .arg("--command-timeout=3s")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn cluster_dir(op: &LocalOperator, name: &str) -> PathBuf {
-    op.state_dir().join("members").join("default").join(name)
-}
-
-/// The recorded pid of every member process of the cluster that runs.
-fn member_pids(op: &LocalOperator, name: &str) -> Vec<u32> {
-    let mut pids: Vec<u32> = std::fs::read_dir(cluster_dir(op, name))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let text = std::fs::read_to_string(e.path().join("etcd.pid")).ok()?;
-            let pid: u32 = text.split_whitespace().next()?.parse().ok()?;
-            etcd_operator_tests::leftovers::is_running(pid).then_some(pid)
-        })
-        .collect();
-    pids.sort_unstable();
-    pids
-}
-
-/// SIGKILLs every member process of the cluster; returns their pids.
-fn kill_every_member(op: &LocalOperator, name: &str) -> Vec<u32> {
-    let pids = member_pids(op, name);
-    for pid in &pids {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(i32::try_from(*pid).unwrap()),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-    }
-    pids
-}
 
 /// Brings up a 3-member cluster with one key in it; its status.
 async fn three_members_with_a_key(op: &LocalOperator, name: &str) -> Value {
@@ -251,14 +197,7 @@ async fn quorum_lost_with_two_members_destroyed_is_rebuilt_only_when_asked_and_r
     let (survivor, destroyed) = (members[0].clone(), members[1..].to_vec());
     for name in &destroyed {
         let dir = cluster_dir(&op, "lost").join(name);
-        let pid: i32 = std::fs::read_to_string(dir.join("etcd.pid"))
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        kill_member(&dir);
         std::fs::remove_dir_all(dir.join("data")).unwrap();
     }
     // Without a request nothing is rebuilt: the status says quorum is gone and no member is

@@ -9,61 +9,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, kubectl, wait_for};
+use etcd_operator_tests::kubectl::{Watched, apply, kubectl, wait_for};
+use etcd_operator_tests::local_cluster::{
+    self, cluster_yaml, endpoints, etcdctl, etcdctl_ok, kill_member, member_dir,
+    running_member_pids as member_pids,
+};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
-fn cluster_yaml(name: &str, replicas: u32) -> String {
-    format!(
-        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n"
-    )
-}
-
-fn etcdctl(endpoint: &str) -> Command {
-    let mut cmd = Command::new(tools::etcdctl(EtcdVersion::V3_5_1).unwrap());
-    cmd.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoint}"))
-        .arg("--command-timeout=3s");
-    cmd
-}
-
-fn etcdctl_ok(endpoint: &str, args: &[&str]) -> String {
-    let out = etcdctl(endpoint).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "etcdctl {args:?} at {endpoint}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
+/// Available with `replicas` members, and `status.replicas` agreeing.
 fn available(s: &Value, replicas: i64) -> bool {
-    condition(s, "Available").is_some_and(|c| c["status"] == "True")
-        && s["readyReplicas"] == replicas
-        && s["replicas"] == replicas
-        && s["members"].as_array().is_some_and(|m| {
-            m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
-        })
-}
-
-fn endpoints(s: &Value) -> Vec<String> {
-    let eps = client_endpoints(s);
-    assert!(!eps.is_empty(), "no client endpoints in {s}");
-    eps
-}
-
-fn member_pids(op: &LocalOperator, name: &str) -> Vec<u32> {
-    let dir = op.state_dir().join("members").join("default").join(name);
-    std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| {
-                let text = std::fs::read_to_string(e.ok()?.path().join("etcd.pid")).ok()?;
-                let pid: u32 = text.split_whitespace().next()?.parse().ok()?;
-                etcd_operator_tests::leftovers::is_running(pid).then_some(pid)
-            })
-            .collect()
-        })
-        .unwrap_or_default()
+    local_cluster::available(s, replicas) && s["replicas"] == replicas
 }
 
 #[tokio::test]
@@ -163,20 +119,8 @@ async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete()
 
     // SIGKILL a member and delete its data: it is replaced by a fresh member.
     let victim = s["members"][0]["name"].as_str().unwrap().to_string();
-    let dir = op
-        .state_dir()
-        .join("members")
-        .join("default")
-        .join("beta")
-        .join(&victim);
-    let pid: i32 = std::fs::read_to_string(dir.join("etcd.pid"))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let dir = member_dir(&op, "beta", &victim);
+    kill_member(&dir);
     std::fs::remove_dir_all(dir.join("data")).unwrap();
     let s = wait_for(
         &op,

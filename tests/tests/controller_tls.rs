@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, kubectl, wait_for};
+use etcd_operator_tests::local_cluster::{available, cluster_dir, kill_member, member_dir, recorded_pid};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -20,14 +21,6 @@ fn tls_cluster(name: &str, replicas: u32, peer: bool) -> String {
     format!(
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: 3.5.1\n  tls:\n    client: {{auto: {{}}}}{peer}\n"
     )
-}
-
-fn available(s: &Value, replicas: i64) -> bool {
-    condition(s, "Available").is_some_and(|c| c["status"] == "True")
-        && s["readyReplicas"] == replicas
-        && s["members"].as_array().is_some_and(|m| {
-            m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
-        })
 }
 
 /// The operator's client identity toward `cluster`: (client CA, certificate, key) files.
@@ -61,39 +54,13 @@ async fn backup_now(op: &LocalOperator, cluster: &str, name: &str, dir: &Path) -
     .unwrap()
 }
 
-fn member_dir(op: &LocalOperator, cluster: &str, member: &str) -> PathBuf {
-    op.state_dir()
-        .join("members")
-        .join("default")
-        .join(cluster)
-        .join(member)
+fn pki(op: &LocalOperator, cluster: &str) -> PathBuf {
+    cluster_dir(op, cluster).join("pki")
 }
 
 /// The pid recorded for a member's etcd process.
-fn member_pid(dir: &Path) -> i32 {
-    std::fs::read_to_string(dir.join("etcd.pid"))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-fn kill_member(dir: &Path) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(member_pid(dir)),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-}
-
-fn pki(op: &LocalOperator, cluster: &str) -> PathBuf {
-    op.state_dir()
-        .join("members")
-        .join("default")
-        .join(cluster)
-        .join("pki")
+fn member_pid(dir: &Path) -> u32 {
+    recorded_pid(dir).unwrap()
 }
 
 /// etcdctl at `endpoint`, with `--cacert/--cert/--key` from `tls` when given.
@@ -456,7 +423,7 @@ fn client_options(op: &LocalOperator, cluster: &str) -> etcd_client::TlsOptions 
 }
 
 /// A member's certificates and process as they are now: (server.crt, peer.crt, pid).
-fn member_certificates(dir: &Path) -> (String, String, i32) {
+fn member_certificates(dir: &Path) -> (String, String, u32) {
     (
         std::fs::read_to_string(dir.join("tls").join("server.crt")).unwrap(),
         std::fs::read_to_string(dir.join("tls").join("peer.crt")).unwrap(),
@@ -587,12 +554,12 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
     etcd_operator_tests::writer::assert_no_write_lost(&eps, Some(&tls), &writes).await;
 
     // Asked again with the same value, nothing restarts.
-    let pids: Vec<i32> = names
+    let pids: Vec<u32> = names
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rot", n)))
         .collect();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let again: Vec<i32> = names
+    let again: Vec<u32> = names
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rot", n)))
         .collect();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, output, status, wait_for};
+use etcd_operator_tests::local_cluster::{cluster_dir, endpoints};
 use etcd_operator_tests::operator::OperatorOptions;
 use etcd_operator_tests::writer::{Writes, assert_no_write_lost, start_writer};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
@@ -47,19 +48,6 @@ fn roll_complete(s: &Value, version: &str) -> bool {
         && s["upgrade"]["phase"] == "Complete"
         && s["upgrade"]["targetVersion"] == version
         && s["currentVersion"] == version
-}
-
-fn endpoints(s: &Value) -> Vec<String> {
-    s["clientEndpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap().to_string())
-        .collect()
-}
-
-fn cluster_dir(op: &LocalOperator, name: &str) -> PathBuf {
-    op.state_dir().join("members").join("default").join(name)
 }
 
 /// The versions recorded for the members in the local runtime's `member.json` files.

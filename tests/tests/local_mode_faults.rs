@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_operator_tests::LocalOperator;
+use etcd_operator_tests::kube_client::{ClientOptions, connect, etcd_clusters};
 use etcd_operator_tests::operator::OperatorOptions;
 use http_body_util::BodyExt;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -22,27 +22,13 @@ use tokio::sync::Mutex;
 
 const PREFIX: &str = "/registry/etcd.operator.dev/etcdclusters/default/";
 
-fn resource() -> ApiResource {
-    ApiResource {
-        group: "etcd.operator.dev".into(),
-        version: "v1alpha2".into(),
-        api_version: "etcd.operator.dev/v1alpha2".into(),
-        kind: "EtcdCluster".into(),
-        plural: "etcdclusters".into(),
-    }
-}
-
 /// A kube client of the operator that never retries (a 429 or 5xx must reach the test).
 async fn client(op: &LocalOperator) -> kube::Client {
-    // kube (ring) and object_store (aws-lc-rs) both enable a rustls provider: pick one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = Kubeconfig::read_from(op.kubeconfig()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    config.default_retry = false;
-    config.read_timeout = Some(Duration::from_secs(120));
-    kube::Client::try_from(config).unwrap()
+    let options = ClientOptions {
+        no_retry: true,
+        read_timeout: Some(Duration::from_secs(120)),
+    };
+    connect(&op.kubeconfig(), options).await.unwrap()
 }
 
 /// A paused cluster: stored and served like any other, but the controller starts no members.
@@ -191,7 +177,7 @@ async fn a_killed_backing_etcd_is_restarted_and_readyz_goes_not_ready_then_ready
         op.log_tail()
     );
     // The operator was not restarted, and it serves writes.
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &etcd_clusters());
     let obj: DynamicObject = serde_json::from_value(cluster("after-restart")).unwrap();
     api.create(&PostParams::default(), &obj).await.unwrap();
 }
@@ -223,7 +209,7 @@ async fn no_acknowledged_write_is_lost_when_the_backing_etcd_is_killed_under_eig
     let client = client(&op).await;
     let endpoint = op.backing_etcd_endpoint().unwrap();
     let pid = etcd_pid(&op).unwrap();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &etcd_clusters());
 
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stop = stop_flag();
@@ -460,7 +446,7 @@ async fn a_burst_beyond_the_in_flight_limit_gets_only_201s_and_429_statuses() {
     assert!(!created.is_empty(), "{codes:?}");
     assert!(!refused.is_empty(), "the limit refused nothing: {codes:?}");
     // Exactly the accepted ones are stored.
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &etcd_clusters());
     let stored: BTreeSet<String> = api
         .list(&ListParams::default())
         .await
