@@ -879,6 +879,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_quorum_recovery_rebuilds_from_the_survivor_only_and_a_runtime_without_it_refuses() {
+        let ctx = setup();
+        let recover = Step::RecoverQuorum {
+            survivor: "a".into(),
+            lost: vec!["b".into(), "c".into()],
+            applied_index: Some(42),
+            request: "auto".into(),
+        };
+        let (result, roll) = run(&ctx, recover.clone()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(roll, None, "a recovery records no roll");
+        // Only the runtime is asked (the members are unreachable), and only for the survivor.
+        assert_eq!(ctx.runtime.calls(), vec![RuntimeCall::RecoverQuorum("a".into())]);
+        assert_eq!(ctx.members.actions(), vec![], "no etcd member operation");
+        let held: Vec<String> = ctx.runtime.held().into_iter().map(|m| m.name).collect();
+        assert_eq!(
+            held,
+            vec!["a".to_owned()],
+            "the lost members are given up in the runtime"
+        );
+
+        // A runtime that cannot recover refuses with its typed error, and nothing else happens.
+        let ctx = setup();
+        ctx.runtime.fail_next(
+            RuntimeOp::RecoverQuorum,
+            RuntimeError::Unsupported {
+                operation: "quorum recovery",
+                runtime: "kubernetes",
+            },
+        );
+        let (result, _) = run(&ctx, recover).await;
+        assert!(
+            matches!(result, Err(StepError::Runtime(RuntimeError::Unsupported { .. }))),
+            "{result:?}"
+        );
+        assert_eq!(ctx.runtime.held().len(), 4, "no member was given up");
+    }
+
+    #[tokio::test]
     async fn space_is_reclaimed_by_compacting_defragmenting_followers_first_then_disarming() {
         use crate::model::{AlarmKind, MemberAlarm};
         let ctx = setup();
