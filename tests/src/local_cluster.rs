@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::kubectl::{client_endpoints, condition};
+use crate::kubectl::{Watched, client_endpoints, condition, wait_for};
 use crate::operator::LocalOperator;
 use crate::tools::{self, EtcdVersion};
 
@@ -30,6 +30,22 @@ pub fn available(status: &Value, replicas: i64) -> bool {
         && status["members"].as_array().is_some_and(|m| {
             m.len() as i64 == replicas && m.iter().all(|m| m["healthy"] == true && m["learner"] == false)
         })
+}
+
+/// Waits until EtcdCluster `name` is [`available`] with `replicas` members; its status. Fails
+/// the test with `what` and the last status seen when `timeout` passes first.
+pub async fn wait_available(
+    op: &LocalOperator,
+    name: &str,
+    replicas: i64,
+    what: &str,
+    timeout: std::time::Duration,
+) -> Value {
+    wait_for(op, Watched::status("ec", name), what, timeout, |s| {
+        available(s, replicas)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The member names `status.members` lists, in its order.

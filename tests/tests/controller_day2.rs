@@ -11,22 +11,14 @@ use etcd_operator_tests::LocalOperator;
 use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, wait_for};
 use etcd_operator_tests::local_cluster::{
     available, cluster_dir, cluster_yaml, etcdctl_output as etcdctl, kill_every_member, kill_member,
-    running_member_pids as member_pids,
+    running_member_pids as member_pids, wait_available,
 };
 use serde_json::Value;
 
 /// Brings up a 3-member cluster with one key in it; its status.
 async fn three_members_with_a_key(op: &LocalOperator, name: &str) -> Value {
     apply(op, &cluster_yaml(name, 3)).unwrap();
-    let s = wait_for(
-        op,
-        Watched::status("ec", name),
-        "3 healthy members",
-        Duration::from_secs(90),
-        |s| available(s, 3),
-    )
-    .await
-    .unwrap();
+    let s = wait_available(op, name, 3, "3 healthy members", Duration::from_secs(90)).await;
     let out = etcdctl(&client_endpoints(&s)[0], &["put", "survives", "the-outage"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(s["clusterID"].is_string(), "{s}");
@@ -97,15 +89,7 @@ async fn a_cluster_past_its_quota_is_reclaimed_and_takes_writes_again_losing_not
         "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: full\n  namespace: default\nspec:\n  replicas: 3\n  version: 3.5.1\n  maintenance:\n    quotaBackendBytes: 16Mi\n",
     )
     .unwrap();
-    let s = wait_for(
-        &op,
-        Watched::status("ec", "full"),
-        "3 healthy members",
-        Duration::from_secs(90),
-        |s| available(s, 3),
-    )
-    .await
-    .unwrap();
+    let s = wait_available(&op, "full", 3, "3 healthy members", Duration::from_secs(90)).await;
     let eps = client_endpoints(&s);
     let mut client = etcd_client::Client::connect(&eps, None).await.unwrap();
 

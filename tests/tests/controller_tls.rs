@@ -12,7 +12,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, kubectl, wait_for};
-use etcd_operator_tests::local_cluster::{available, cluster_dir, kill_member, member_dir, recorded_pid};
+use etcd_operator_tests::local_cluster::{
+    available, cluster_dir, kill_member, member_dir, recorded_pid, wait_available,
+};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -90,15 +92,7 @@ fn text(out: &Output) -> String {
 async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
     let op = LocalOperator::start().await.unwrap();
     apply(&op, &tls_cluster("secure", 3, true)).unwrap();
-    let s = wait_for(
-        &op,
-        Watched::status("ec", "secure"),
-        "3 healthy TLS members",
-        Duration::from_secs(90),
-        |s| available(s, 3),
-    )
-    .await
-    .unwrap();
+    let s = wait_available(&op, "secure", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
     let eps = client_endpoints(&s);
     assert_eq!(eps.len(), 3);
     assert!(eps.iter().all(|e| e.starts_with("https://127.0.0.1:")), "{eps:?}");
@@ -142,15 +136,14 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
 
     // Scale 3 -> 5 -> 3 over TLS: members join as learners and are promoted, then two go.
     kubectl(&op, &["scale", "ec", "secure", "--replicas=5"], None).unwrap();
-    let s = wait_for(
+    let s = wait_available(
         &op,
-        Watched::status("ec", "secure"),
+        "secure",
+        5,
         "5 healthy TLS members",
         Duration::from_secs(150),
-        |s| available(s, 5),
     )
-    .await
-    .unwrap();
+    .await;
     let newest = client_endpoints(&s)
         .into_iter()
         .find(|e| !eps.contains(e))
@@ -167,15 +160,14 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
         text(&got)
     );
     kubectl(&op, &["scale", "ec", "secure", "--replicas=3"], None).unwrap();
-    let s = wait_for(
+    let s = wait_available(
         &op,
-        Watched::status("ec", "secure"),
+        "secure",
+        3,
         "back to 3 healthy TLS members",
         Duration::from_secs(90),
-        |s| available(s, 3),
     )
-    .await
-    .unwrap();
+    .await;
 
     // A member killed with its data destroyed is replaced by a fresh one with its own
     // certificates from the same CA.
@@ -254,15 +246,7 @@ async fn a_provider_the_runtime_does_not_have_is_refused_with_a_reason_and_nothi
 async fn members_whose_certificates_the_operator_no_longer_trusts_are_reported_not_lost() {
     let op = LocalOperator::start().await.unwrap();
     apply(&op, &tls_cluster("swapped", 1, false)).unwrap();
-    wait_for(
-        &op,
-        Watched::status("ec", "swapped"),
-        "1 healthy TLS member",
-        Duration::from_secs(60),
-        |s| available(s, 1),
-    )
-    .await
-    .unwrap();
+    wait_available(&op, "swapped", 1, "1 healthy TLS member", Duration::from_secs(60)).await;
     // Someone replaces the cluster's client CA: the operator issues itself a certificate from the
     // new CA and trusts only it, while the member still serves a certificate of the old one.
     let dir = pki(&op, "swapped");
@@ -312,15 +296,14 @@ async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster()
     let op = LocalOperator::start().await.unwrap();
     let yaml = tls_cluster("old", 3, true).replace("version: 3.5.1", "version: 3.5.0");
     apply(&op, &yaml).unwrap();
-    let s = wait_for(
+    let s = wait_available(
         &op,
-        Watched::status("ec", "old"),
+        "old",
+        3,
         "3 healthy TLS members on 3.5.0",
         Duration::from_secs(90),
-        |s| available(s, 3),
     )
-    .await
-    .unwrap();
+    .await;
     let (ca, cert, key) = operator_identity(&op, "old");
     let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
     let put = etcdctl(&client_endpoints(&s)[0], tls, &["put", "survives", "the-roll"]);
@@ -380,15 +363,14 @@ async fn a_tls_cluster_upgrades_and_its_backup_restores_into_a_new_tls_cluster()
         "  bootstrap:\n    restore:\n      backupName: old-now\n  tls:",
     );
     apply(&op, &copy).unwrap();
-    let s = wait_for(
+    let s = wait_available(
         &op,
-        Watched::status("ec", "copy"),
+        "copy",
+        3,
         "the restored TLS cluster available",
         Duration::from_secs(120),
-        |s| available(s, 3),
     )
-    .await
-    .unwrap();
+    .await;
     let (ca, cert, key) = operator_identity(&op, "copy");
     let copy_tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
     let got = etcdctl(
@@ -439,15 +421,7 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
 
     let op = LocalOperator::start().await.unwrap();
     apply(&op, &tls_cluster("rot", 3, true)).unwrap();
-    let s = wait_for(
-        &op,
-        Watched::status("ec", "rot"),
-        "3 healthy TLS members",
-        Duration::from_secs(90),
-        |s| available(s, 3),
-    )
-    .await
-    .unwrap();
+    let s = wait_available(&op, "rot", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
     let eps = client_endpoints(&s);
     let names: Vec<String> = s["members"]
         .as_array()
@@ -605,15 +579,7 @@ fn expire_member_certificates(op: &LocalOperator, cluster: &str, member: &str) {
 async fn members_whose_certificates_expired_get_new_ones_and_the_cluster_comes_back() {
     let op = LocalOperator::start().await.unwrap();
     apply(&op, &tls_cluster("lapsed", 3, true)).unwrap();
-    let s = wait_for(
-        &op,
-        Watched::status("ec", "lapsed"),
-        "3 healthy TLS members",
-        Duration::from_secs(90),
-        |s| available(s, 3),
-    )
-    .await
-    .unwrap();
+    let s = wait_available(&op, "lapsed", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
     let (ca, cert, key) = operator_identity(&op, "lapsed");
     let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
     let eps = client_endpoints(&s);
