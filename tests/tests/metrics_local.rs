@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_operator_tests::LocalOperator;
 use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
@@ -75,6 +75,7 @@ fn requests(verb: &str, subresource: &str, code: u16) -> String {
 #[tokio::test]
 async fn metrics_follow_a_cluster_created_scaled_and_deleted() {
     let op = LocalOperator::start().await.unwrap();
+    let started = Instant::now();
     let before = Scrape::take(&op);
     // The controller lists and watches EtcdClusters from the start.
     assert!(
@@ -93,6 +94,7 @@ async fn metrics_follow_a_cluster_created_scaled_and_deleted() {
     )
     .await
     .unwrap();
+    eprintln!("1 member available after {:?}", started.elapsed());
     let one = Scrape::take(&op);
     assert_eq!(
         one.get(&requests("create", "", 201)) - before.get(&requests("create", "", 201)),
@@ -138,6 +140,7 @@ async fn metrics_follow_a_cluster_created_scaled_and_deleted() {
     )
     .await
     .unwrap();
+    eprintln!("3 members available after {:?}", started.elapsed());
     let three = Scrape::take(&op);
     assert!(
         three.sum("apiserver_request_total", r#"subresource="scale""#) >= 1.0,
@@ -162,6 +165,7 @@ async fn metrics_follow_a_cluster_created_scaled_and_deleted() {
     assert!(three.get("etcd_operator_reconcile_duration_seconds_count") > reconciles);
 
     kubectl(&op, &["delete", "ec", "mx", "--timeout=60s"], None).unwrap();
+    eprintln!("deleted after {:?}", started.elapsed());
     let gone = Scrape::take(&op);
     let left: Vec<&String> = gone.0.keys().filter(|s| s.contains(r#"cluster="mx""#)).collect();
     assert!(left.is_empty(), "series of the deleted cluster remain: {left:?}");
