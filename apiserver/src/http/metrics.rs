@@ -299,6 +299,8 @@ pub fn encode(registry: &Arc<Registry>) -> Result<String, std::fmt::Error> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn labels(method: Method, uri: &str, content_type: Option<&str>) -> RouteLabels {
@@ -434,6 +436,53 @@ mod tests {
         }
         let weird = Method::from_bytes(b"BREW").unwrap();
         assert_eq!(labels(weird, "/", None).verb, "other");
+    }
+
+    /// Around the overload limits, refusals for load are counted by their code.
+    #[tokio::test]
+    async fn overload_refusals_are_counted_as_429_and_504() {
+        use axum::routing::any;
+        use tower::ServiceExt;
+
+        use crate::http::overload::{OverloadOptions, limit};
+
+        let mut registry = Registry::default();
+        let metrics = ApiMetrics::register(&mut registry);
+        let registry = Arc::new(registry);
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let inner = {
+            let gate = gate.clone();
+            Router::new().fallback(any(move || {
+                let gate = gate.clone();
+                async move {
+                    let _permit = gate.acquire().await;
+                    StatusCode::OK
+                }
+            }))
+        };
+        let options = OverloadOptions {
+            max_requests_inflight: 1,
+            max_mutating_requests_inflight: 1,
+            request_timeout: Duration::from_millis(300),
+        };
+        let app = instrument(limit(inner, options), metrics);
+        let coll = "/apis/etcd.operator.dev/v1alpha2/namespaces/a/etcdclusters";
+        let get = || Request::builder().uri(coll).body(Body::empty()).unwrap();
+        // One list holds the only read-only slot until it times out; the next is refused.
+        let held = tokio::spawn(app.clone().oneshot(get()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let refused = app.clone().oneshot(get()).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::GATEWAY_TIMEOUT);
+        gate.add_permits(1);
+        assert_eq!(app.clone().oneshot(get()).await.unwrap().status(), StatusCode::OK);
+
+        let text = encode(&registry).unwrap();
+        let list = r#"verb="list",group="etcd.operator.dev",version="v1alpha2",resource="etcdclusters",subresource="""#;
+        for code in [200, 429, 504] {
+            let line = format!("apiserver_request_total{{{list},code=\"{code}\"}} 1");
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
     }
 
     #[test]
