@@ -511,3 +511,31 @@ async fn apply<R: Runtime, M: MemberOps>(
         _ => Action::requeue(Duration::from_millis(300)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_errors_have_stable_codes_through_the_finalizer() {
+        use kube::runtime::finalizer::Error as F;
+        let wrapped = |e: F<ReconcileError>| ReconcileError::Finalizer(Box::new(e));
+        let status =
+            || ReconcileError::StatusConflict(Box::new(kube::Error::LinesCodecMaxLineLengthExceeded));
+        let cases = [
+            (ReconcileError::MissingMetadata("uid"), "MissingMetadata"),
+            (status(), "StatusWriteFailed"),
+            (wrapped(F::ApplyFailed(status())), "StatusWriteFailed"),
+            (
+                wrapped(F::CleanupFailed(ReconcileError::Cleanup(
+                    RuntimeError::UnknownMember { name: "m".into() },
+                ))),
+                "CleanupFailed",
+            ),
+            (wrapped(F::UnnamedObject), "FinalizerFailed"),
+        ];
+        for (error, code) in cases {
+            assert_eq!(error.code(), code, "{error}");
+        }
+    }
+}
