@@ -326,8 +326,9 @@ async fn refuse_to_start(
     api: &Api<EtcdCluster>,
     obj: &EtcdCluster,
     spec: &ClusterSpecView,
-    (error, metrics): (StepError, &ControllerMetrics),
+    error: StepError,
     retry: Duration,
+    metrics: &ControllerMetrics,
 ) -> Result<Action, ReconcileError> {
     metrics.reconcile_failed(error.code());
     let outcome = Outcome {
@@ -372,8 +373,9 @@ async fn apply<R: Runtime, M: MemberOps>(
                     api,
                     obj,
                     &spec,
-                    (StepError::Restore(error), &ctx.metrics),
+                    StepError::Restore(error),
                     Duration::from_secs(5),
+                    &ctx.metrics,
                 )
                 .await;
             }
@@ -390,8 +392,9 @@ async fn apply<R: Runtime, M: MemberOps>(
                 api,
                 obj,
                 &spec,
-                (StepError::Runtime(error), &ctx.metrics),
+                StepError::Runtime(error),
                 Duration::from_secs(10),
+                &ctx.metrics,
             )
             .await;
         }
