@@ -27,6 +27,7 @@ use etcd_operator_apiserver::cluster::config;
 use etcd_operator_apiserver::cluster::loopback::Loopback;
 use etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle;
 use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas};
+use etcd_operator_apiserver::http::metrics::{ApiMetrics, instrument};
 use etcd_operator_apiserver::http::openapi::Documents;
 use etcd_operator_apiserver::http::{AppState, Stores, router_with};
 use etcd_operator_apiserver::pki::{CertificateAuthority, LeafSpec, PemPair};
@@ -36,6 +37,7 @@ use etcd_operator_tests::{EtcdVersion, TestEtcd};
 use http::{Method, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use prometheus_client::registry::Registry;
 use rustls::{ClientConfig, RootCertStore, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -406,6 +408,8 @@ impl Harness {
             Some(loopback.trust()),
             Some(TokenReviewer::new(stub.client.clone())),
         );
+        let mut registry = Registry::default();
+        let api_metrics = ApiMetrics::register(&mut registry);
         let state = AppState {
             stores,
             authenticator: Arc::new(authenticator),
@@ -413,8 +417,12 @@ impl Harness {
             openapi: Arc::new(Documents::generate().unwrap()),
             members: Default::default(),
             namespaces: Some(NamespaceLifecycle::new(stub.client.clone())),
+            metrics: Some(Arc::new(registry)),
         };
-        let app = router_with(state, Router::new().route("/debug/whoami", get(whoami)));
+        let app = instrument(
+            router_with(state, Router::new().route("/debug/whoami", get(whoami))),
+            api_metrics,
+        );
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1064,6 +1072,52 @@ async fn a_denied_review_is_403_in_kube_wording_and_stores_nothing() {
         json!({"user": "eve", "groups": ["team", "system:authenticated"],
                "nonResourceAttributes": {"path": "/version", "verb": "get"}})
     );
+}
+
+#[tokio::test]
+async fn metrics_is_a_non_resource_url_reviewed_for_the_scrapers_token() {
+    let h = Harness::start(Some(&["front-proxy-client"])).await;
+    let prometheus = "system:serviceaccount:monitoring:prometheus";
+    for (token, user) in [("prom-token", prometheus), ("eve-token", "eve")] {
+        h.stub.state.tokens.lock().unwrap().insert(
+            token.into(),
+            json!({"username": user, "groups": ["system:serviceaccounts"]}),
+        );
+    }
+    h.stub.state.denied_users.lock().unwrap().insert("eve".into());
+
+    let r = h.call(None, Method::GET, "/metrics", &[], None).await.unwrap();
+    assert_unauthorized(&r);
+    let eve = [("Authorization", "Bearer eve-token")];
+    let r = h.call(None, Method::GET, "/metrics", &eve, None).await.unwrap();
+    assert_status(
+        &r,
+        403,
+        "Forbidden",
+        r#"forbidden: User "eve" cannot get path "/metrics""#,
+    );
+    let prom = [("Authorization", "Bearer prom-token")];
+    let r = h.call(None, Method::GET, "/metrics", &prom, None).await.unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let text = r.text();
+    // The refusals before are in it, by code; the scrape itself is counted once answered.
+    for line in [
+        r#"apiserver_request_total{verb="get",group="",version="",resource="",subresource="",code="401"} 1"#,
+        r#"apiserver_request_total{verb="get",group="",version="",resource="",subresource="",code="403"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    let reviewed: Vec<Value> = h.stub.state.sars().iter().map(|s| s["spec"].clone()).collect();
+    assert_eq!(
+        reviewed,
+        [
+            json!({"user": "eve", "groups": ["system:serviceaccounts", "system:authenticated"],
+                   "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}),
+            json!({"user": prometheus, "groups": ["system:serviceaccounts", "system:authenticated"],
+                   "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}),
+        ]
+    );
+    h.stub.state.assert_only_known_requests();
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use axum::body::Body;
 use etcd_operator_apiserver::http::auth::{
     AllowAuthenticated, AuthenticateFuture, Authenticator, LocalAuthenticator, UserInfo,
 };
+use etcd_operator_apiserver::http::metrics::{ApiMetrics, instrument};
 use etcd_operator_apiserver::http::openapi::Documents;
 use etcd_operator_apiserver::http::{AppState, Stores, router};
 use etcd_operator_apiserver::registry::kind::Kind;
@@ -27,6 +28,7 @@ use etcd_operator_apiserver::storage::{Storage, StorageOptions};
 use etcd_operator_tests::{EtcdVersion, TestEtcd};
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -217,6 +219,9 @@ impl Api {
         }
         let storage = stores.get(Kind::CLUSTER).unwrap().clone();
         assert_eq!(storage.prefix(), PREFIX);
+        // Every request goes through the metrics layer, as in both modes of the binary.
+        let mut registry = Registry::default();
+        let metrics = ApiMetrics::register(&mut registry);
         let app = router(AppState {
             stores,
             authenticator,
@@ -224,8 +229,9 @@ impl Api {
             openapi: Arc::new(Documents::generate().unwrap()),
             members: Default::default(),
             namespaces: None,
+            metrics: Some(Arc::new(registry)),
         });
-        (app, storage)
+        (instrument(app, metrics), storage)
     }
 
     async fn send(&self, req: Request<Body>) -> Resp {
@@ -3365,6 +3371,117 @@ async fn aggregated_discovery_is_served_in_v2_and_v2beta1(backing: Backing) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Metrics
+
+/// The value of the series `series` (`name{labels}` exactly as exposed) in a scrape; 0 when the
+/// scrape does not have it.
+fn sample(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+async fn scrape(api: &Api) -> String {
+    let r = api.get("/metrics").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    text
+}
+
+fn requests(verb: &str, resource: &str, subresource: &str, code: u16) -> String {
+    let group = if resource.is_empty() {
+        ""
+    } else {
+        "etcd.operator.dev"
+    };
+    let version = if resource.is_empty() { "" } else { "v1alpha2" };
+    format!(
+        r#"apiserver_request_total{{verb="{verb}",group="{group}",version="{version}",resource="{resource}",subresource="{subresource}",code="{code}"}}"#
+    )
+}
+
+async fn metrics_count_requests_by_verb_resource_and_code(backing: Backing) {
+    let api = Api::start(backing).await;
+    let before = scrape(&api).await;
+    api.create("m1").await;
+    api.get(&obj(NS, "m1")).await.expect(200);
+    api.get(&obj(NS, "m1")).await.expect(200);
+    api.get(&obj(NS, "missing")).await.expect(404);
+    api.get(&coll(NS)).await.expect(200);
+    api.patch(
+        &format!("{}/scale", obj(NS, "m1")),
+        MERGE,
+        r#"{"spec":{"replicas":5}}"#,
+    )
+    .await
+    .expect(200);
+    api.patch(
+        &format!("{}?fieldManager=tester", obj(NS, "m1")),
+        APPLY,
+        r#"{"apiVersion":"etcd.operator.dev/v1alpha2","kind":"EtcdCluster","metadata":{"name":"m1"},"spec":{"replicas":5,"version":"3.5.21"}}"#,
+    )
+    .await
+    .expect(200);
+    api.post(&coll(NS), &cluster("m1")).await.expect(409);
+    api.delete(&obj(NS, "m1"), None).await.expect(200);
+    // A watch is counted while it is open and not after.
+    let watch = api
+        .app
+        .clone()
+        .oneshot(
+            Request::get(format!("{}?watch=true", coll(NS)))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    let watching = scrape(&api).await;
+    drop(watch);
+    let after = scrape(&api).await;
+
+    let delta = |series: String| sample(&after, &series) - sample(&before, &series);
+    for (series, want) in [
+        (requests("create", "etcdclusters", "", 201), 1.0),
+        (requests("create", "etcdclusters", "", 409), 1.0),
+        (requests("get", "etcdclusters", "", 200), 2.0),
+        (requests("get", "etcdclusters", "", 404), 1.0),
+        (requests("list", "etcdclusters", "", 200), 1.0),
+        (requests("patch", "etcdclusters", "scale", 200), 1.0),
+        (requests("apply", "etcdclusters", "", 200), 1.0),
+        (requests("delete", "etcdclusters", "", 200), 1.0),
+        (requests("watch", "etcdclusters", "", 200), 1.0),
+        // the scrapes before `after` (the first one is counted after it is answered)
+        (requests("get", "", "", 200), 2.0),
+    ] {
+        assert_eq!(
+            delta(series.clone()),
+            want,
+            "{series}\nbefore:\n{before}\nafter:\n{after}"
+        );
+    }
+    let gets = r#"apiserver_request_duration_seconds_count{verb="get",group="etcd.operator.dev",version="v1alpha2",resource="etcdclusters",subresource=""}"#;
+    assert_eq!(delta(gets.to_owned()), 3.0, "{after}");
+    let slowest = r#"apiserver_request_duration_seconds_bucket{le="+Inf",verb="get",group="etcd.operator.dev",version="v1alpha2",resource="etcdclusters",subresource=""}"#;
+    assert_eq!(delta(slowest.to_owned()), 3.0, "{after}");
+    let watchers = r#"apiserver_registered_watchers{group="etcd.operator.dev",resource="etcdclusters"}"#;
+    assert_eq!(sample(&watching, watchers), 1.0, "{watching}");
+    assert_eq!(sample(&after, watchers), 0.0, "{after}");
+}
+
+async fn metrics_need_the_credentials_the_api_needs(backing: Backing) {
+    let api = Api::start_with(backing, Arc::new(LocalAuthenticator)).await;
+    let r = api.get("/metrics").await;
+    assert_status(&r, 401, "Unauthorized", "Unauthorized");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Every test above, once on each backing store: `in_memory::<test>` (no etcd, milliseconds) and
 // `on_etcd::<test>` (the same body against a real etcd). Compaction tests run on both: the
 // in-memory store compacts like etcd (older reads and watches fail with etcd's error). Only
@@ -3431,4 +3548,6 @@ both_backings!(
     strategic_merge_patch_is_served_with_list_semantics,
     aggregated_discovery_is_served_in_v2_and_v2beta1,
     namespaces_must_be_dns_labels,
+    metrics_count_requests_by_verb_resource_and_code,
+    metrics_need_the_credentials_the_api_needs,
 );

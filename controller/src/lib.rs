@@ -6,10 +6,12 @@
 //! - [`outcome`] types what a step did or why it failed (stable reasons for status);
 //! - [`runtime`] places members: local etcd processes or Kubernetes Pods;
 //! - [`status`] computes what the status says (pure);
+//! - [`metrics`] keeps the Prometheus series of reconciles, clusters, members and backups;
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
 pub mod backup;
 pub mod member_ops;
+pub mod metrics;
 pub mod model;
 pub mod outcome;
 pub mod plan;

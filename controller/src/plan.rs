@@ -524,6 +524,30 @@ impl Step {
     pub fn is_action(&self) -> bool {
         !matches!(self, Step::Wait { .. } | Step::Idle)
     }
+
+    /// The step's stable name (CamelCase, its variant), for metrics and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Step::ReserveForBootstrap { .. } => "ReserveForBootstrap",
+            Step::Start { .. } => "Start",
+            Step::ReserveForJoin { .. } => "ReserveForJoin",
+            Step::AddLearner { .. } => "AddLearner",
+            Step::Promote { .. } => "Promote",
+            Step::MoveLeader { .. } => "MoveLeader",
+            Step::RemoveFromEtcd { .. } => "RemoveFromEtcd",
+            Step::DeleteRuntimeMember { .. } => "DeleteRuntimeMember",
+            Step::SnapshotBeforeUpgrade { .. } => "SnapshotBeforeUpgrade",
+            Step::ChangeVersion { .. } => "ChangeVersion",
+            Step::RollBack { .. } => "RollBack",
+            Step::HaltUpgrade { .. } => "HaltUpgrade",
+            Step::ReclaimSpace { .. } => "ReclaimSpace",
+            Step::RecoverQuorum { .. } => "RecoverQuorum",
+            Step::RenewCertificates { .. } => "RenewCertificates",
+            Step::WipeBootstrap { .. } => "WipeBootstrap",
+            Step::Wait { .. } => "Wait",
+            Step::Idle => "Idle",
+        }
+    }
 }
 
 fn runtime_for<'a>(observed: &'a Observed, member: &EtcdMember) -> Option<&'a RuntimeMember> {

@@ -223,6 +223,10 @@ async fn run_local(
         .map(|storage| storage.spawn_compactor(compaction_interval));
     // One set of member connections for the controller, the backups and `/snapshot`.
     let members = etcd_operator_controller::member_ops::EtcdClient::default();
+    // One registry for the process: the API server's and the controllers' series, at /metrics.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let api_metrics = http::metrics::ApiMetrics::register(&mut registry);
+    let controller_metrics = etcd_operator_controller::metrics::ControllerMetrics::register(&mut registry);
     let state = AppState {
         stores,
         authenticator: Arc::new(auth::LocalAuthenticator),
@@ -231,8 +235,13 @@ async fn run_local(
         members: members.clone(),
         // Local mode has no Namespace objects: any DNS-1123 label is one (docs/api.md).
         namespaces: None,
+        metrics: Some(Arc::new(registry)),
     };
-    let app = http::overload::limit(http::router(state), overload.options());
+    // Outermost: the overload refusals (429, 504) are counted too.
+    let app = http::metrics::instrument(
+        http::overload::limit(http::router(state), overload.options()),
+        api_metrics,
+    );
     tracing::info!(
         url = %env.server_url,
         kubeconfig = %env.kubeconfig_path.display(),
@@ -253,7 +262,8 @@ async fn run_local(
         Default::default(),
         members.clone(),
     )
-    .with_backup_credentials(credentials.clone());
+    .with_backup_credentials(credentials.clone())
+    .with_metrics(controller_metrics.clone());
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
         let _ = controller_stopped.await;
@@ -261,7 +271,8 @@ async fn run_local(
     // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
     let backup_ctx =
         etcd_operator_controller::backup::BackupContext::new(controller_client.clone(), credentials)
-            .with_member_ops(members);
+            .with_member_ops(members)
+            .with_metrics(controller_metrics);
     let (stop_backups, backups_stopped) = tokio::sync::oneshot::channel::<()>();
     let backup_controllers = tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, async move {
         let _ = backups_stopped.await;

@@ -1368,6 +1368,7 @@ async fn serve_wiring_runs_the_controllers_only_while_leading() {
         own_api.client(),
         leader_args("replica-a", true),
         tasks.clone(),
+        Default::default(),
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(

@@ -61,6 +61,14 @@ async fn stop_schedule(op: &LocalOperator, name: &str) {
     tokio::time::sleep(Duration::from_secs(4)).await;
 }
 
+/// The value of `series` in `kubectl get --raw /metrics`, if it has it.
+fn last_backup_metric(op: &LocalOperator, series: &str) -> Option<f64> {
+    let text = kubectl(op, &["get", "--raw", "/metrics"], None).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().unwrap())
+}
+
 fn check_last_backup(obj: &Value) {
     let last = &obj["status"]["lastBackup"];
     assert!(last["revision"].as_i64().unwrap() > 0, "{last:#}");
@@ -93,7 +101,17 @@ async fn a_schedule_fills_a_directory_and_retention_keeps_the_count() {
     let seen = distinct_backups(&op, "sched", 3).await;
     let obj = get(&op, "ec", "sched").unwrap();
     check_last_backup(&obj);
+    // The backup's age is in the metrics while backups are on, and gone once they are off.
+    let series =
+        r#"etcd_operator_backup_last_success_timestamp_seconds{namespace="default",cluster="sched"}"#;
+    let taken = last_backup_metric(&op, series).expect("the last backup's time is in /metrics");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(taken > now - 60.0 && taken <= now + 1.0, "{taken} vs now {now}");
     stop_schedule(&op, "sched").await;
+    assert_eq!(last_backup_metric(&op, series), None);
 
     let cluster_dir = dir.path().join("default").join("sched");
     let mut snapshots: Vec<String> = std::fs::read_dir(&cluster_dir)

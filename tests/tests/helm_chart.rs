@@ -153,6 +153,8 @@ struct Rendered {
     /// cert-manager `Issuer`s and `Certificate`s, as YAML.
     issuers: Vec<Value>,
     certificates: Vec<Value>,
+    /// prometheus-operator `ServiceMonitor`s, as YAML.
+    service_monitors: Vec<Value>,
 }
 
 fn parse_all(yaml: &str) -> Result<Rendered, String> {
@@ -179,6 +181,9 @@ fn parse_all(yaml: &str) -> Result<Rendered, String> {
             ("cert-manager.io/v1", "Issuer") => check_issuer(&doc).map(|()| r.issuers.push(doc.clone())),
             ("cert-manager.io/v1", "Certificate") => {
                 check_certificate(&doc).map(|()| r.certificates.push(doc.clone()))
+            }
+            ("monitoring.coreos.com/v1", "ServiceMonitor") => {
+                check_service_monitor(&doc).map(|()| r.service_monitors.push(doc.clone()))
             }
             _ => Err("a kind this test does not know: add it to parse_all".to_owned()),
         };
@@ -224,6 +229,84 @@ fn check_issuer(doc: &Value) -> Result<(), String> {
         }
         _ => Err("Issuer.spec must have exactly one of selfSigned, ca".to_owned()),
     }
+}
+
+/// A prometheus-operator `ServiceMonitor` (monitoring.coreos.com/v1) with the fields this chart
+/// uses, each of the type the CRD gives it.
+fn check_service_monitor(doc: &Value) -> Result<(), String> {
+    only_keys(doc, &["apiVersion", "kind", "metadata", "spec"], "ServiceMonitor")?;
+    let spec = &doc["spec"];
+    only_keys(
+        spec,
+        &["namespaceSelector", "selector", "endpoints"],
+        "ServiceMonitor.spec",
+    )?;
+    only_keys(
+        &spec["namespaceSelector"],
+        &["matchNames"],
+        "ServiceMonitor.spec.namespaceSelector",
+    )?;
+    only_keys(
+        &spec["selector"],
+        &["matchLabels"],
+        "ServiceMonitor.spec.selector",
+    )?;
+    if !spec["selector"]["matchLabels"]
+        .as_object()
+        .is_some_and(|m| !m.is_empty() && m.values().all(Value::is_string))
+    {
+        return Err("ServiceMonitor.spec.selector.matchLabels must be a non-empty string map".into());
+    }
+    let endpoints = spec["endpoints"]
+        .as_array()
+        .filter(|e| !e.is_empty())
+        .ok_or("ServiceMonitor.spec.endpoints must be a non-empty list")?;
+    for e in endpoints {
+        only_keys(
+            e,
+            &[
+                "port",
+                "scheme",
+                "path",
+                "interval",
+                "scrapeTimeout",
+                "bearerTokenFile",
+                "tlsConfig",
+            ],
+            "ServiceMonitor endpoint",
+        )?;
+        only_keys(
+            &e["tlsConfig"],
+            &[
+                "insecureSkipVerify",
+                "ca",
+                "caFile",
+                "serverName",
+                "cert",
+                "keySecret",
+            ],
+            "ServiceMonitor endpoint tlsConfig",
+        )?;
+        for key in [
+            "port",
+            "scheme",
+            "path",
+            "interval",
+            "scrapeTimeout",
+            "bearerTokenFile",
+        ] {
+            if !e[key].is_string() {
+                return Err(format!("ServiceMonitor endpoint {key} must be a string"));
+            }
+        }
+        for key in ["interval", "scrapeTimeout"] {
+            let d = e[key].as_str().unwrap_or_default();
+            if !d.ends_with(['h', 'm', 's']) || d.trim_end_matches(['h', 'm', 's']).parse::<u64>().is_err() {
+                return Err(format!("ServiceMonitor endpoint {key} {d:?} is not a duration"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A cert-manager `Certificate` (v1) with the fields this chart uses.
@@ -488,7 +571,12 @@ fn check_wiring(r: &Rendered) -> Vec<String> {
             s.kind == "ServiceAccount" && s.name == sa && s.namespace.as_deref() == Some(ns.as_str())
         })
     };
+    // The metrics-reader ClusterRole is bound to Prometheus, not to the server (checked below).
+    let metrics_reader = |name: &str| name.ends_with("-metrics-reader");
     for b in &r.cluster_role_bindings {
+        if metrics_reader(&b.role_ref.name) {
+            continue;
+        }
         if !subjects_ok(&b.subjects) {
             fail(format!(
                 "ClusterRoleBinding {} does not bind {ns}/{sa}",
@@ -526,6 +614,99 @@ fn check_wiring(r: &Rendered) -> Vec<String> {
             .any(|b| b.role_ref.name == "system:auth-delegator");
         if !reader || !delegator {
             fail("missing the auth-delegator or extension-apiserver-authentication-reader binding".into());
+        }
+    }
+
+    // -- ServiceMonitor → Service → the https container port; the metrics-reader ClusterRole
+    for sm in &r.service_monitors {
+        let name = sm["metadata"]["name"].as_str().unwrap_or_default();
+        if sm["metadata"]["namespace"].as_str() != Some(ns.as_str())
+            || sm["spec"]["namespaceSelector"]["matchNames"][0].as_str() != Some(ns.as_str())
+        {
+            fail(format!(
+                "ServiceMonitor {name} is not in and for the release namespace"
+            ));
+        }
+        let wanted: BTreeMap<String, String> =
+            serde_json::from_value(sm["spec"]["selector"]["matchLabels"].clone()).unwrap_or_default();
+        let services: Vec<&Service> = r
+            .services
+            .iter()
+            .filter(|s| {
+                namespace_of(*s) == ns
+                    && selects(&wanted, s.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+            })
+            .collect();
+        let [service] = services.as_slice() else {
+            fail(format!(
+                "ServiceMonitor {name} selects {} Services, not the API server's one",
+                services.len()
+            ));
+            continue;
+        };
+        let sspec = service.spec.as_ref().unwrap();
+        if !selects(sspec.selector.as_ref().unwrap_or(&BTreeMap::new()), &labels) {
+            fail(format!(
+                "ServiceMonitor {name} selects Service {}, which does not select the Deployment's Pods",
+                name_of(*service)
+            ));
+        }
+        for e in sm["spec"]["endpoints"].as_array().into_iter().flatten() {
+            let port = e["port"].as_str().unwrap_or_default();
+            let target = sspec
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(port))
+                .and_then(|p| p.target_port.clone());
+            if target != Some(IntOrString::String("https".into())) {
+                fail(format!(
+                    "ServiceMonitor {name} scrapes port {port:?}, not the Service's port to https"
+                ));
+            }
+            if e["scheme"].as_str() != Some("https") || e["path"].as_str() != Some("/metrics") {
+                fail(format!("ServiceMonitor {name} does not scrape https /metrics"));
+            }
+            if e["bearerTokenFile"].as_str() != Some("/var/run/secrets/kubernetes.io/serviceaccount/token") {
+                fail(format!(
+                    "ServiceMonitor {name} does not send Prometheus's ServiceAccount token"
+                ));
+            }
+        }
+        let role = r.cluster_roles.iter().find(|c| metrics_reader(name_of(*c)));
+        let grants = role.and_then(|c| c.rules.as_ref()).is_some_and(|rules| {
+            rules.iter().any(|rule| {
+                rule.non_resource_urls.as_deref() == Some(&["/metrics".to_owned()][..])
+                    && rule.verbs == ["get"]
+            })
+        });
+        if r.cluster_role_bindings.is_empty() {
+            // rbac.create=false: nothing of the chart's RBAC
+        } else if !grants {
+            fail("no metrics-reader ClusterRole granting get on /metrics beside the ServiceMonitor".into());
+        }
+    }
+    for b in r
+        .cluster_role_bindings
+        .iter()
+        .filter(|b| metrics_reader(&b.role_ref.name))
+    {
+        if r.service_monitors.is_empty() || !r.cluster_roles.iter().any(|c| name_of(c) == b.role_ref.name) {
+            fail(format!(
+                "ClusterRoleBinding {} binds a metrics reader the chart does not render",
+                name_of(b)
+            ));
+        }
+        if !b
+            .subjects
+            .iter()
+            .flatten()
+            .all(|s| s.kind == "ServiceAccount" && s.namespace.is_some())
+        {
+            fail(format!(
+                "ClusterRoleBinding {} binds something other than a ServiceAccount",
+                name_of(b)
+            ));
         }
     }
 
@@ -1054,6 +1235,47 @@ fn value_sets_render_what_they_select() {
             .all(|i| i["spec"].get("selfSigned").is_none())
     );
     assert!(custom.roles.is_empty(), "no lease Role without leader election");
+
+    // Prometheus scraping is off by default and, when on, bound to the Prometheus named.
+    assert!(defaults.service_monitors.is_empty());
+    assert!(
+        !defaults
+            .cluster_roles
+            .iter()
+            .any(|c| name_of(c).ends_with("-metrics-reader"))
+    );
+    let monitored = render("service-monitor-values.yaml");
+    let [sm] = monitored.service_monitors.as_slice() else {
+        panic!("expected one ServiceMonitor");
+    };
+    assert_eq!(
+        sm["metadata"]["labels"]["release"].as_str(),
+        Some("kube-prometheus-stack")
+    );
+    assert_eq!(sm["spec"]["endpoints"][0]["interval"].as_str(), Some("15s"));
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerify"].as_bool(),
+        Some(true)
+    );
+    let binding = monitored
+        .cluster_role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "prod-etcd-operator-metrics-reader")
+        .expect("the metrics reader is bound");
+    let subjects: Vec<(String, String, Option<String>)> = binding
+        .subjects
+        .iter()
+        .flatten()
+        .map(|s| (s.kind.clone(), s.name.clone(), s.namespace.clone()))
+        .collect();
+    assert_eq!(
+        subjects,
+        [(
+            "ServiceAccount".to_owned(),
+            "kube-prometheus-stack-prometheus".to_owned(),
+            Some("monitoring".to_owned())
+        )]
+    );
 }
 
 #[test]
@@ -1103,6 +1325,36 @@ fn the_checks_catch_unknown_fields_and_broken_wiring() {
         "{problems}"
     );
     assert!(problems.contains("has no port Some(443)"), "{problems}");
+
+    // A ServiceMonitor on a port that does not lead to https, without its reader role.
+    let values = chart().join("ci").join("service-monitor-values.yaml");
+    let monitored = template("prod", NAMESPACE, Some(&values), &[]).unwrap();
+    assert_eq!(
+        check_wiring(&parse_all(&monitored).unwrap()),
+        Vec::<String>::new()
+    );
+    let broken = monitored
+        .replace(
+            "    - port: https
+      scheme: https",
+            "    - port: metrics
+      scheme: https",
+        )
+        .replace(
+            "  - nonResourceURLs: [\"/metrics\"]",
+            "  - nonResourceURLs: [\"/debug\"]",
+        );
+    assert_ne!(broken, monitored);
+    let problems = check_wiring(&parse_all(&broken).unwrap()).join("\n");
+    assert!(problems.contains("scrapes port \"metrics\""), "{problems}");
+    assert!(problems.contains("no metrics-reader ClusterRole"), "{problems}");
+    let unknown = monitored.replace("      scrapeTimeout:", "      scrapeTimeoutt:");
+    assert!(
+        parse_all(&unknown)
+            .err()
+            .unwrap_or_default()
+            .contains("scrapeTimeoutt")
+    );
 
     // A serving certificate for another name.
     let other = template("other", NAMESPACE, None, &[]).unwrap();

@@ -7,6 +7,7 @@ pub mod body;
 pub mod discovery;
 pub mod error;
 pub mod managed;
+pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
 pub mod overload;
@@ -86,6 +87,8 @@ pub struct AppState {
     /// Serve mode: creates are refused in missing or terminating namespaces, read from
     /// kube-apiserver. `None` in local mode (any DNS-1123 label is a namespace).
     pub namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
+    /// The process's metrics registry, served at `/metrics` (404 there when `None`).
+    pub metrics: Option<Arc<prometheus_client::registry::Registry>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -110,6 +113,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/version", get(version))
+        .route("/metrics", get(metrics::serve))
         .route("/apis", get(apis))
         .route(
             &format!("/apis/{}", etcd_operator_api::GROUP),

@@ -99,6 +99,8 @@ pub struct BackupContext {
     /// After a failure, no new attempt before this instant (our own status write triggers a
     /// reconcile at once; this keeps the backoff).
     not_before: Mutex<HashMap<String, std::time::Instant>>,
+    /// Where the last successful backup of each cluster and the failures are recorded.
+    metrics: crate::metrics::ControllerMetrics,
 }
 
 impl std::fmt::Debug for BackupContext {
@@ -120,7 +122,15 @@ impl BackupContext {
             failures: Mutex::new(HashMap::new()),
             last_taken: Mutex::new(HashMap::new()),
             not_before: Mutex::new(HashMap::new()),
+            metrics: crate::metrics::ControllerMetrics::default(),
         }
+    }
+
+    /// Records backups in `metrics` (the member controller's, so that a deleted cluster's
+    /// series go with its other ones).
+    pub fn with_metrics(mut self, metrics: crate::metrics::ControllerMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Reaches members through `members` (shared connections; TLS when it has it).

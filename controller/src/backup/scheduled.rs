@@ -55,9 +55,14 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         return Ok(Action::await_change());
     };
     let Some(backup) = obj.spec.backup.clone() else {
+        ctx.metrics.record_backup(&namespace, &name, None);
         return Ok(Action::await_change());
     };
-    if obj.spec.paused == Some(true) || obj.metadata.deletion_timestamp.is_some() {
+    if obj.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.record_backup(&namespace, &name, None);
+        return Ok(Action::await_change());
+    }
+    if obj.spec.paused == Some(true) {
         return Ok(Action::await_change());
     }
     let key = format!("{namespace}/{name}");
@@ -88,6 +93,7 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         .and_then(from_time);
     let remembered = ctx.last_taken.lock().ok().and_then(|m| m.get(&key).copied());
     let last = recorded.max(remembered);
+    ctx.metrics.record_backup(&namespace, &name, last);
     let created = obj
         .metadata
         .creation_timestamp
@@ -116,6 +122,7 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
     match result {
         Ok(record) => {
             ctx.succeeded(&key);
+            ctx.metrics.record_backup(&namespace, &name, Some(record.taken));
             if let Ok(mut m) = ctx.last_taken.lock() {
                 m.insert(key.clone(), record.taken);
             }
@@ -143,6 +150,7 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         }
         Err(error) => {
             let delay = ctx.failed(&key);
+            ctx.metrics.backup_failed(error.reason());
             let failures = ctx.failures(&key);
             tracing::warn!(cluster = %key, %error, failures, retry_in = ?delay, "scheduled backup failed");
             let message = format!("{error} (attempt {failures}; retrying in {}s)", delay.as_secs());

@@ -23,6 +23,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::watcher;
 
 use crate::member_ops::{EtcdClient, MemberOps};
+use crate::metrics::{ClusterSample, ControllerMetrics};
 use crate::model::ClusterRef;
 use crate::outcome::{Outcome, StepError};
 use crate::plan::{self, Desired, Observed, RollRecord, Step, Thresholds, Timing};
@@ -60,6 +61,23 @@ pub enum ReconcileError {
     StatusConflict(#[source] Box<kube::Error>),
 }
 
+impl ReconcileError {
+    /// The stable code of the failure (CamelCase), for logs and metrics.
+    pub fn code(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Self::MissingMetadata(_) => "MissingMetadata",
+            Self::Finalizer(e) => match e.as_ref() {
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.code(),
+                F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerPatchFailed",
+                _ => "FinalizerFailed",
+            },
+            Self::Cleanup(_) => "CleanupFailed",
+            Self::PatchStatus(_) | Self::ReadStatus(_) | Self::StatusConflict(_) => "StatusWriteFailed",
+        }
+    }
+}
+
 /// What the controller remembers between reconciles (lost on restart, which only delays).
 #[derive(Debug, Default)]
 struct Memory {
@@ -82,6 +100,8 @@ pub struct Context<R: Runtime, M: MemberOps = EtcdClient> {
     memory: Mutex<HashMap<String, Memory>>,
     /// S3 keys for sending the pre-upgrade snapshot to the backup destination.
     backup_credentials: crate::backup::Credentials,
+    /// Where reconciles, steps and the observed clusters are recorded.
+    metrics: ControllerMetrics,
 }
 
 impl<R: Runtime, M: MemberOps> std::fmt::Debug for Context<R, M> {
@@ -109,7 +129,15 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
             thresholds,
             memory: Mutex::new(HashMap::new()),
             backup_credentials: crate::backup::Credentials::Environment { file: None },
+            metrics: ControllerMetrics::default(),
         }
+    }
+
+    /// Records reconciles, steps and the observed clusters in `metrics` (default: series
+    /// registered nowhere).
+    pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Forgets what this process remembered about the cluster (after it was wiped or deleted).
@@ -179,12 +207,25 @@ async fn reconcile<R: Runtime, M: MemberOps>(
     obj: Arc<EtcdCluster>,
     ctx: Arc<Context<R, M>>,
 ) -> Result<Action, ReconcileError> {
+    let start = Instant::now();
+    let result = reconcile_one(obj, &ctx).await;
+    ctx.metrics.observe_reconcile(start.elapsed().as_secs_f64());
+    if let Err(error) = &result {
+        ctx.metrics.reconcile_failed(error.code());
+    }
+    result
+}
+
+async fn reconcile_one<R: Runtime, M: MemberOps>(
+    obj: Arc<EtcdCluster>,
+    ctx: &Arc<Context<R, M>>,
+) -> Result<Action, ReconcileError> {
     let cluster = cluster_ref(&obj)?;
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
-            Event::Apply(obj) => apply(&obj, &cluster, &api, &ctx).await,
-            Event::Cleanup(obj) => cleanup(&obj, &cluster, &ctx).await,
+            Event::Apply(obj) => apply(&obj, &cluster, &api, ctx).await,
+            Event::Cleanup(obj) => cleanup(&obj, &cluster, ctx).await,
         }
     })
     .await
@@ -208,6 +249,7 @@ async fn cleanup<R: Runtime, M: MemberOps>(
         .await
         .map_err(ReconcileError::Cleanup)?;
     ctx.forget(cluster);
+    ctx.metrics.forget_cluster(&cluster.namespace, &cluster.name);
     Ok(Action::await_change())
 }
 
@@ -286,7 +328,9 @@ async fn refuse_to_start(
     spec: &ClusterSpecView,
     error: StepError,
     retry: Duration,
+    metrics: &ControllerMetrics,
 ) -> Result<Action, ReconcileError> {
+    metrics.reconcile_failed(error.code());
     let outcome = Outcome {
         error: Some(error),
         ..Outcome::idle()
@@ -325,8 +369,15 @@ async fn apply<R: Runtime, M: MemberOps>(
             Err(error) => {
                 // Never bootstrap an empty cluster in place of the restored one asked for.
                 tracing::warn!(cluster = %cluster.key(), %error, "cannot resolve the snapshot to restore");
-                return refuse_to_start(api, obj, &spec, StepError::Restore(error), Duration::from_secs(5))
-                    .await;
+                return refuse_to_start(
+                    api,
+                    obj,
+                    &spec,
+                    StepError::Restore(error),
+                    Duration::from_secs(5),
+                    &ctx.metrics,
+                )
+                .await;
             }
         }
     }
@@ -343,6 +394,7 @@ async fn apply<R: Runtime, M: MemberOps>(
                 &spec,
                 StepError::Runtime(error),
                 Duration::from_secs(10),
+                &ctx.metrics,
             )
             .await;
         }
@@ -352,18 +404,25 @@ async fn apply<R: Runtime, M: MemberOps>(
         etcd: None,
         timing: Timing::default(),
     };
+    // Whether `observed` holds a view (the metrics keep the last one when observing failed).
+    let mut observed_once = false;
     for _ in 0..MAX_STEPS_PER_RECONCILE {
         match observe::observe(cluster, ctx, &desired.version, client_tls.as_ref()).await {
-            Ok((seen, None)) => observed = seen,
+            Ok((seen, None)) => {
+                observed = seen;
+                observed_once = true;
+            }
             // Members that refuse the operator's certificate (or whose certificates it refuses)
             // have not lost quorum: nothing is planned on that view, and status says why.
             // The one exception: a member whose own certificates expired gets new ones.
             Ok((seen, Some(tls))) => {
                 tracing::warn!(cluster = %cluster.key(), error = %tls, "the members cannot be reached over TLS");
                 observed = seen;
+                observed_once = true;
                 outcome = match plan::renew_expired(&desired, &observed) {
                     Some(step) => {
                         let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
+                        ctx.metrics.stepped(&step);
                         Outcome {
                             step,
                             error: result.err(),
@@ -395,6 +454,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         });
         tracing::debug!(cluster = %cluster.key(), ?step, "planned");
         let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
+        ctx.metrics.stepped(&step);
         let acted = step.is_action();
         outcome = Outcome {
             step,
@@ -432,6 +492,12 @@ async fn apply<R: Runtime, M: MemberOps>(
     }
     if let Some(error) = &outcome.error {
         tracing::warn!(cluster = %cluster.key(), %error, code = error.code(), "step failed");
+        ctx.metrics.reconcile_failed(error.code());
+    }
+    if observed_once {
+        let sample = ClusterSample::of(spec.replicas, &observed);
+        ctx.metrics
+            .record_cluster(&cluster.namespace, &cluster.name, &sample);
     }
     outcome.roll = desired.roll.clone();
     let new_status = status::compute(&spec, &observed, &outcome);
@@ -447,4 +513,32 @@ async fn apply<R: Runtime, M: MemberOps>(
         (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
         _ => Action::requeue(Duration::from_millis(300)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_errors_have_stable_codes_through_the_finalizer() {
+        use kube::runtime::finalizer::Error as F;
+        let wrapped = |e: F<ReconcileError>| ReconcileError::Finalizer(Box::new(e));
+        let status =
+            || ReconcileError::StatusConflict(Box::new(kube::Error::LinesCodecMaxLineLengthExceeded));
+        let cases = [
+            (ReconcileError::MissingMetadata("uid"), "MissingMetadata"),
+            (status(), "StatusWriteFailed"),
+            (wrapped(F::ApplyFailed(status())), "StatusWriteFailed"),
+            (
+                wrapped(F::CleanupFailed(ReconcileError::Cleanup(
+                    RuntimeError::UnknownMember { name: "m".into() },
+                ))),
+                "CleanupFailed",
+            ),
+            (wrapped(F::UnnamedObject), "FinalizerFailed"),
+        ];
+        for (error, code) in cases {
+            assert_eq!(error.code(), code, "{error}");
+        }
+    }
 }

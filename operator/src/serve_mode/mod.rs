@@ -20,6 +20,8 @@ use etcd_operator_apiserver::cluster::tls::{ServingTls, follow_client_cas, watch
 use etcd_operator_apiserver::http::{self, AppState, Stores, openapi};
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{Storage, StorageError, StorageOptions};
+use etcd_operator_controller::metrics::ControllerMetrics;
+use prometheus_client::registry::Registry;
 
 /// How often the authentication ConfigMap is re-read.
 pub const CONFIG_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -156,11 +158,14 @@ async fn etcd_client(args: &ServeArgs) -> Result<etcd_client::Client, ServeModeE
 /// `kube` (the pod's ServiceAccount), EtcdClusters and EtcdBackups through `controller_client`
 /// (the loopback identity). They run only while this replica holds the leader Lease (always,
 /// without `--leader-elect`), are stopped when it is lost and started anew when it is regained.
+/// They record in `metrics`; the per-cluster series go when leadership does (only the leader's
+/// view is current).
 pub fn spawn_controllers(
     kube: kube::Client,
     controller_client: kube::Client,
     leader_election: leader::LeaderElectionArgs,
     tasks: CancellationToken,
+    metrics: ControllerMetrics,
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
@@ -174,11 +179,14 @@ pub fn spawn_controllers(
                 runtime.clone(),
                 Default::default(),
             )
-            .with_backup_credentials(credentials.clone());
+            .with_backup_credentials(credentials.clone())
+            .with_metrics(metrics.clone());
             let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
                 controller_client.clone(),
                 credentials.clone(),
-            );
+            )
+            .with_metrics(metrics.clone());
+            let metrics = metrics.clone();
             async move {
                 let stop_members = stop.clone();
                 tokio::join!(
@@ -188,6 +196,7 @@ pub fn spawn_controllers(
                     ),
                     etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
                 );
+                metrics.forget_all_clusters();
             }
         },
     ))
@@ -229,6 +238,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     ));
     background.spawn(follow_client_cas(serving.clone(), config_rx.clone()));
 
+    // One registry for the process: the API server's and the controllers' series, at /metrics.
+    let mut registry = Registry::default();
+    let api_metrics = http::metrics::ApiMetrics::register(&mut registry);
+    let controller_metrics = ControllerMetrics::register(&mut registry);
+
     let loopback = Loopback::generate()?;
     let authenticator = DelegatedAuthenticator::new(
         config_rx,
@@ -242,8 +256,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         openapi: Arc::new(openapi::Documents::generate()?),
         members: Default::default(),
         namespaces: Some(etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(kube.clone())),
+        metrics: Some(Arc::new(registry)),
     };
-    let app = http::router(state);
+    // The controller's own requests on the loopback listener are counted too, as kube-apiserver
+    // counts its loopback clients'.
+    let router = http::router(state);
+    let app = http::metrics::instrument(router.clone(), api_metrics.clone());
 
     let public = TcpListener::bind(args.listen)
         .await
@@ -272,6 +290,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         controller_client,
         args.leader_election.clone(),
         tasks.clone(),
+        controller_metrics,
     );
 
     let stop_private = tasks.clone();
@@ -279,7 +298,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         stop_private.cancelled().await;
     }));
     tracing::info!(listen = %args.listen, loopback = %private_addr, "etcd-operator serve is starting");
-    let public_app = http::overload::limit(app, args.overload.options());
+    // Outermost on the public port: the overload refusals (429, 504) are counted.
+    let public_app = http::metrics::instrument(
+        http::overload::limit(router, args.overload.options()),
+        api_metrics,
+    );
     let served = serve::serve(public, serving.reloadable(), public_app, serve::shutdown_signal()).await;
 
     tasks.cancel();
