@@ -6,9 +6,11 @@
 //! - [`outcome`] types what a step did or why it failed (stable reasons for status);
 //! - [`runtime`] places members: local etcd processes or Kubernetes Pods;
 //! - [`status`] computes what the status says (pure);
+//! - [`maintenance`] decides which members are due for defragmentation (pure);
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
 pub mod backup;
+pub mod maintenance;
 pub mod member_ops;
 pub mod model;
 pub mod outcome;

@@ -157,6 +157,22 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 tracing::info!(cluster = %cluster.key(), member = format!("{:x}", alarm.member), "disarmed NOSPACE");
             }
         }
+        Step::Defragment {
+            name,
+            id,
+            trigger,
+            db_size,
+            db_size_in_use,
+        } => {
+            let url = observed
+                .etcd
+                .as_ref()
+                .and_then(|v| v.members.iter().find(|m| m.id == *id))
+                .and_then(|m| m.client_urls.first().cloned())
+                .ok_or_else(|| StepError::DefragmentUnreachable { name: name.clone() })?;
+            ctx.members.defragment(&url).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, %trigger, db_size, db_size_in_use, "defragmented");
+        }
         Step::RenewCertificates { name, reason } => {
             ctx.runtime.renew_certificates(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
@@ -922,6 +938,49 @@ mod tests {
             "{result:?}"
         );
         assert!(!ctx.members.calls().iter().any(|c| matches!(c, Call::Disarm(..))));
+    }
+
+    #[tokio::test]
+    async fn a_defragmentation_goes_to_that_member_alone() {
+        let ctx = setup();
+        let b_url = view().members[1].client_urls[0].clone();
+        let step = Step::Defragment {
+            name: "b".into(),
+            id: 2,
+            trigger: crate::plan::DefragTrigger::Fragmentation,
+            db_size: 200 << 20,
+            db_size_in_use: 50 << 20,
+        };
+        let (result, _) = run(&ctx, step.clone()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(ctx.members.calls(), [Call::Defragment(b_url)]);
+        assert!(ctx.runtime.calls().is_empty(), "{:?}", ctx.runtime.calls());
+
+        // A failure surfaces as the member call's error.
+        let ctx = setup();
+        ctx.members.fail_next(Op::Maintenance, timeout("defragment"));
+        let (result, _) = run(&ctx, step.clone()).await;
+        assert!(
+            matches!(result, Err(StepError::Member(MemberOpError::Timeout { .. }))),
+            "{result:?}"
+        );
+        // A member etcd no longer lists (or without a client URL) is not guessed at.
+        let ctx = setup();
+        let gone = Step::Defragment {
+            name: "z".into(),
+            id: 77,
+            trigger: crate::plan::DefragTrigger::Schedule,
+            db_size: 0,
+            db_size_in_use: 0,
+        };
+        let (result, _) = run(&ctx, gone).await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, StepError::DefragmentUnreachable { ref name } if name == "z"),
+            "{err}"
+        );
+        assert_eq!(err.code(), "EtcdCallFailed");
+        assert!(ctx.members.calls().is_empty());
     }
 
     #[tokio::test]
