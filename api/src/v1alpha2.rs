@@ -394,7 +394,9 @@ pub struct BackupSpec {
     #[serde(default)]
     pub schedule: String,
 
-    /// How many snapshots to keep. When unset, the last 7 are kept.
+    /// How many snapshots to keep. When unset, the last 7 are kept. The same limits apply to the
+    /// manual snapshots (EtcdBackups and pre-upgrade snapshots, under `manual/`), counted apart
+    /// from the scheduled ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<BackupRetention>,
 

@@ -240,12 +240,24 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
             .await
             .map_err(StepError::Snapshot)?;
         tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
+        // Only the newest few stay beside the data.
+        match crate::backup::file::prune_local(&dir, crate::backup::policy::LOCAL_PRE_UPGRADE_KEEP).await {
+            Ok(deleted) => {
+                for path in deleted {
+                    tracing::info!(cluster = %cluster.key(), path = %path.display(), "deleted an older pre-upgrade snapshot");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %cluster.key(), dir = %dir.display(), %error, "could not delete older pre-upgrade snapshots")
+            }
+        }
         kept.push(saved.path.display().to_string());
         taken = Some(saved);
     }
     if let Some(destination) = destination {
-        // The same snapshot goes to the backup destination, among the one-shot backups (which
-        // retention never deletes). Either way it streams, checked against etcd's hash.
+        // The same snapshot goes to the backup destination, among the manual snapshots (kept
+        // by the cluster's retention, counted apart from the scheduled ones). Either way it
+        // streams, checked against etcd's hash.
         let stream = match &taken {
             Some(saved) => crate::backup::file::read_snapshot(saved)
                 .await
@@ -270,6 +282,15 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
                 crate::backup::store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
             })?;
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
+        let retention = spec
+            .cluster
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|b| b.retention.as_ref());
+        if let Err(error) = crate::backup::prune_manual(&store, &dir, retention, &cluster.key()).await {
+            tracing::warn!(cluster = %cluster.key(), %error, "retention of manual snapshots failed; retried after the next snapshot");
+        }
         kept.push(store.location(&key));
     }
     Ok(kept.join(" and "))
@@ -731,6 +752,72 @@ mod tests {
         let err = result.unwrap_err();
         assert_eq!(err.code(), "BackupDestinationFailed", "{err}");
         assert_eq!(roll, None, "no roll starts without its snapshot");
+    }
+
+    #[tokio::test]
+    async fn older_manual_and_pre_upgrade_snapshots_go_by_retention_after_a_new_one() {
+        let beside = tempfile::tempdir().unwrap();
+        let backups = tempfile::tempdir().unwrap();
+        // Four older snapshots beside the data.
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for (i, name) in ["p-1.db", "p-2.db", "p-3.db", "p-4.db"].iter().enumerate() {
+            let file = std::fs::File::create(beside.path().join(name)).unwrap();
+            file.set_modified(hour_ago + Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        // In the destination: three older manual snapshots and a scheduled one.
+        let manual = backups.path().join("ns/c/manual");
+        std::fs::create_dir_all(&manual).unwrap();
+        for name in [
+            "b1-20260101T000000Z-1.db",
+            "pre-upgrade-3.4.23-to-3.5.0-20260102T000000Z-2.db",
+            "b2-20260103T000000Z-3.db",
+        ] {
+            std::fs::write(manual.join(name), b"old").unwrap();
+            std::fs::write(manual.join(format!("{name}.sha256")), b"sum").unwrap();
+        }
+        std::fs::write(backups.path().join("ns/c/20260101T000000Z-1.db"), b"scheduled").unwrap();
+        let mut cluster = EtcdCluster::default();
+        cluster.spec.backup = Some(BackupSpec {
+            schedule: "0 * * * *".into(),
+            retention: Some(etcd_operator_api::v1alpha2::BackupRetention {
+                max_count: Some(2),
+                max_age: None,
+            }),
+            destination: BackupDestination {
+                s3: None,
+                volume: Some(VolumeDestination {
+                    claim_name: None,
+                    path: Some(backups.path().display().to_string()),
+                }),
+            },
+        });
+        let ctx = ctx(
+            FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
+            FakeMemberOps::new(Some(view())),
+        );
+        let (result, _) = run_with(&ctx, upgrade(), &ClusterSpecView::new(cluster), None).await;
+        assert!(result.is_ok(), "{result:?}");
+        // Beside the data: the new one and the two newest older ones.
+        let mut left: Vec<String> = std::fs::read_dir(beside.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["p-3.db", "p-4.db", "pre-upgrade-3.5.0-to-3.5.1-42.db"]);
+        // In the destination: the new one and the newest older manual one, with their
+        // sidecars; the scheduled snapshot is not the manual retention's business.
+        let mut sent: Vec<String> = std::fs::read_dir(&manual)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".db"))
+            .collect();
+        sent.sort();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0], "b2-20260103T000000Z-3.db");
+        assert!(sent[1].starts_with("pre-upgrade-3.5.0-to-3.5.1-"), "{sent:?}");
+        assert!(!manual.join("b1-20260101T000000Z-1.db.sha256").exists());
+        assert!(backups.path().join("ns/c/20260101T000000Z-1.db").exists());
     }
 
     fn walk(dir: &std::path::Path) -> Vec<String> {
