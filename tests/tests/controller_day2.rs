@@ -472,3 +472,58 @@ async fn a_mostly_free_database_is_defragmented_member_by_member_while_writes_go
         grown["leader"]
     );
 }
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn the_defragmentation_schedule_takes_every_member_once_per_time() {
+    let op = LocalOperator::start().await.unwrap();
+    // Every 20 seconds (six fields); the size trigger off, so only the schedule acts.
+    apply(
+        &op,
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: sched\n  namespace: default\nspec:\n  replicas: 3\n  version: 3.5.1\n  maintenance:\n    defragmentation:\n      schedule: \"*/20 * * * * *\"\n      fragmentationPercent: 0\n",
+    )
+    .unwrap();
+    let times = |s: &Value| -> Vec<String> {
+        s["maintenance"]["defragmentations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r["trigger"] == "Schedule")
+            .filter_map(|r| r["time"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let first = wait_for(
+        &op,
+        Watched::status("ec", "sched"),
+        "every member defragmented on schedule",
+        Duration::from_secs(150),
+        |s| available(s, 3) && times(s).len() == 3,
+    )
+    .await
+    .unwrap();
+    let first_done = times(&first).into_iter().max().unwrap();
+    let second = wait_for(
+        &op,
+        Watched::status("ec", "sched"),
+        "the next scheduled pass",
+        Duration::from_secs(90),
+        |s| {
+            let t = times(s);
+            t.len() == 3 && t.iter().all(|t| *t > first_done)
+        },
+    )
+    .await
+    .unwrap();
+    let second_start = times(&second).into_iter().min().unwrap();
+    let parse = |t: &str| t.parse::<jiff::Timestamp>().unwrap().as_second();
+    let gap = parse(&second_start) - parse(&first_done);
+    println!(
+        "first pass done {first_done}, next pass from {second_start}: {}",
+        second["maintenance"]
+    );
+    assert!(
+        gap >= 5,
+        "a pass is not run again right after the last one: {gap}s"
+    );
+}
