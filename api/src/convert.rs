@@ -660,6 +660,11 @@ mod tests {
                     quota_backend_bytes: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
                         "64Mi".into(),
                     )),
+                    defragmentation: Some(v2::DefragmentationSpec {
+                        schedule: Some("0 3 * * 0".into()),
+                        fragmentation_percent: Some(30),
+                        min_reclaimable_bytes: None,
+                    }),
                 }),
                 ..v2::EtcdClusterSpec::default()
             },

@@ -5,6 +5,9 @@ use serde_json::Value;
 use crate::{convert, v1alpha1, v1alpha2};
 
 /// An `EtcdCluster` in one of the served versions.
+// Lives for one request and is converted right away: boxing the larger hub would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum VersionedCluster {
     /// `etcd.operator.dev/v1alpha1`.

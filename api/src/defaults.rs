@@ -91,6 +91,55 @@ pub struct EffectiveMaintenance {
     pub compaction_retention: String,
     /// `--quota-backend-bytes`.
     pub quota_backend_bytes: u64,
+    /// When members are defragmented (not an etcd flag: the operator does it).
+    pub defragmentation: EffectiveDefragmentation,
+}
+
+/// `spec.maintenance.defragmentation` with its defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveDefragmentation {
+    /// The cron schedule of a defragmentation of every member, if any.
+    pub schedule: Option<String>,
+    /// The size trigger's share of free space in a database file, in percent; `0`: off.
+    pub fragmentation_percent: u8,
+    /// The size trigger's least free space worth a defragmentation, in bytes.
+    pub min_reclaimable_bytes: u64,
+}
+
+/// The largest `minReclaimableBytes` accepted (the largest quota).
+pub const MAX_MIN_RECLAIMABLE: u64 = QUOTA_RANGE.1;
+
+/// `spec.maintenance.defragmentation` with its documented defaults (no schedule; the size
+/// trigger at 50% free and 64Mi reclaimable). Values that do not parse or are out of range
+/// (validation refuses them on admission) fall back to the defaults.
+pub fn effective_defragmentation(spec: &v2::EtcdClusterSpec) -> EffectiveDefragmentation {
+    let defrag = spec
+        .maintenance
+        .as_ref()
+        .and_then(|m| m.defragmentation.clone())
+        .unwrap_or_default();
+    let percent = defrag
+        .fragmentation_percent
+        .filter(|p| (0..=99).contains(p))
+        .unwrap_or(v2::DEFAULT_DEFRAG_FRAGMENTATION_PERCENT);
+    let default_min = crate::quantity::parse(v2::DEFAULT_DEFRAG_MIN_RECLAIMABLE).unwrap_or(0.0);
+    let min = defrag
+        .min_reclaimable_bytes
+        .and_then(|q| crate::quantity::parse(&q.0).ok())
+        .filter(|v| {
+            #[allow(clippy::cast_precision_loss)]
+            let max = MAX_MIN_RECLAIMABLE as f64;
+            *v >= 0.0 && *v <= max
+        })
+        .unwrap_or(default_min);
+    // Truncation is intended: a byte count from a quantity within 0..=8Gi.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let min_reclaimable_bytes = min as u64;
+    EffectiveDefragmentation {
+        schedule: defrag.schedule.filter(|s| !s.trim().is_empty()),
+        fragmentation_percent: u8::try_from(percent).unwrap_or(50),
+        min_reclaimable_bytes,
+    }
 }
 
 impl EffectiveMaintenance {
@@ -135,6 +184,7 @@ pub fn effective_maintenance(spec: &v2::EtcdClusterSpec) -> EffectiveMaintenance
         compaction_mode: if revision { "revision" } else { "periodic" },
         compaction_retention,
         quota_backend_bytes,
+        defragmentation: effective_defragmentation(spec),
     }
 }
 
@@ -173,6 +223,7 @@ mod tests {
                 retention: None,
             }),
             quota_backend_bytes: None,
+            defragmentation: None,
         });
         let m = effective_maintenance(&spec);
         assert_eq!(
@@ -191,6 +242,54 @@ mod tests {
             effective_maintenance(&spec).quota_backend_bytes,
             100 << 20,
             "as asked"
+        );
+    }
+
+    #[test]
+    fn defragmentation_defaults_to_the_size_trigger_without_a_schedule() {
+        let mut spec = v2::EtcdClusterSpec::default();
+        assert_eq!(
+            effective_defragmentation(&spec),
+            EffectiveDefragmentation {
+                schedule: None,
+                fragmentation_percent: 50,
+                min_reclaimable_bytes: 64 << 20,
+            }
+        );
+        spec.maintenance = Some(v2::MaintenanceSpec {
+            defragmentation: Some(v2::DefragmentationSpec {
+                schedule: Some("0 3 * * 0".into()),
+                fragmentation_percent: Some(0),
+                min_reclaimable_bytes: Some(Quantity("1Mi".into())),
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            effective_defragmentation(&spec),
+            EffectiveDefragmentation {
+                schedule: Some("0 3 * * 0".into()),
+                fragmentation_percent: 0,
+                min_reclaimable_bytes: 1 << 20,
+            }
+        );
+        // What admission refuses falls back to the defaults.
+        let d = spec
+            .maintenance
+            .as_mut()
+            .unwrap()
+            .defragmentation
+            .as_mut()
+            .unwrap();
+        d.fragmentation_percent = Some(100);
+        d.min_reclaimable_bytes = Some(Quantity("lots".into()));
+        d.schedule = Some(" ".into());
+        assert_eq!(
+            effective_defragmentation(&spec),
+            EffectiveDefragmentation {
+                schedule: None,
+                fragmentation_percent: 50,
+                min_reclaimable_bytes: 64 << 20,
+            }
         );
     }
 

@@ -96,6 +96,61 @@ pub struct EtcdClusterStatus {
     /// `etcd.operator.dev/recover-quorum` (see docs/day2.md): what was chosen and what was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryStatus>,
+
+    /// Routine maintenance the operator carried out: the latest defragmentation of each member
+    /// (see `spec.maintenance.defragmentation`). Scheduled defragmentation resumes from it after
+    /// an operator restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
+}
+
+/// Routine maintenance carried out on the members.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    /// When the latest defragmentation of any member finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_defragmentation: Option<Time>,
+
+    /// The latest defragmentation of each current member (members never defragmented are
+    /// absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defragmentations: Vec<DefragmentationStatus>,
+}
+
+string_enum! {
+    /// Why a member was defragmented.
+    pub enum DefragmentationTrigger {
+        /// `spec.maintenance.defragmentation.schedule` said so.
+        Schedule => "Schedule",
+        /// Its database file was mostly free space (the size trigger).
+        Fragmentation => "Fragmentation",
+    }
+}
+
+/// One member's latest defragmentation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragmentationStatus {
+    /// The member name.
+    #[serde(default)]
+    pub member: String,
+
+    /// When it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+
+    /// Why it ran: `Schedule` or `Fragmentation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<DefragmentationTrigger>,
+
+    /// The size of the member's database file before, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_before: Option<i64>,
+
+    /// The bytes of that file in use before (what the file shrinks to, roughly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_in_use_before: Option<i64>,
 }
 
 /// A quorum recovery the operator carried out: the cluster was rebuilt from one surviving member

@@ -211,6 +211,45 @@ pub struct MaintenanceSpec {
     /// A change applies to each member when it next restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_backend_bytes: Option<Quantity>,
+
+    /// Defragmentation of the members' database files, which gives the space freed by
+    /// compaction back to the file system: on a schedule, and whenever a member's file is mostly
+    /// free space. Members are defragmented one at a time, followers first and the leader last
+    /// (after handing leadership over), only while every voting member is healthy and nothing
+    /// else (a scale, a roll, an alarm, a recovery) is in progress. When unset, the size trigger
+    /// runs with its defaults and there is no schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<DefragmentationSpec>,
+}
+
+/// Default for `spec.maintenance.defragmentation.fragmentationPercent`.
+pub const DEFAULT_DEFRAG_FRAGMENTATION_PERCENT: i32 = 50;
+/// Default for `spec.maintenance.defragmentation.minReclaimableBytes`.
+pub const DEFAULT_DEFRAG_MIN_RECLAIMABLE: &str = "64Mi";
+
+/// When members are defragmented. A member is defragmented when the schedule says so, or when
+/// both size limits are reached: at least `fragmentationPercent` of its database file is free
+/// and at least `minReclaimableBytes` would be given back.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragmentationSpec {
+    /// Defragment every member on this schedule: a five-field cron expression in UTC (minute
+    /// hour day-of-month month day-of-week), e.g. `0 3 * * 0`, or six fields with a leading
+    /// seconds field. A missed time is made up for once. When unset, no scheduled
+    /// defragmentation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+
+    /// The size trigger: defragment a member when at least this percentage of its database file
+    /// is free (`dbSize - dbSizeInUse` over `dbSize`), 1 to 99; `0` turns the size trigger off.
+    /// Defaults to 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmentation_percent: Option<i32>,
+
+    /// The size trigger leaves a member alone while its free space is below this quantity
+    /// (small databases are not worth the pause), e.g. `64Mi`; at most 8Gi. Defaults to `64Mi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_reclaimable_bytes: Option<Quantity>,
 }
 
 string_enum! {
@@ -355,7 +394,9 @@ pub struct BackupSpec {
     #[serde(default)]
     pub schedule: String,
 
-    /// How many snapshots to keep. When unset, the last 7 are kept.
+    /// How many snapshots to keep. When unset, the last 7 are kept. The same limits apply to the
+    /// manual snapshots (EtcdBackups and pre-upgrade snapshots, under `manual/`), counted apart
+    /// from the scheduled ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<BackupRetention>,
 

@@ -543,12 +543,26 @@ fn v2_maintenance() -> impl Strategy<Value = v2::MaintenanceSpec> {
     ];
     let compaction =
         (of(mode), of(word())).prop_map(|(mode, retention)| v2::AutoCompactionSpec { mode, retention });
-    (of(compaction), of(prop_oneof![Just("64Mi"), Just("2Gi")])).prop_map(|(auto_compaction, quota)| {
-        v2::MaintenanceSpec {
+    let defragmentation = (
+        of(word()),
+        of(0..100i32),
+        of(prop_oneof![Just("0"), Just("64Mi")]),
+    )
+        .prop_map(|(schedule, fragmentation_percent, min)| v2::DefragmentationSpec {
+            schedule,
+            fragmentation_percent,
+            min_reclaimable_bytes: min.map(|q| Quantity(q.to_owned())),
+        });
+    (
+        of(compaction),
+        of(prop_oneof![Just("64Mi"), Just("2Gi")]),
+        of(defragmentation),
+    )
+        .prop_map(|(auto_compaction, quota, defragmentation)| v2::MaintenanceSpec {
             auto_compaction,
             quota_backend_bytes: quota.map(|q| Quantity(q.to_owned())),
-        }
-    })
+            defragmentation,
+        })
 }
 
 fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {

@@ -118,6 +118,11 @@ fn base() -> v2::EtcdCluster {
                     retention: Some("1h30m".into()),
                 }),
                 quota_backend_bytes: Some(q("2Gi")),
+                defragmentation: Some(v2::DefragmentationSpec {
+                    schedule: Some("0 3 * * 0".into()),
+                    fragmentation_percent: Some(40),
+                    min_reclaimable_bytes: Some(q("128Mi")),
+                }),
             }),
             paused: None,
         },
@@ -164,6 +169,10 @@ fn maintenance(obj: &mut v2::EtcdCluster) -> &mut v2::MaintenanceSpec {
 
 fn compaction(obj: &mut v2::EtcdCluster) -> &mut v2::AutoCompactionSpec {
     maintenance(obj).auto_compaction.as_mut().unwrap()
+}
+
+fn defrag(obj: &mut v2::EtcdCluster) -> &mut v2::DefragmentationSpec {
+    maintenance(obj).defragmentation.as_mut().unwrap()
 }
 
 fn tls(obj: &mut v2::EtcdCluster) -> &mut v2::TlsSpec {
@@ -263,6 +272,12 @@ fn invalid_cases() -> Vec<Case> {
         ("quota malformed", |o| maintenance(o).quota_backend_bytes = Some(q("plenty")), vec![("spec.maintenance.quotaBackendBytes", Invalid)]),
         ("quota too small", |o| maintenance(o).quota_backend_bytes = Some(q("1Mi")), vec![("spec.maintenance.quotaBackendBytes", Invalid)]),
         ("quota too large", |o| maintenance(o).quota_backend_bytes = Some(q("9Gi")), vec![("spec.maintenance.quotaBackendBytes", Invalid)]),
+        ("defrag schedule not cron", |o| defrag(o).schedule = Some("weekly".into()), vec![("spec.maintenance.defragmentation.schedule", Invalid)]),
+        ("defrag schedule empty", |o| defrag(o).schedule = Some(" ".into()), vec![("spec.maintenance.defragmentation.schedule", Required)]),
+        ("defrag percent too high", |o| defrag(o).fragmentation_percent = Some(100), vec![("spec.maintenance.defragmentation.fragmentationPercent", Invalid)]),
+        ("defrag percent negative", |o| defrag(o).fragmentation_percent = Some(-1), vec![("spec.maintenance.defragmentation.fragmentationPercent", Invalid)]),
+        ("defrag min malformed", |o| defrag(o).min_reclaimable_bytes = Some(q("some")), vec![("spec.maintenance.defragmentation.minReclaimableBytes", Invalid)]),
+        ("defrag min too large", |o| defrag(o).min_reclaimable_bytes = Some(q("9Gi")), vec![("spec.maintenance.defragmentation.minReclaimableBytes", Invalid)]),
         ("compaction mode unknown", |o| compaction(o).mode = Some(v2::AutoCompactionMode::Unknown("Daily".into())), vec![("spec.maintenance.autoCompaction.mode", NotSupported)]),
         ("periodic retention not a duration", |o| compaction(o).retention = Some("1 hour".into()), vec![("spec.maintenance.autoCompaction.retention", Invalid)]),
         ("periodic retention unit unknown", |o| compaction(o).retention = Some("2d".into()), vec![("spec.maintenance.autoCompaction.retention", Invalid)]),

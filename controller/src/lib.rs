@@ -7,9 +7,11 @@
 //! - [`runtime`] places members: local etcd processes or Kubernetes Pods;
 //! - [`status`] computes what the status says (pure);
 //! - [`metrics`] keeps the Prometheus series of reconciles, clusters, members and backups;
+//! - [`maintenance`] decides which members are due for defragmentation (pure);
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
 pub mod backup;
+pub mod maintenance;
 pub mod member_ops;
 pub mod metrics;
 pub mod model;

@@ -17,6 +17,9 @@ pub struct Outcome {
     pub error: Option<StepError>,
     /// The rolling version change as the reconcile left it (persisted in `status.upgrade`).
     pub roll: Option<RollRecord>,
+    /// The maintenance record as the reconcile left it (persisted in `status.maintenance`);
+    /// `None` keeps the previous one.
+    pub maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
 }
 
 impl Outcome {
@@ -26,6 +29,7 @@ impl Outcome {
             step: Step::Idle,
             error: None,
             roll: None,
+            maintenance: None,
         }
     }
 }
@@ -44,6 +48,12 @@ pub enum StepError {
     LeaderUnreachable {
         /// The leader's ID.
         id: u64,
+    },
+    /// A member to defragment advertises no client URL to ask.
+    #[error("defragment: member {name} has no client URL")]
+    DefragmentUnreachable {
+        /// The member name.
+        name: String,
     },
     /// The pre-upgrade snapshot could not be taken.
     #[error("pre-upgrade snapshot: {0}")]
@@ -112,7 +122,9 @@ impl StepError {
             Self::Member(MemberOpError::NotReadyYet { .. }) => "EtcdNotReady",
             Self::Member(MemberOpError::Timeout { .. }) => "EtcdTimeout",
             Self::Member(MemberOpError::Tls { .. }) => REASON_TLS_HANDSHAKE_FAILED,
-            Self::Member(_) | Self::LeaderUnreachable { .. } => "EtcdCallFailed",
+            Self::Member(_) | Self::LeaderUnreachable { .. } | Self::DefragmentUnreachable { .. } => {
+                "EtcdCallFailed"
+            }
             Self::Snapshot(_) | Self::NoSnapshotSource | Self::ReadSnapshot { .. } => "SnapshotFailed",
             Self::SendSnapshot(_) => "BackupDestinationFailed",
         }

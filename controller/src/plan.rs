@@ -15,6 +15,10 @@
 //!   previous version when etcd allows it (or kept stopped), and the roll halts until the spec
 //!   changes. The roll is derived from the members' recorded versions plus the [`RollRecord`]
 //!   kept in status, so a restarted operator resumes it.
+//! - defragmentation (on its schedule, or when a member's database file is mostly free space)
+//!   goes one member at a time, followers first, the leader last after handing leadership over,
+//!   only while every voter is healthy and nothing else is planned; what is due comes in
+//!   [`Timing`], computed from the record in status, so the planner needs no clock.
 
 use std::time::Duration;
 
@@ -46,9 +50,51 @@ pub struct Desired {
     pub certificate_rotation: Option<String>,
     /// The backend quota members run with (`--quota-backend-bytes`).
     pub quota_backend_bytes: u64,
+    /// The size trigger of defragmentation.
+    pub defragmentation: DefragPolicy,
     /// A quorum recovery asked for (the recover-quorum annotation's value) and not yet carried
     /// out (status.recovery records the values already answered).
     pub recover_quorum: Option<String>,
+}
+
+/// The size trigger of defragmentation (`spec.maintenance.defragmentation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DefragPolicy {
+    /// The share of a database file that must be free, in percent; `0` turns the trigger off.
+    pub fragmentation_percent: u8,
+    /// The least free space, in bytes, worth a defragmentation.
+    pub min_reclaimable_bytes: u64,
+}
+
+impl DefragPolicy {
+    /// Whether a member's database file is fragmented enough to defragment. A member that does
+    /// not report how much of its file is in use is never.
+    pub fn fragmented(&self, health: &crate::model::MemberHealth) -> bool {
+        if self.fragmentation_percent == 0 || health.db_size == 0 || health.db_size_in_use == 0 {
+            return false;
+        }
+        let free = health.db_size.saturating_sub(health.db_size_in_use);
+        free >= self.min_reclaimable_bytes
+            && u128::from(free) * 100 >= u128::from(health.db_size) * u128::from(self.fragmentation_percent)
+    }
+}
+
+/// Why a member is defragmented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefragTrigger {
+    /// The schedule's latest time is after its last defragmentation.
+    Schedule,
+    /// Its database file is mostly free space.
+    Fragmentation,
+}
+
+impl std::fmt::Display for DefragTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Schedule => "scheduled",
+            Self::Fragmentation => "its database file is mostly free space",
+        })
+    }
 }
 
 /// A rolling version change as persisted in `status.upgrade`.
@@ -91,6 +137,10 @@ pub struct Timing {
     /// How long each member restarted on a new version (by name) has waited to be healthy,
     /// caught up and reporting that version.
     pub version_change_waiting: Vec<(String, Duration)>,
+    /// Members (by name) the defragmentation schedule wants defragmented now.
+    pub defrag_scheduled: Vec<String>,
+    /// Members (by name) defragmented so recently that the size trigger leaves them alone.
+    pub defragmented_recently: Vec<String>,
 }
 
 /// Thresholds.
@@ -265,6 +315,20 @@ pub enum Step {
         /// The annotation value this answers.
         request: String,
     },
+    /// Defragment one member's database file (it serves nothing meanwhile; the others keep
+    /// quorum).
+    Defragment {
+        /// Member name.
+        name: String,
+        /// etcd member ID.
+        id: u64,
+        /// Why.
+        trigger: DefragTrigger,
+        /// Its database file's size before, in bytes.
+        db_size: u64,
+        /// The bytes of it in use before.
+        db_size_in_use: u64,
+    },
     /// Issue a member's certificates again and restart it on them, its data kept.
     RenewCertificates {
         /// Member name.
@@ -360,6 +424,11 @@ pub enum WaitReason {
         /// The member waiting for its new certificates.
         name: String,
     },
+    /// A member is due for defragmentation but not every voter is healthy.
+    UnhealthyBeforeDefragmentation {
+        /// The member due.
+        name: String,
+    },
     /// A member restarted on the target version is not yet healthy, caught up and on it.
     VerifyingVersion {
         /// The member.
@@ -411,7 +480,8 @@ impl WaitReason {
             Self::UnhealthyBeforeScaleUp
             | Self::UnhealthyBeforeScaleDown
             | Self::UnhealthyBeforeRollStep { .. }
-            | Self::UnhealthyBeforeRenewal { .. } => "WaitingForHealthyMembers",
+            | Self::UnhealthyBeforeRenewal { .. }
+            | Self::UnhealthyBeforeDefragmentation { .. } => "WaitingForHealthyMembers",
             Self::NoLeaderSuccessor | Self::NoLeaderSuccessorForRoll => "NoLeaderSuccessor",
             Self::MembersNotHealthy => "MembersNotHealthy",
             Self::VerifyingVersion { .. } => "VerifyingVersion",
@@ -476,6 +546,10 @@ impl std::fmt::Display for WaitReason {
             Self::UnhealthyBeforeRenewal { name } => write!(
                 f,
                 "waiting for every member to be healthy before restarting {name} on new certificates"
+            ),
+            Self::UnhealthyBeforeDefragmentation { name } => write!(
+                f,
+                "waiting for every member to be healthy before defragmenting {name}"
             ),
             Self::VerifyingVersion {
                 name,
@@ -808,6 +882,9 @@ pub fn plan(
     if let Some(step) = plan_certificate_renewal(desired, etcd, observed, thresholds) {
         return step;
     }
+    if let Some(step) = plan_defragmentation(desired, etcd, observed) {
+        return step;
+    }
     if etcd.healthy_voters() < voters.len() {
         return Step::Wait {
             reason: WaitReason::MembersNotHealthy,
@@ -1111,6 +1188,64 @@ fn plan_certificate_renewal(
     })
 }
 
+/// Voters due for defragmentation (scheduled, or fragmented and not defragmented just now):
+/// one at a time, followers first; the leader hands leadership over before its turn. Only when
+/// every voter is healthy, and never during a roll (the earlier rules already return while
+/// anything else — a scale, a learner, an alarm, a renewal — is to do).
+fn plan_defragmentation(desired: &Desired, etcd: &EtcdView, observed: &Observed) -> Option<Step> {
+    if desired
+        .roll
+        .as_ref()
+        .is_some_and(|r| r.target == desired.version && !r.complete)
+    {
+        return None;
+    }
+    let timing = &observed.timing;
+    let due: Vec<(&EtcdMember, &RuntimeMember, DefragTrigger)> = etcd
+        .voters()
+        .filter_map(|m| {
+            let r = runtime_for(observed, m)?;
+            let trigger = if timing.defrag_scheduled.contains(&r.name) {
+                DefragTrigger::Schedule
+            } else if !timing.defragmented_recently.contains(&r.name)
+                && m.status
+                    .as_ref()
+                    .is_some_and(|h| desired.defragmentation.fragmented(h))
+            {
+                DefragTrigger::Fragmentation
+            } else {
+                return None;
+            };
+            Some((m, r, trigger))
+        })
+        .collect();
+    let (m, r, trigger) = due
+        .iter()
+        .find(|(m, _, _)| m.id != etcd.leader)
+        .or_else(|| due.first())?;
+    if etcd.healthy_voters() < etcd.voters().count() {
+        return Some(Step::Wait {
+            reason: WaitReason::UnhealthyBeforeDefragmentation { name: r.name.clone() },
+        });
+    }
+    if m.id == etcd.leader
+        && let Some(to) = etcd.voters().find(|v| v.id != m.id && is_healthy(v))
+    {
+        return Some(Step::MoveLeader {
+            from: m.id,
+            to: to.id,
+        });
+    }
+    let health = m.status.clone().unwrap_or_default();
+    Some(Step::Defragment {
+        name: r.name.clone(),
+        id: m.id,
+        trigger: *trigger,
+        db_size: health.db_size,
+        db_size_in_use: health.db_size_in_use,
+    })
+}
+
 /// Whether the cluster has a leader and a healthy quorum of voters.
 fn has_quorum(etcd: Option<&EtcdView>) -> bool {
     etcd.is_some_and(|v| v.leader != 0 && v.healthy_voters() >= quorum(v.voters().count()))
@@ -1397,6 +1532,10 @@ mod tests {
             restore: None,
             certificate_rotation: None,
             quota_backend_bytes: 2 << 30,
+            defragmentation: DefragPolicy {
+                fragmentation_percent: 50,
+                min_reclaimable_bytes: 64 << 20,
+            },
             recover_quorum: None,
         }
     }
@@ -2177,6 +2316,170 @@ mod tests {
         // No alarm, same sizes: nothing to do.
         let o = alarmed(AlarmKind::NoSpace, &[], (97 << 20, 96 << 20));
         assert_eq!(run(&d, &o), Step::Idle);
+    }
+
+    /// A healthy three-member cluster led by `a` (id 1) whose members' files are `db`
+    /// (size, in use) bytes.
+    fn sized(db: (u64, u64)) -> Observed {
+        alarmed(crate::model::AlarmKind::NoSpace, &[], db)
+    }
+
+    fn defrag(name: &str, id: u64, trigger: DefragTrigger, db: (u64, u64)) -> Step {
+        Step::Defragment {
+            name: name.into(),
+            id,
+            trigger,
+            db_size: db.0,
+            db_size_in_use: db.1,
+        }
+    }
+
+    #[test]
+    fn the_size_trigger_wants_both_a_mostly_free_file_and_enough_to_gain() {
+        let mut d = desired(3);
+        // 75% free and 150Mi to gain: a follower first (a leads).
+        let db = (200 << 20, 50 << 20);
+        assert_eq!(
+            run(&d, &sized(db)),
+            defrag("b", 2, DefragTrigger::Fragmentation, db)
+        );
+        // Only 25% free.
+        assert_eq!(run(&d, &sized((200 << 20, 150 << 20))), Step::Idle);
+        // 98% free but only 59Mi to gain: a small database is left alone.
+        assert_eq!(run(&d, &sized((60 << 20, 1 << 20))), Step::Idle);
+        // A lower threshold takes it; exactly at the limits counts.
+        d.defragmentation.min_reclaimable_bytes = 59 << 20;
+        assert!(matches!(
+            run(&d, &sized((60 << 20, 1 << 20))),
+            Step::Defragment { .. }
+        ));
+        let at_limits = (118 << 20, 59 << 20);
+        d.defragmentation.fragmentation_percent = 50;
+        assert!(matches!(run(&d, &sized(at_limits)), Step::Defragment { .. }));
+        // Off.
+        d.defragmentation.fragmentation_percent = 0;
+        assert_eq!(run(&d, &sized(db)), Step::Idle);
+        // A member that does not say what is in use is never taken for fragmented.
+        d.defragmentation.fragmentation_percent = 50;
+        assert_eq!(run(&d, &sized((200 << 20, 0))), Step::Idle);
+    }
+
+    #[test]
+    fn defragmentation_goes_follower_by_follower_and_the_leader_hands_over_first() {
+        let d = desired(3);
+        let db = (200 << 20, 50 << 20);
+        let mut o = sized(db);
+        // b was just done: c next.
+        o.timing.defragmented_recently = vec!["b".into()];
+        assert_eq!(run(&d, &o), defrag("c", 3, DefragTrigger::Fragmentation, db));
+        // Both followers done (and not again right after): leadership moves off a first.
+        o.timing.defragmented_recently = vec!["b".into(), "c".into()];
+        let Step::MoveLeader { from: 1, to } = run(&d, &o) else {
+            panic!("expected a leadership move: {:?}", run(&d, &o))
+        };
+        assert!(to == 2 || to == 3);
+        // Once a follows, its turn comes.
+        if let Some(v) = o.etcd.as_mut() {
+            v.leader = to;
+        }
+        assert_eq!(run(&d, &o), defrag("a", 1, DefragTrigger::Fragmentation, db));
+        // All three done just now: nothing more, although the sizes did not change.
+        o.timing.defragmented_recently = vec!["a".into(), "b".into(), "c".into()];
+        assert_eq!(run(&d, &o), Step::Idle);
+        // A single member has no one to hand over to: it is defragmented in place.
+        let mut d1 = desired(1);
+        d1.replicas = 1;
+        let one = Observed {
+            runtime: running(&["a"]),
+            etcd: view(vec![member(1, "a", false, true)], 1),
+            timing: Timing {
+                defrag_scheduled: vec!["a".into()],
+                ..Timing::default()
+            },
+        };
+        assert_eq!(run(&d1, &one), defrag("a", 1, DefragTrigger::Schedule, (0, 0)));
+    }
+
+    #[test]
+    fn the_schedule_defragments_every_member_due_whatever_the_sizes() {
+        let d = desired(3);
+        let small = (1 << 20, 1 << 20);
+        let mut o = sized(small);
+        assert_eq!(run(&d, &o), Step::Idle);
+        o.timing.defrag_scheduled = vec!["a".into(), "c".into()];
+        assert_eq!(run(&d, &o), defrag("c", 3, DefragTrigger::Schedule, small));
+        // A recent size-triggered run does not excuse a member from the schedule's pass: the
+        // caller only lists members not defragmented since the scheduled time.
+        o.timing.defragmented_recently = vec!["c".into()];
+        assert_eq!(run(&d, &o), defrag("c", 3, DefragTrigger::Schedule, small));
+    }
+
+    #[test]
+    fn defragmentation_waits_for_every_voter_and_for_anything_else_to_finish() {
+        let db = (200 << 20, 50 << 20);
+        let d = desired(3);
+        // An unhealthy member: wait, although others are due.
+        let mut o = sized(db);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait: {:?}", run(&d, &o))
+        };
+        assert_eq!(
+            reason,
+            WaitReason::UnhealthyBeforeDefragmentation { name: "b".into() }
+        );
+        assert_eq!(reason.code(), "WaitingForHealthyMembers");
+        assert!(!reason.degrades());
+        // A roll in progress comes first, and its members are not defragmented in between.
+        let mut rolling = sized(db);
+        rolling.runtime = vec![
+            on_version("a", "3.5.0", None, Liveness::Running),
+            on_version("b", "3.5.1", Some("3.5.0"), Liveness::Running),
+            on_version("c", "3.5.0", None, Liveness::Running),
+        ];
+        let up = upgrading("3.5.1");
+        assert!(matches!(run(&up, &rolling), Step::ChangeVersion { ref name, .. } if name == "c"));
+        // Every member on the target, the roll not recorded complete yet: still nothing.
+        for r in &mut rolling.runtime {
+            if let Some(c) = r.config.as_mut() {
+                c.version = "3.5.1".into();
+                c.previous_version = None;
+            }
+        }
+        assert_eq!(run(&up, &rolling), Step::Idle);
+        let mut done = up.clone();
+        if let Some(r) = done.roll.as_mut() {
+            r.complete = true;
+        }
+        assert!(matches!(run(&done, &rolling), Step::Defragment { .. }));
+        // Scaling comes first.
+        assert!(matches!(
+            run(&desired(5), &sized(db)),
+            Step::ReserveForJoin { .. }
+        ));
+        // A learner catching up comes first.
+        let mut learning = sized(db);
+        learning
+            .runtime
+            .push(runtime("d", Liveness::Running, Some(InitialState::Existing)));
+        if let Some(v) = learning.etcd.as_mut() {
+            v.members.push(member(4, "d", true, false));
+        }
+        assert!(matches!(
+            run(&desired(4), &learning),
+            Step::Wait {
+                reason: WaitReason::LearnerCatchingUp { .. }
+            }
+        ));
+        // An alarm comes first.
+        let alarmed = alarmed(crate::model::AlarmKind::NoSpace, &[1], db);
+        assert!(matches!(run(&d, &alarmed), Step::ReclaimSpace { .. }));
+        // Paused: nothing.
+        let mut paused = desired(3);
+        paused.paused = true;
+        assert!(matches!(run(&paused, &sized(db)), Step::Wait { .. }));
     }
 
     #[test]

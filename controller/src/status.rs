@@ -168,6 +168,10 @@ fn step_reason(step: &Step) -> (&'static str, String) {
                 alarms.len()
             ),
         ),
+        Step::Defragment { name, trigger, .. } => (
+            "Defragmenting",
+            format!("defragmenting member {name} ({trigger})"),
+        ),
         Step::RenewCertificates { name, reason } => (
             "RotatingCertificates",
             format!("restarting member {name} on new certificates: {reason}"),
@@ -215,6 +219,10 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
             _ => previous.recovery.clone(),
         },
         cluster_id: previous.cluster_id.clone(),
+        maintenance: outcome
+            .maintenance
+            .clone()
+            .or_else(|| previous.maintenance.clone()),
         ..Default::default()
     };
     let version = spec.version.clone();
@@ -552,6 +560,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                maintenance: None,
             },
         );
         assert_eq!(get(&s, "Available").status, "True");
@@ -588,6 +597,7 @@ mod tests {
                 },
                 error: None,
                 roll: None,
+                maintenance: None,
             },
         );
         assert_eq!(get(&s, "Available").status, "False");
@@ -600,6 +610,7 @@ mod tests {
                 step: Step::Idle,
                 error: Some(crate::outcome::StepError::LeaderUnreachable { id: 1 }),
                 roll: None,
+                maintenance: None,
             },
         );
         assert_eq!(get(&failed, "Degraded").reason, "StepFailed");
@@ -616,6 +627,7 @@ mod tests {
                 step: Step::Idle,
                 error: Some(crate::outcome::StepError::Runtime(restore)),
                 roll: None,
+                maintenance: None,
             },
         );
         assert_eq!(get(&refused, "Degraded").reason, "RestoreFailed");
@@ -680,6 +692,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                maintenance: None,
             },
         );
         let mut old = first.clone();
@@ -694,6 +707,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                maintenance: None,
             },
         );
         assert_eq!(
@@ -724,6 +738,45 @@ mod tests {
     }
 
     #[test]
+    fn a_defragmentation_is_progress_and_its_record_is_kept_across_reconciles() {
+        let step = Step::Defragment {
+            name: "b".into(),
+            id: 2,
+            trigger: crate::plan::DefragTrigger::Fragmentation,
+            db_size: 10,
+            db_size_in_use: 2,
+        };
+        let now = chrono::Utc::now();
+        let record =
+            crate::maintenance::record(None, "b", crate::plan::DefragTrigger::Fragmentation, 10, 2, now);
+        let s = compute(
+            &cluster(),
+            &three_on("3.5.1"),
+            &Outcome {
+                step,
+                maintenance: Some(record.clone()),
+                ..Outcome::idle()
+            },
+        );
+        let progressing = get(&s, "Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "Defragmenting")
+        );
+        assert!(
+            progressing.message.contains("member b"),
+            "{}",
+            progressing.message
+        );
+        assert_eq!(s.maintenance.as_ref(), Some(&record));
+        // A later reconcile that did not touch it keeps the record.
+        let mut c = cluster();
+        c.status = Some(s);
+        let later = compute(&c, &three_on("3.5.1"), &Outcome::idle());
+        assert_eq!(later.maintenance, Some(record));
+    }
+
+    #[test]
     fn conditions_of_other_owners_are_kept() {
         let mut c = cluster();
         let backup = Condition {
@@ -748,6 +801,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                maintenance: None,
             },
         );
         assert_eq!(get(&s, "BackupSucceeded"), &backup);
@@ -783,6 +837,7 @@ mod tests {
                 },
                 error: None,
                 roll: Some(roll.clone()),
+                maintenance: None,
             },
         );
         let u = s.upgrade.clone().unwrap();
@@ -802,6 +857,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: Some(roll),
+                maintenance: None,
             },
         );
         let u = done.upgrade.clone().unwrap();
@@ -827,6 +883,7 @@ mod tests {
             step: Step::Idle,
             error: None,
             roll: Some(roll.clone()),
+            maintenance: None,
         };
         let s = compute(&c, &three_on("3.5.1"), &outcome);
         let degraded = get(&s, "Degraded");
@@ -883,6 +940,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                maintenance: None,
             },
         );
         // Meanwhile the backup controller recorded revision 9 and succeeded; and the stored

@@ -255,3 +255,198 @@ async fn quorum_lost_with_two_members_destroyed_is_rebuilt_only_when_asked_and_r
         );
     }
 }
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn a_mostly_free_database_is_defragmented_member_by_member_while_writes_go_on() {
+    use etcd_operator_tests::writer::{assert_no_write_lost, start_writer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let op = LocalOperator::start().await.unwrap();
+    // A low size trigger: half the file free and at least 2 MiB to gain.
+    apply(
+        &op,
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: frag\n  namespace: default\nspec:\n  replicas: 3\n  version: 3.5.1\n  maintenance:\n    defragmentation:\n      fragmentationPercent: 50\n      minReclaimableBytes: 2Mi\n",
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "frag"),
+        "3 healthy members",
+        Duration::from_secs(90),
+        |s| available(s, 3),
+    )
+    .await
+    .unwrap();
+    let eps = client_endpoints(&s);
+    let mut client = etcd_client::Client::connect(&eps, None).await.unwrap();
+
+    // 12 MiB of data: the files grow, and nearly all of them is in use.
+    let big = vec![b'x'; 512 * 1024];
+    for i in 0..24 {
+        client
+            .put(format!("big-{i:02}"), big.clone(), None)
+            .await
+            .unwrap();
+    }
+    let grown = wait_for(
+        &op,
+        Watched::status("ec", "frag"),
+        "the grown database sizes",
+        Duration::from_secs(30),
+        |s| {
+            s["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["dbSize"].as_i64().is_some_and(|d| d >= 12 << 20))
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        grown["maintenance"].is_null(),
+        "nothing defragmented while the data is in use: {}",
+        grown["maintenance"]
+    );
+
+    // Writes go on throughout; the data goes and its history is compacted: the files are now
+    // mostly free pages, which only a defragmentation gives back.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(eps.clone(), None, stop.clone());
+    let deleted = client
+        .delete("big-", Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_eq!(deleted.deleted(), 24);
+    let revision = deleted.header().unwrap().revision();
+    client
+        .compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "frag"),
+        "every member defragmented by the size trigger",
+        Duration::from_secs(120),
+        |s| {
+            let records = s["maintenance"]["defragmentations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            available(s, 3)
+                && records.len() == 3
+                && records.iter().all(|r| r["trigger"] == "Fragmentation")
+                && s["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|m| m["dbSize"].as_i64().is_some_and(|d| d < 6 << 20))
+        },
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let writes = writer.await.unwrap();
+    println!(
+        "defragmented 3 members in {:.1}s; {} writes acknowledged meanwhile, {} failed attempts, longest gap {} ms; members: {}; record: {}",
+        took.as_secs_f64(),
+        writes.acknowledged.len(),
+        writes.failures,
+        writes.longest_gap.as_millis(),
+        s["members"],
+        s["maintenance"]
+    );
+    assert!(
+        s["maintenance"]["lastDefragmentation"].is_string(),
+        "{}",
+        s["maintenance"]
+    );
+    for r in s["maintenance"]["defragmentations"].as_array().unwrap() {
+        assert!(r["dbSizeBefore"].as_i64().is_some_and(|d| d >= 12 << 20), "{r}");
+    }
+    assert!(!writes.acknowledged.is_empty());
+    assert_no_write_lost(&eps, None, &writes).await;
+    // Leadership was handed over before the leader's turn, which came last (times are in
+    // seconds: ties allowed).
+    assert_ne!(s["leader"], grown["leader"], "leadership moved off the leader");
+    let records = s["maintenance"]["defragmentations"].as_array().unwrap();
+    let time_of = |member: &Value| {
+        records
+            .iter()
+            .find(|r| &r["member"] == member)
+            .and_then(|r| r["time"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let leader_time = time_of(&grown["leader"]);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["time"].as_str().unwrap_or_default() <= leader_time.as_str()),
+        "the leader before ({}) last: {records:?}",
+        grown["leader"]
+    );
+}
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn the_defragmentation_schedule_takes_every_member_once_per_time() {
+    let op = LocalOperator::start().await.unwrap();
+    // Every 20 seconds (six fields); the size trigger off, so only the schedule acts.
+    apply(
+        &op,
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: sched\n  namespace: default\nspec:\n  replicas: 3\n  version: 3.5.1\n  maintenance:\n    defragmentation:\n      schedule: \"*/20 * * * * *\"\n      fragmentationPercent: 0\n",
+    )
+    .unwrap();
+    let times = |s: &Value| -> Vec<String> {
+        s["maintenance"]["defragmentations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r["trigger"] == "Schedule")
+            .filter_map(|r| r["time"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let first = wait_for(
+        &op,
+        Watched::status("ec", "sched"),
+        "every member defragmented on schedule",
+        Duration::from_secs(150),
+        |s| available(s, 3) && times(s).len() == 3,
+    )
+    .await
+    .unwrap();
+    let first_done = times(&first).into_iter().max().unwrap();
+    let second = wait_for(
+        &op,
+        Watched::status("ec", "sched"),
+        "the next scheduled pass",
+        Duration::from_secs(90),
+        |s| {
+            let t = times(s);
+            t.len() == 3 && t.iter().all(|t| *t > first_done)
+        },
+    )
+    .await
+    .unwrap();
+    let second_start = times(&second).into_iter().min().unwrap();
+    let parse = |t: &str| t.parse::<jiff::Timestamp>().unwrap().as_second();
+    let gap = parse(&second_start) - parse(&first_done);
+    println!(
+        "first pass done {first_done}, next pass from {second_start}: {}",
+        second["maintenance"]
+    );
+    assert!(
+        gap >= 5,
+        "a pass is not run again right after the last one: {gap}s"
+    );
+}

@@ -429,6 +429,9 @@ fn maintenance_spec(report: &mut Report, path: &Path, maintenance: &v2::Maintena
             Ok(_) => {}
         }
     }
+    if let Some(defrag) = &maintenance.defragmentation {
+        defragmentation_spec(report, &path.child("defragmentation"), defrag);
+    }
     let Some(compaction) = &maintenance.auto_compaction else {
         return;
     };
@@ -530,6 +533,58 @@ fn tls_plane(report: &mut Report, path: &Path, plane: &v2::TlsPlane) {
     }
 }
 
+/// A cron schedule as the operator evaluates it: five fields, or six with a leading seconds
+/// field (schedules finer than a minute).
+fn cron_schedule(report: &mut Report, field: &Path, schedule: &str) {
+    let parser = croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Optional)
+        .year(croner::parser::Year::Disallowed)
+        .build();
+    if let Err(e) = parser.parse(schedule) {
+        report.error(FieldError::invalid(
+            field,
+            schedule,
+            format!(
+                "must be a cron expression of five fields (minute hour day-of-month month day-of-week) or six (with a leading seconds field): {e}"
+            ),
+        ));
+    }
+}
+
+fn defragmentation_spec(report: &mut Report, path: &Path, defrag: &v2::DefragmentationSpec) {
+    if let Some(schedule) = &defrag.schedule {
+        let field = path.child("schedule");
+        if schedule.trim().is_empty() {
+            report.error(FieldError::required(
+                &field,
+                "a cron schedule such as \"0 3 * * 0\", or leave the field out",
+            ));
+        } else {
+            cron_schedule(report, &field, schedule);
+        }
+    }
+    if let Some(percent) = defrag.fragmentation_percent
+        && !(0..=99).contains(&percent)
+    {
+        report.error(FieldError::invalid(
+            &path.child("fragmentationPercent"),
+            &percent.to_string(),
+            "must be between 0 (size trigger off) and 99",
+        ));
+    }
+    if let Some(min) = &defrag.min_reclaimable_bytes {
+        let field = path.child("minReclaimableBytes");
+        match quantity::parse(&min.0) {
+            Err(e) => report.error(FieldError::invalid(&field, &min.0, e.to_string())),
+            #[allow(clippy::cast_precision_loss)]
+            Ok(v) if v < 0.0 || v > crate::defaults::MAX_MIN_RECLAIMABLE as f64 => {
+                report.error(FieldError::invalid(&field, &min.0, "must be between 0 and 8Gi"))
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
 fn backup_spec(report: &mut Report, path: &Path, backup: &v2::BackupSpec) {
     let schedule = path.child("schedule");
     if backup.schedule.trim().is_empty() {
@@ -538,20 +593,7 @@ fn backup_spec(report: &mut Report, path: &Path, backup: &v2::BackupSpec) {
             "a cron schedule such as \"0 */6 * * *\"",
         ));
     } else {
-        // An optional leading seconds field (six fields) allows schedules finer than a minute.
-        let parser = croner::parser::CronParser::builder()
-            .seconds(croner::parser::Seconds::Optional)
-            .year(croner::parser::Year::Disallowed)
-            .build();
-        if let Err(e) = parser.parse(&backup.schedule) {
-            report.error(FieldError::invalid(
-                &schedule,
-                &backup.schedule,
-                format!(
-                    "must be a cron expression of five fields (minute hour day-of-month month day-of-week) or six (with a leading seconds field): {e}"
-                ),
-            ));
-        }
+        cron_schedule(report, &schedule, &backup.schedule);
     }
     if let Some(retention) = &backup.retention {
         let retention_path = path.child("retention");

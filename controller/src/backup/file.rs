@@ -121,6 +121,31 @@ pub async fn read_snapshot(
     ))
 }
 
+/// Keeps the newest `keep` snapshot files (`*.db`, by modification time) in `dir` — the
+/// pre-upgrade snapshots a runtime keeps beside the members' data — and deletes the others;
+/// returns what was deleted. A missing directory holds nothing to delete.
+pub async fn prune_local(dir: &Path, keep: usize) -> Result<Vec<PathBuf>, std::io::Error> {
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    while let Some(entry) = entries.next_entry().await? {
+        let meta = entry.metadata().await?;
+        if meta.is_file() {
+            files.push((entry.file_name().to_string_lossy().into_owned(), meta.modified()?));
+        }
+    }
+    let mut deleted = Vec::new();
+    for name in crate::backup::policy::local_expired(&files, keep) {
+        let path = dir.join(&name);
+        tokio::fs::remove_file(&path).await?;
+        deleted.push(path);
+    }
+    Ok(deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +228,26 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, SnapshotError::Write { .. }), "{err}");
         assert_eq!(names(dir.path()), ["f"]);
+    }
+
+    #[tokio::test]
+    async fn only_the_newest_snapshots_stay_in_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        for (i, name) in ["a.db", "b.db", "c.db", "d.db", "notes.txt"].iter().enumerate() {
+            let file = std::fs::File::create(dir.path().join(name)).unwrap();
+            file.set_modified(base + std::time::Duration::from_secs(i as u64 * 10))
+                .unwrap();
+        }
+        let mut deleted = prune_local(dir.path(), 2).await.unwrap();
+        deleted.sort();
+        assert_eq!(deleted, vec![dir.path().join("a.db"), dir.path().join("b.db")]);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["c.db", "d.db", "notes.txt"]);
+        assert!(prune_local(&dir.path().join("none"), 2).await.unwrap().is_empty());
     }
 }

@@ -236,6 +236,48 @@ pub async fn take_and_store(
     })
 }
 
+/// Deletes the manual snapshots (EtcdBackups, pre-upgrade snapshots) under `dir`, the cluster's
+/// directory in `dest`, that `retention` no longer keeps — the cluster's `spec.backup.retention`,
+/// counted among manual snapshots only; the newest 7 when there is none. Returns the deleted keys.
+pub async fn prune_manual(
+    dest: &store::Destination,
+    dir: &str,
+    retention: Option<&etcd_operator_api::v1alpha2::BackupRetention>,
+    cluster: &str,
+) -> Result<Vec<String>, store::DestinationError> {
+    let (max_count, max_age) = policy::retention_limits(retention);
+    let keys = dest.list_snapshots(&policy::manual_dir(dir)).await?;
+    let expired = policy::expired_manual(&keys, chrono::Utc::now(), max_count, max_age);
+    for key in &expired {
+        dest.delete_snapshot(key).await?;
+        tracing::info!(%cluster, location = %dest.location(key), "retention deleted manual snapshot");
+    }
+    Ok(expired)
+}
+
+/// [`prune_manual`] after a manual snapshot went to `destination`: opens it, and logs a failure
+/// instead of failing the snapshot that was taken (the next one, or the next scheduled
+/// backup's retention, tries again).
+pub async fn prune_manual_after_snapshot(
+    credentials: &Credentials,
+    destination: &BackupDestination,
+    namespace: &str,
+    cluster: &str,
+    retention: Option<&etcd_operator_api::v1alpha2::BackupRetention>,
+) {
+    let key = format!("{namespace}/{cluster}");
+    let result = match store::open(destination, namespace, credentials).await {
+        Ok(dest) => {
+            let dir = policy::cluster_dir(dest.prefix.as_deref(), namespace, cluster);
+            prune_manual(&dest, &dir, retention, &key).await.map(|_| ())
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(error) = result {
+        tracing::warn!(cluster = %key, %error, "retention of manual snapshots failed; retried after the next snapshot");
+    }
+}
+
 /// A Kubernetes time (seconds precision) from a chrono time.
 pub fn to_time(t: chrono::DateTime<chrono::Utc>) -> Time {
     Time(jiff::Timestamp::from_second(t.timestamp()).unwrap_or(jiff::Timestamp::UNIX_EPOCH))

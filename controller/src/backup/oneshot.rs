@@ -143,7 +143,7 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
                 .as_ref()
                 .and_then(|s| s.client_endpoints.clone())
                 .unwrap_or_default();
-            take_and_store(
+            let taken = take_and_store(
                 &ctx,
                 &destination,
                 &namespace,
@@ -151,7 +151,18 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
                 &endpoints,
                 |dir, taken, rev| policy::manual_key(dir, &name, taken, rev),
             )
-            .await
+            .await;
+            if taken.is_ok() {
+                super::prune_manual_after_snapshot(
+                    &ctx.credentials,
+                    &destination,
+                    &namespace,
+                    &cluster_name,
+                    cluster.spec.backup.as_ref().and_then(|b| b.retention.as_ref()),
+                )
+                .await;
+            }
+            taken
         }
     };
     let status = match &outcome {

@@ -38,13 +38,34 @@ pub fn scheduled_key(dir: &str, taken: chrono::DateTime<chrono::Utc>, revision: 
     )
 }
 
-/// The key of a one-shot (EtcdBackup) snapshot: under `<cluster_dir>manual/`, so retention of
-/// the scheduled snapshots never deletes it.
+/// The directory of a cluster's manual snapshots (EtcdBackups, pre-upgrade snapshots):
+/// `<cluster_dir>manual/`. They are counted apart from the scheduled snapshots (see
+/// [`expired_manual`]), so neither kind crowds the other out.
+pub fn manual_dir(dir: &str) -> String {
+    format!("{dir}manual/")
+}
+
+/// The key of a one-shot (EtcdBackup or pre-upgrade) snapshot:
+/// `<cluster_dir>manual/<name>-<UTC yyyymmddThhmmssZ>-<revision>.db`.
 pub fn manual_key(dir: &str, backup: &str, taken: chrono::DateTime<chrono::Utc>, revision: i64) -> String {
     format!(
-        "{dir}manual/{backup}-{}-{revision}{SNAPSHOT_SUFFIX}",
+        "{}{backup}-{}-{revision}{SNAPSHOT_SUFFIX}",
+        manual_dir(dir),
         taken.format(NAME_TIME_FORMAT)
     )
+}
+
+/// The time in the name of a manual snapshot (`<name>-<time>-<revision>.db`), or `None` when the
+/// name is not one this operator writes.
+pub fn manual_time(key: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let name = key.rsplit('/').next()?;
+    let stem = name.strip_suffix(SNAPSHOT_SUFFIX)?;
+    let (rest, revision) = stem.rsplit_once('-')?;
+    let (backup, time) = rest.rsplit_once('-')?;
+    if backup.is_empty() || revision.is_empty() || !revision.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    scheduled_time(&format!("{time}-{revision}{SNAPSHOT_SUFFIX}"))
 }
 
 /// The time in the name of a scheduled snapshot (the last path segment), or `None` when the
@@ -71,10 +92,66 @@ pub fn expired(
     max_count: Option<i32>,
     max_age: Option<Duration>,
 ) -> Vec<String> {
-    let mut dated: Vec<(chrono::DateTime<chrono::Utc>, &String)> = keys
+    expired_by(keys, now, max_count, max_age, scheduled_time)
+}
+
+/// [`expired`] for manual snapshot keys (the keys under [`manual_dir`]): the same limits,
+/// counted among the manual snapshots only.
+pub fn expired_manual(
+    keys: &[String],
+    now: chrono::DateTime<chrono::Utc>,
+    max_count: Option<i32>,
+    max_age: Option<Duration>,
+) -> Vec<String> {
+    expired_by(keys, now, max_count, max_age, manual_time)
+}
+
+/// The limits of `spec.backup.retention` as [`expired`] takes them: an unset or empty retention
+/// keeps the newest [`DEFAULT_BACKUP_MAX_COUNT`](etcd_operator_api::v1alpha2::DEFAULT_BACKUP_MAX_COUNT).
+pub fn retention_limits(
+    retention: Option<&etcd_operator_api::v1alpha2::BackupRetention>,
+) -> (Option<i32>, Option<Duration>) {
+    let retention = retention.cloned().unwrap_or_default();
+    let max_age = retention
+        .max_age
+        .as_deref()
+        .and_then(|a| etcd_operator_api::validation::format::duration_seconds(a).ok())
+        .map(Duration::from_secs_f64);
+    let max_count = match (retention.max_count, max_age) {
+        (None, None) => Some(etcd_operator_api::v1alpha2::DEFAULT_BACKUP_MAX_COUNT),
+        (count, _) => count,
+    };
+    (max_count, max_age)
+}
+
+/// How many pre-upgrade snapshots a runtime keeps beside the members' data.
+pub const LOCAL_PRE_UPGRADE_KEEP: usize = 3;
+
+/// Which files of the snapshots kept beside the data go: `files` are (name, modification time)
+/// of the `.db` files there; all but the newest `keep` (at least one) are returned.
+pub fn local_expired(files: &[(String, std::time::SystemTime)], keep: usize) -> Vec<String> {
+    let mut sorted: Vec<&(String, std::time::SystemTime)> = files
         .iter()
-        .filter_map(|k| Some((scheduled_time(k)?, k)))
+        .filter(|(name, _)| name.ends_with(SNAPSHOT_SUFFIX))
         .collect();
+    // Newest first; equal times by name so the order is total.
+    sorted.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+    sorted
+        .into_iter()
+        .skip(keep.max(1))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn expired_by(
+    keys: &[String],
+    now: chrono::DateTime<chrono::Utc>,
+    max_count: Option<i32>,
+    max_age: Option<Duration>,
+    time_of: fn(&str) -> Option<chrono::DateTime<chrono::Utc>>,
+) -> Vec<String> {
+    let mut dated: Vec<(chrono::DateTime<chrono::Utc>, &String)> =
+        keys.iter().filter_map(|k| Some((time_of(k)?, k))).collect();
     // Newest first; equal times by key so the order is total.
     dated.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(a.1)));
     let keep = max_count.map_or(usize::MAX, |n| usize::try_from(n.max(1)).unwrap_or(1));
@@ -278,6 +355,99 @@ mod tests {
         let mut with_foreign = keys.clone();
         with_foreign.push("d/readme.txt".into());
         assert!(!expired(&with_foreign, at(2, 0, 0), Some(1), None).contains(&"d/readme.txt".to_string()));
+    }
+
+    #[test]
+    fn manual_snapshots_are_dated_by_name_and_retained_apart_from_scheduled_ones() {
+        let dir = cluster_dir(None, "ns", "main");
+        assert_eq!(manual_dir(&dir), "ns/main/manual/");
+        let pre = manual_key(&dir, "pre-upgrade-3.5.0-to-3.5.1", at(3, 4, 5), 17);
+        assert_eq!(
+            pre,
+            "ns/main/manual/pre-upgrade-3.5.0-to-3.5.1-20260102T030405Z-17.db"
+        );
+        assert_eq!(manual_time(&pre), Some(at(3, 4, 5)));
+        assert_eq!(manual_time("ns/main/manual/b1-20260102T030405Z-x.db"), None);
+        assert_eq!(
+            manual_time("ns/main/manual/20260102T030405Z-17.db"),
+            None,
+            "no name"
+        );
+        assert_eq!(manual_time("ns/main/manual/readme.txt"), None);
+        // Five manual snapshots (EtcdBackups and pre-upgrade ones alike): keep the newest 3.
+        let keys: Vec<String> = (0..5)
+            .map(|i| {
+                manual_key(
+                    &dir,
+                    if i % 2 == 0 {
+                        "b1"
+                    } else {
+                        "pre-upgrade-3.5.0-to-3.5.1"
+                    },
+                    at(1, i, 0),
+                    1,
+                )
+            })
+            .collect();
+        let mut gone = expired_manual(&keys, at(2, 0, 0), Some(3), None);
+        gone.sort();
+        let mut oldest = vec![keys[0].clone(), keys[1].clone()];
+        oldest.sort();
+        assert_eq!(gone, oldest);
+        // By age, never the newest; the scheduled rule ignores manual names and vice versa.
+        assert_eq!(
+            expired_manual(&keys, at(9, 0, 0), None, Some(Duration::from_secs(60))).len(),
+            4
+        );
+        assert!(expired(&keys, at(9, 0, 0), Some(1), None).is_empty());
+        let scheduled = vec![
+            scheduled_key(&dir, at(1, 0, 0), 1),
+            scheduled_key(&dir, at(1, 1, 0), 1),
+        ];
+        assert!(expired_manual(&scheduled, at(9, 0, 0), Some(1), None).is_empty());
+    }
+
+    #[test]
+    fn retention_limits_default_to_the_newest_seven() {
+        use etcd_operator_api::v1alpha2::BackupRetention;
+        assert_eq!(retention_limits(None), (Some(7), None));
+        let age = BackupRetention {
+            max_count: None,
+            max_age: Some("90m".into()),
+        };
+        assert_eq!(
+            retention_limits(Some(&age)),
+            (None, Some(Duration::from_secs(5400)))
+        );
+        let both = BackupRetention {
+            max_count: Some(2),
+            max_age: Some("1h".into()),
+        };
+        assert_eq!(
+            retention_limits(Some(&both)),
+            (Some(2), Some(Duration::from_secs(3600)))
+        );
+    }
+
+    #[test]
+    fn beside_the_data_only_the_newest_few_pre_upgrade_snapshots_stay() {
+        let t = |s: u64| std::time::UNIX_EPOCH + Duration::from_secs(s);
+        let files = vec![
+            ("pre-upgrade-3.4.23-to-3.5.0-10.db".to_owned(), t(100)),
+            ("pre-upgrade-3.5.0-to-3.5.1-20.db".to_owned(), t(300)),
+            ("pre-upgrade-3.5.1-to-3.5.0-30.db".to_owned(), t(200)),
+            ("pre-upgrade-3.5.0-to-3.5.1-40.db".to_owned(), t(400)),
+            (".pre-upgrade-x.db.0123.partial".to_owned(), t(50)),
+        ];
+        assert_eq!(
+            local_expired(&files, 2),
+            vec![
+                "pre-upgrade-3.5.1-to-3.5.0-30.db".to_owned(),
+                "pre-upgrade-3.4.23-to-3.5.0-10.db".to_owned()
+            ]
+        );
+        assert_eq!(local_expired(&files, 0).len(), 3, "the newest always stays");
+        assert!(local_expired(&files, LOCAL_PRE_UPGRADE_KEEP).len() == 1);
     }
 
     #[test]

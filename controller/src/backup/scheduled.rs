@@ -176,16 +176,7 @@ async fn apply_retention(
     namespace: &str,
     name: &str,
 ) -> Result<(), BackupError> {
-    let retention = backup.retention.clone().unwrap_or_default();
-    let max_age = retention
-        .max_age
-        .as_deref()
-        .and_then(|a| etcd_operator_api::validation::format::duration_seconds(a).ok())
-        .map(Duration::from_secs_f64);
-    let max_count = match (retention.max_count, max_age) {
-        (None, None) => Some(etcd_operator_api::v1alpha2::DEFAULT_BACKUP_MAX_COUNT),
-        (count, _) => count,
-    };
+    let (max_count, max_age) = policy::retention_limits(backup.retention.as_ref());
     let dest = store::open(&backup.destination, namespace, &ctx.credentials).await?;
     let dir = policy::cluster_dir(dest.prefix.as_deref(), namespace, name);
     let keys = dest.list_snapshots(&dir).await?;
@@ -193,6 +184,14 @@ async fn apply_retention(
         dest.delete_snapshot(&key).await?;
         tracing::info!(cluster = %format!("{namespace}/{name}"), location = %dest.location(&key), "retention deleted snapshot");
     }
+    // The manual snapshots beside them, under the same limits, counted apart.
+    super::prune_manual(
+        &dest,
+        &dir,
+        backup.retention.as_ref(),
+        &format!("{namespace}/{name}"),
+    )
+    .await?;
     Ok(())
 }
 

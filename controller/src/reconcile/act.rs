@@ -157,6 +157,22 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 tracing::info!(cluster = %cluster.key(), member = format!("{:x}", alarm.member), "disarmed NOSPACE");
             }
         }
+        Step::Defragment {
+            name,
+            id,
+            trigger,
+            db_size,
+            db_size_in_use,
+        } => {
+            let url = observed
+                .etcd
+                .as_ref()
+                .and_then(|v| v.members.iter().find(|m| m.id == *id))
+                .and_then(|m| m.client_urls.first().cloned())
+                .ok_or_else(|| StepError::DefragmentUnreachable { name: name.clone() })?;
+            ctx.members.defragment(&url).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, %trigger, db_size, db_size_in_use, "defragmented");
+        }
         Step::RenewCertificates { name, reason } => {
             ctx.runtime.renew_certificates(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
@@ -224,12 +240,24 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
             .await
             .map_err(StepError::Snapshot)?;
         tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
+        // Only the newest few stay beside the data.
+        match crate::backup::file::prune_local(&dir, crate::backup::policy::LOCAL_PRE_UPGRADE_KEEP).await {
+            Ok(deleted) => {
+                for path in deleted {
+                    tracing::info!(cluster = %cluster.key(), path = %path.display(), "deleted an older pre-upgrade snapshot");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %cluster.key(), dir = %dir.display(), %error, "could not delete older pre-upgrade snapshots")
+            }
+        }
         kept.push(saved.path.display().to_string());
         taken = Some(saved);
     }
     if let Some(destination) = destination {
-        // The same snapshot goes to the backup destination, among the one-shot backups (which
-        // retention never deletes). Either way it streams, checked against etcd's hash.
+        // The same snapshot goes to the backup destination, among the manual snapshots (kept
+        // by the cluster's retention, counted apart from the scheduled ones). Either way it
+        // streams, checked against etcd's hash.
         let stream = match &taken {
             Some(saved) => crate::backup::file::read_snapshot(saved)
                 .await
@@ -254,6 +282,15 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
                 crate::backup::store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
             })?;
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
+        let retention = spec
+            .cluster
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|b| b.retention.as_ref());
+        if let Err(error) = crate::backup::prune_manual(&store, &dir, retention, &cluster.key()).await {
+            tracing::warn!(cluster = %cluster.key(), %error, "retention of manual snapshots failed; retried after the next snapshot");
+        }
         kept.push(store.location(&key));
     }
     Ok(kept.join(" and "))
@@ -717,6 +754,72 @@ mod tests {
         assert_eq!(roll, None, "no roll starts without its snapshot");
     }
 
+    #[tokio::test]
+    async fn older_manual_and_pre_upgrade_snapshots_go_by_retention_after_a_new_one() {
+        let beside = tempfile::tempdir().unwrap();
+        let backups = tempfile::tempdir().unwrap();
+        // Four older snapshots beside the data.
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for (i, name) in ["p-1.db", "p-2.db", "p-3.db", "p-4.db"].iter().enumerate() {
+            let file = std::fs::File::create(beside.path().join(name)).unwrap();
+            file.set_modified(hour_ago + Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        // In the destination: three older manual snapshots and a scheduled one.
+        let manual = backups.path().join("ns/c/manual");
+        std::fs::create_dir_all(&manual).unwrap();
+        for name in [
+            "b1-20260101T000000Z-1.db",
+            "pre-upgrade-3.4.23-to-3.5.0-20260102T000000Z-2.db",
+            "b2-20260103T000000Z-3.db",
+        ] {
+            std::fs::write(manual.join(name), b"old").unwrap();
+            std::fs::write(manual.join(format!("{name}.sha256")), b"sum").unwrap();
+        }
+        std::fs::write(backups.path().join("ns/c/20260101T000000Z-1.db"), b"scheduled").unwrap();
+        let mut cluster = EtcdCluster::default();
+        cluster.spec.backup = Some(BackupSpec {
+            schedule: "0 * * * *".into(),
+            retention: Some(etcd_operator_api::v1alpha2::BackupRetention {
+                max_count: Some(2),
+                max_age: None,
+            }),
+            destination: BackupDestination {
+                s3: None,
+                volume: Some(VolumeDestination {
+                    claim_name: None,
+                    path: Some(backups.path().display().to_string()),
+                }),
+            },
+        });
+        let ctx = ctx(
+            FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
+            FakeMemberOps::new(Some(view())),
+        );
+        let (result, _) = run_with(&ctx, upgrade(), &ClusterSpecView::new(cluster), None).await;
+        assert!(result.is_ok(), "{result:?}");
+        // Beside the data: the new one and the two newest older ones.
+        let mut left: Vec<String> = std::fs::read_dir(beside.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["p-3.db", "p-4.db", "pre-upgrade-3.5.0-to-3.5.1-42.db"]);
+        // In the destination: the new one and the newest older manual one, with their
+        // sidecars; the scheduled snapshot is not the manual retention's business.
+        let mut sent: Vec<String> = std::fs::read_dir(&manual)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".db"))
+            .collect();
+        sent.sort();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0], "b2-20260103T000000Z-3.db");
+        assert!(sent[1].starts_with("pre-upgrade-3.5.0-to-3.5.1-"), "{sent:?}");
+        assert!(!manual.join("b1-20260101T000000Z-1.db.sha256").exists());
+        assert!(backups.path().join("ns/c/20260101T000000Z-1.db").exists());
+    }
+
     fn walk(dir: &std::path::Path) -> Vec<String> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -961,6 +1064,49 @@ mod tests {
             "{result:?}"
         );
         assert!(!ctx.members.calls().iter().any(|c| matches!(c, Call::Disarm(..))));
+    }
+
+    #[tokio::test]
+    async fn a_defragmentation_goes_to_that_member_alone() {
+        let ctx = setup();
+        let b_url = view().members[1].client_urls[0].clone();
+        let step = Step::Defragment {
+            name: "b".into(),
+            id: 2,
+            trigger: crate::plan::DefragTrigger::Fragmentation,
+            db_size: 200 << 20,
+            db_size_in_use: 50 << 20,
+        };
+        let (result, _) = run(&ctx, step.clone()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(ctx.members.calls(), [Call::Defragment(b_url)]);
+        assert!(ctx.runtime.calls().is_empty(), "{:?}", ctx.runtime.calls());
+
+        // A failure surfaces as the member call's error.
+        let ctx = setup();
+        ctx.members.fail_next(Op::Maintenance, timeout("defragment"));
+        let (result, _) = run(&ctx, step.clone()).await;
+        assert!(
+            matches!(result, Err(StepError::Member(MemberOpError::Timeout { .. }))),
+            "{result:?}"
+        );
+        // A member etcd no longer lists (or without a client URL) is not guessed at.
+        let ctx = setup();
+        let gone = Step::Defragment {
+            name: "z".into(),
+            id: 77,
+            trigger: crate::plan::DefragTrigger::Schedule,
+            db_size: 0,
+            db_size_in_use: 0,
+        };
+        let (result, _) = run(&ctx, gone).await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, StepError::DefragmentUnreachable { ref name } if name == "z"),
+            "{err}"
+        );
+        assert_eq!(err.code(), "EtcdCallFailed");
+        assert!(ctx.members.calls().is_empty());
     }
 
     #[tokio::test]

@@ -88,6 +88,8 @@ struct Memory {
     /// The roll as this process last left it: newer than the watched object's status until the
     /// status patch comes back through the watch.
     roll: Option<RollRecord>,
+    /// The maintenance record as this process last left it (same reason as `roll`).
+    maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
 }
 
 /// Shared by every reconcile.
@@ -267,6 +269,13 @@ fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
         certificate_rotation: spec.certificate_rotation.clone(),
         quota_backend_bytes: etcd_operator_api::defaults::effective_maintenance(&obj.spec)
             .quota_backend_bytes,
+        defragmentation: {
+            let defrag = etcd_operator_api::defaults::effective_defragmentation(&obj.spec);
+            plan::DefragPolicy {
+                fragmentation_percent: defrag.fragmentation_percent,
+                min_reclaimable_bytes: defrag.min_reclaimable_bytes,
+            }
+        },
         // Each request is answered once: status.recovery records the last one done.
         recover_quorum: spec.recover_quorum.clone().filter(|request| {
             obj.status
@@ -299,6 +308,19 @@ async fn resolve_restore(
         None => None,
     };
     crate::restore::plan(spec, backup.as_ref(), fallback.as_ref())
+}
+
+/// The defragmentation schedule, when there is one that parses (admission refuses others; one
+/// stored before the rule changed is ignored with a warning).
+fn defrag_schedule(obj: &EtcdCluster, cluster: &ClusterRef) -> Option<croner::Cron> {
+    let text = etcd_operator_api::defaults::effective_defragmentation(&obj.spec).schedule?;
+    match crate::backup::policy::parse_schedule(&text) {
+        Ok(cron) => Some(cron),
+        Err(error) => {
+            tracing::warn!(cluster = %cluster.key(), schedule = %text, %error, "ignoring the invalid defragmentation schedule");
+            None
+        }
+    }
 }
 
 fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>) -> String {
@@ -381,6 +403,23 @@ async fn apply<R: Runtime, M: MemberOps>(
             }
         }
     }
+    // The defragmentation record: the status's, or this process's own when that is newer.
+    let remembered = ctx
+        .memory
+        .lock()
+        .ok()
+        .and_then(|all| all.get(&cluster.key()).and_then(|m| m.maintenance.clone()));
+    let mut maintenance = crate::maintenance::merge(
+        obj.status.as_ref().and_then(|s| s.maintenance.as_ref()),
+        remembered.as_ref(),
+    );
+    let schedule = defrag_schedule(obj, cluster);
+    let created = obj
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(crate::backup::from_time)
+        .unwrap_or_else(chrono::Utc::now);
     let mut outcome = Outcome::idle();
     // The operator's identity toward TLS members; a cluster whose TLS cannot be had here is not
     // touched (nothing may start without the TLS it asks for).
@@ -427,6 +466,7 @@ async fn apply<R: Runtime, M: MemberOps>(
                             step,
                             error: result.err(),
                             roll: None,
+                            maintenance: None,
                         }
                     }
                     None => Outcome {
@@ -448,6 +488,16 @@ async fn apply<R: Runtime, M: MemberOps>(
             tracing::info!(cluster = %cluster.key(), version = %desired.version, "the roll is complete");
             roll.complete = true;
         }
+        let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
+        let due = crate::maintenance::due(
+            schedule.as_ref(),
+            created,
+            maintenance.as_ref(),
+            &members,
+            chrono::Utc::now(),
+        );
+        observed.timing.defrag_scheduled = due.scheduled;
+        observed.timing.defragmented_recently = due.recent;
         let mut taken = Vec::new();
         let step = plan::plan(&desired, &observed, &ctx.thresholds, &mut || {
             fresh_name(cluster, &observed, &mut taken)
@@ -460,8 +510,28 @@ async fn apply<R: Runtime, M: MemberOps>(
             step,
             error: result.err(),
             roll: None,
+            maintenance: None,
         };
         if outcome.error.is_some() || !acted {
+            break;
+        }
+        // Each defragmentation goes to status before the next member's.
+        if let Step::Defragment {
+            name,
+            trigger,
+            db_size,
+            db_size_in_use,
+            ..
+        } = &outcome.step
+        {
+            maintenance = Some(crate::maintenance::record(
+                maintenance.as_ref(),
+                name,
+                *trigger,
+                *db_size,
+                *db_size_in_use,
+                chrono::Utc::now(),
+            ));
             break;
         }
         // A roll's milestones go to status before anything else happens.
@@ -500,16 +570,33 @@ async fn apply<R: Runtime, M: MemberOps>(
             .record_cluster(&cluster.namespace, &cluster.name, &sample);
     }
     outcome.roll = desired.roll.clone();
+    outcome.maintenance = if observed.runtime.is_empty() {
+        maintenance
+    } else {
+        let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
+        crate::maintenance::retain_members(maintenance, &members)
+    };
     let new_status = status::compute(&spec, &observed, &outcome);
     if let Ok(mut all) = ctx.memory.lock() {
-        all.entry(cluster.key()).or_default().roll = status::roll_record(Some(&new_status));
+        let memory = all.entry(cluster.key()).or_default();
+        memory.roll = status::roll_record(Some(&new_status));
+        memory.maintenance = new_status.maintenance.clone();
     }
     write_status(api, obj, &new_status).await?;
     Ok(match (&outcome.step, &outcome.error) {
         (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
         // A settled cluster is looked at again after the runtime's resync interval: that bounds
         // how long a change nothing reports goes unnoticed.
-        (Step::Idle, None) => Action::requeue(ctx.runtime.resync_interval()),
+        // (and by the defragmentation schedule's next time).
+        (Step::Idle, None) => Action::requeue(
+            schedule
+                .as_ref()
+                .and_then(|cron| crate::maintenance::until_next(cron, chrono::Utc::now()))
+                .map_or(ctx.runtime.resync_interval(), |next| {
+                    next.max(Duration::from_millis(200))
+                        .min(ctx.runtime.resync_interval())
+                }),
+        ),
         (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
         _ => Action::requeue(Duration::from_millis(300)),
     })

@@ -1,0 +1,203 @@
+//! When members are due for defragmentation, decided from the record in `status.maintenance`,
+//! the schedule and the clock, so the planner stays free of time; and how that record changes
+//! when a member was defragmented. Pure.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use etcd_operator_api::status::{DefragmentationStatus, DefragmentationTrigger, MaintenanceStatus};
+
+use crate::backup::{from_time, to_time};
+use crate::plan::DefragTrigger;
+
+/// A member defragmented less than this long ago is left alone by the size trigger (a file that
+/// stays mostly free after a defragmentation is not defragmented over and over).
+pub const DEFRAG_COOLDOWN: Duration = Duration::from_secs(600);
+
+/// What the defragmentation record and the clock say about the members, for the planner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DefragDue {
+    /// Members the schedule wants defragmented: not defragmented since the schedule's latest
+    /// time (which is after the cluster was created).
+    pub scheduled: Vec<String>,
+    /// Members defragmented within [`DEFRAG_COOLDOWN`].
+    pub recent: Vec<String>,
+}
+
+/// The latest defragmentation time of `member` in the record.
+fn last_of(record: Option<&MaintenanceStatus>, member: &str) -> Option<DateTime<Utc>> {
+    record?
+        .defragmentations
+        .iter()
+        .find(|d| d.member == member)
+        .and_then(|d| d.time.as_ref())
+        .and_then(from_time)
+}
+
+/// Which of `members` are due. The schedule's latest occurrence at or before `now` counts only
+/// when it is after `created`; every member not defragmented since then is due, so a pass
+/// interrupted by an operator restart resumes with the members it had not reached, and times
+/// missed while the operator was down are made up for once.
+pub fn due(
+    schedule: Option<&croner::Cron>,
+    created: DateTime<Utc>,
+    record: Option<&MaintenanceStatus>,
+    members: &[String],
+    now: DateTime<Utc>,
+) -> DefragDue {
+    let slot = schedule
+        .and_then(|cron| cron.find_previous_occurrence(&now, true).ok())
+        .filter(|slot| *slot > created);
+    let cooldown = chrono::Duration::from_std(DEFRAG_COOLDOWN).unwrap_or(chrono::Duration::zero());
+    let mut out = DefragDue::default();
+    for member in members {
+        let last = last_of(record, member);
+        if let Some(slot) = slot
+            && last.is_none_or(|t| t < slot)
+        {
+            out.scheduled.push(member.clone());
+        }
+        if last.is_some_and(|t| now - t < cooldown) {
+            out.recent.push(member.clone());
+        }
+    }
+    out
+}
+
+/// How long until the schedule's next occurrence, to look again then.
+pub fn until_next(schedule: &croner::Cron, now: DateTime<Utc>) -> Option<Duration> {
+    let next = schedule.find_next_occurrence(&now, false).ok()?;
+    (next - now).to_std().ok()
+}
+
+/// The newer of two records, member by member (this process's own record may be newer than the
+/// status it watched).
+pub fn merge(a: Option<&MaintenanceStatus>, b: Option<&MaintenanceStatus>) -> Option<MaintenanceStatus> {
+    let (mut merged, other) = match (a, b) {
+        (None, None) => return None,
+        (Some(one), None) | (None, Some(one)) => return Some(one.clone()),
+        (Some(a), Some(b)) => (a.clone(), b),
+    };
+    let time = |d: &DefragmentationStatus| d.time.as_ref().and_then(from_time);
+    for theirs in &other.defragmentations {
+        match merged
+            .defragmentations
+            .iter_mut()
+            .find(|d| d.member == theirs.member)
+        {
+            Some(ours) if time(ours) >= time(theirs) => {}
+            Some(ours) => *ours = theirs.clone(),
+            None => merged.defragmentations.push(theirs.clone()),
+        }
+    }
+    merged.defragmentations.sort_by(|a, b| a.member.cmp(&b.member));
+    merged.last_defragmentation = merged
+        .defragmentations
+        .iter()
+        .filter_map(|d| d.time.as_ref().and_then(from_time))
+        .max()
+        .map(to_time);
+    Some(merged)
+}
+
+/// The record after `member` was defragmented at `now`, its database having been `db_size`
+/// bytes with `in_use` of them in use.
+pub fn record(
+    previous: Option<&MaintenanceStatus>,
+    member: &str,
+    trigger: DefragTrigger,
+    db_size: u64,
+    in_use: u64,
+    now: DateTime<Utc>,
+) -> MaintenanceStatus {
+    let entry = DefragmentationStatus {
+        member: member.to_owned(),
+        time: Some(to_time(now)),
+        trigger: Some(match trigger {
+            DefragTrigger::Schedule => DefragmentationTrigger::Schedule,
+            DefragTrigger::Fragmentation => DefragmentationTrigger::Fragmentation,
+        }),
+        db_size_before: i64::try_from(db_size).ok(),
+        db_size_in_use_before: i64::try_from(in_use).ok(),
+    };
+    let mut status = previous.cloned().unwrap_or_default();
+    status.defragmentations.retain(|d| d.member != member);
+    status.defragmentations.push(entry);
+    status.defragmentations.sort_by(|a, b| a.member.cmp(&b.member));
+    status.last_defragmentation = Some(to_time(now));
+    status
+}
+
+/// The record without members that are gone (`members`: the current ones).
+pub fn retain_members(record: Option<MaintenanceStatus>, members: &[String]) -> Option<MaintenanceStatus> {
+    let mut record = record?;
+    record.defragmentations.retain(|d| members.contains(&d.member));
+    Some(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 25, h, m, 0).unwrap()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn cron(text: &str) -> croner::Cron {
+        crate::backup::policy::parse_schedule(text).unwrap()
+    }
+
+    #[test]
+    fn the_schedule_wants_every_member_not_defragmented_since_its_latest_time() {
+        let daily = cron("0 3 * * *");
+        let members = names(&["a", "b", "c"]);
+        // Nothing recorded yet: at 03:30 the 03:00 pass is due for everyone.
+        let d = due(Some(&daily), at(1, 0), None, &members, at(3, 30));
+        assert_eq!(d.scheduled, members);
+        assert!(d.recent.is_empty());
+        // A cluster created after the latest time waits for the next one.
+        let d = due(Some(&daily), at(3, 10), None, &members, at(3, 30));
+        assert!(d.scheduled.is_empty(), "{d:?}");
+        // Half way through the pass (an operator restart in between): the rest is due; what was
+        // done at 03:20 is recent, so the size trigger leaves it alone too.
+        let rec = record(None, "a", DefragTrigger::Schedule, 100, 50, at(3, 20));
+        let d = due(Some(&daily), at(1, 0), Some(&rec), &members, at(3, 25));
+        assert_eq!(d.scheduled, names(&["b", "c"]));
+        assert_eq!(d.recent, names(&["a"]));
+        // Without a schedule nothing is scheduled; the cooldown passes.
+        let d = due(None, at(1, 0), Some(&rec), &members, at(3, 40));
+        assert_eq!(d, DefragDue::default());
+    }
+
+    #[test]
+    fn a_defragmentation_before_the_latest_time_does_not_count_for_it() {
+        let daily = cron("0 3 * * *");
+        let rec = record(None, "a", DefragTrigger::Fragmentation, 100, 50, at(2, 59));
+        let d = due(Some(&daily), at(1, 0), Some(&rec), &names(&["a"]), at(3, 1));
+        assert_eq!(d.scheduled, names(&["a"]));
+        assert_eq!(until_next(&daily, at(3, 1)), Some(Duration::from_secs(86_340)));
+    }
+
+    #[test]
+    fn records_keep_the_newest_per_member_and_drop_gone_members() {
+        let one = record(None, "a", DefragTrigger::Schedule, 10, 5, at(3, 0));
+        let two = record(Some(&one), "b", DefragTrigger::Fragmentation, 20, 5, at(3, 5));
+        assert_eq!(two.defragmentations.len(), 2);
+        assert_eq!(two.last_defragmentation, Some(to_time(at(3, 5))));
+        let newer_a = record(None, "a", DefragTrigger::Schedule, 10, 5, at(4, 0));
+        let merged = merge(Some(&two), Some(&newer_a)).unwrap();
+        let a = merged.defragmentations.iter().find(|d| d.member == "a").unwrap();
+        assert_eq!(a.time, Some(to_time(at(4, 0))));
+        assert_eq!(merged.last_defragmentation, Some(to_time(at(4, 0))));
+        assert_eq!(merge(Some(&newer_a), Some(&two)), Some(merged.clone()));
+        let kept = retain_members(Some(merged), &names(&["b"])).unwrap();
+        assert_eq!(kept.defragmentations.len(), 1);
+        assert_eq!(kept.defragmentations[0].member, "b");
+        assert_eq!(retain_members(None, &names(&["b"])), None);
+    }
+}
