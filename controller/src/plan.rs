@@ -617,6 +617,7 @@ impl Step {
             Step::ReclaimSpace { .. } => "ReclaimSpace",
             Step::RecoverQuorum { .. } => "RecoverQuorum",
             Step::RenewCertificates { .. } => "RenewCertificates",
+            Step::Defragment { .. } => "Defragment",
             Step::WipeBootstrap { .. } => "WipeBootstrap",
             Step::Wait { .. } => "Wait",
             Step::Idle => "Idle",
