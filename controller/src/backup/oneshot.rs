@@ -78,14 +78,20 @@ pub fn next_status(
     next
 }
 
+/// Whether a backup in this state is left alone: finished, or being deleted.
+fn settled(obj: &EtcdBackup) -> bool {
+    obj.status
+        .as_ref()
+        .and_then(|s| s.phase.as_ref())
+        .is_some_and(BackupPhase::is_finished)
+        || obj.metadata.deletion_timestamp.is_some()
+}
+
 async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Action, BackupError> {
     let (Some(namespace), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else {
         return Ok(Action::await_change());
     };
-    let current = obj.status.clone().unwrap_or_default();
-    if current.phase.as_ref().is_some_and(BackupPhase::is_finished)
-        || obj.metadata.deletion_timestamp.is_some()
-    {
+    if settled(&obj) {
         return Ok(Action::await_change());
     }
     let key = format!("backup:{namespace}/{name}");
@@ -93,7 +99,23 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
         return Ok(Action::requeue(wait));
     }
     let api: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut current = current;
+    // The watched copy can lag behind this controller's own last write: a reconcile queued by
+    // the `Running` write may run after the `Succeeded` one with the cache still saying
+    // `Running`, and would take the snapshot a second time. The object as stored decides.
+    let obj = match api.get_opt(&name).await {
+        Ok(Some(fresh)) => fresh,
+        Ok(None) => return Ok(Action::await_change()),
+        Err(source) => {
+            return Err(BackupError::Read {
+                what: format!("EtcdBackup {name}"),
+                source,
+            });
+        }
+    };
+    if settled(&obj) {
+        return Ok(Action::await_change());
+    }
+    let mut current = obj.status.clone().unwrap_or_default();
     if current.phase != Some(BackupPhase::Running) {
         let running = EtcdBackupStatus {
             phase: Some(BackupPhase::Running),
