@@ -138,6 +138,21 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "moving leadership before removing the leader".into(),
         ),
         Step::RemoveFromEtcd { name, reason, .. } => ("RemovingMember", format!("removing {name}: {reason}")),
+        Step::AnnounceReplacement {
+            name,
+            cause,
+            awaiting_request,
+            ..
+        } => (
+            "ReplacementPending",
+            if *awaiting_request {
+                format!(
+                    "member {name} needs replacing: {cause}; waiting for the replace-member annotation (policy Manual)"
+                )
+            } else {
+                format!("member {name} is to be replaced: {cause}")
+            },
+        ),
         Step::DeleteRuntimeMember { name, reason } => {
             ("RemovingMember", format!("deleting {name}: {reason}"))
         }
@@ -371,6 +386,18 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
         && reason.degrades()
     {
         degraded = Some((reason.code(), reason.to_string()));
+    } else if let Step::AnnounceReplacement { .. } = &outcome.step {
+        degraded = Some(("ReplacementPending", step_reason(&outcome.step).1));
+    } else if !observed.timing.announced.is_empty() {
+        // Announced in an earlier round and not done yet (waiting for the request, or for the
+        // next round to remove it).
+        let notes: Vec<&str> = observed
+            .timing
+            .announced
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .collect();
+        degraded = Some(("ReplacementPending", notes.join("; ")));
     }
 
     let (progress_reason, progress_message) = step_reason(&outcome.step);

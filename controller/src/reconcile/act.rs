@@ -89,6 +89,29 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             ctx.members.remove(&others, *id).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "removed member from etcd");
         }
+        Step::AnnounceReplacement {
+            name,
+            cause,
+            awaiting_request,
+            ..
+        } => {
+            let note = if *awaiting_request {
+                format!(
+                    "member {name} needs replacing: {cause}; spec.replacement.policy is Manual: annotate the cluster with {}={name} to replace it",
+                    etcd_operator_api::v1alpha2::REPLACE_MEMBER_ANNOTATION
+                )
+            } else {
+                format!("member {name} will be replaced by a fresh member: {cause}")
+            };
+            tracing::warn!(cluster = %cluster.key(), member = %name, cause = cause.code(), "{note}");
+            ctx.runtime.announce_replacement(cluster, name, &note).await;
+            if let Ok(mut all) = ctx.memory.lock() {
+                all.entry(cluster.key())
+                    .or_default()
+                    .announced
+                    .insert(name.clone(), note);
+            }
+        }
         Step::DeleteRuntimeMember { name, reason } => {
             ctx.runtime.remove(cluster, name, false).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "deleted member");

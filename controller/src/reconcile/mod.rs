@@ -65,6 +65,13 @@ pub enum ReconcileError {
 struct Memory {
     bootstrap_since: Option<Instant>,
     unhealthy_since: HashMap<String, Instant>,
+    /// Per member that is down: how often it failed to stay up since it was last healthy, and
+    /// whether it was gone when last seen (so each exit counts once).
+    failed_starts: HashMap<String, (u32, bool)>,
+    /// Per member: the highest raft index it was seen to apply, and when it first did.
+    progress: HashMap<String, (u64, Instant)>,
+    /// Members whose replacement was announced, with what was said.
+    announced: HashMap<String, String>,
     /// Since when each member restarted on a new version has waited to be verified on it.
     version_wait_since: HashMap<String, Instant>,
     /// The roll as this process last left it: newer than the watched object's status until the
@@ -232,6 +239,8 @@ fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
                 .and_then(|s| s.recovery.as_ref())
                 .is_none_or(|done| &done.request != request)
         }),
+        replacement: spec.replacement,
+        replace_member: spec.replace_member.clone(),
     }
 }
 
@@ -353,7 +362,15 @@ async fn apply<R: Runtime, M: MemberOps>(
         timing: Timing::default(),
     };
     for _ in 0..MAX_STEPS_PER_RECONCILE {
-        match observe::observe(cluster, ctx, &desired.version, client_tls.as_ref()).await {
+        match observe::observe(
+            cluster,
+            ctx,
+            &desired.version,
+            desired.replace_member.as_deref(),
+            client_tls.as_ref(),
+        )
+        .await
+        {
             Ok((seen, None)) => observed = seen,
             // Members that refuse the operator's certificate (or whose certificates it refuses)
             // have not lost quorum: nothing is planned on that view, and status says why.
@@ -408,6 +425,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         if matches!(
             outcome.step,
             Step::SnapshotBeforeUpgrade { .. }
+                | Step::AnnounceReplacement { .. }
                 | Step::RollBack { .. }
                 | Step::HaltUpgrade { .. }
                 | Step::RecoverQuorum { .. }

@@ -19,6 +19,7 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
     cluster: &ClusterRef,
     ctx: &Context<R, M>,
     version: &str,
+    replace_member: Option<&str>,
     client_tls: Option<&ClientTls>,
 ) -> Result<(Observed, Option<MemberOpError>), RuntimeError> {
     let runtime = ctx.runtime.members(cluster).await?;
@@ -61,20 +62,51 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
             timing.bootstrap_waiting = Some(now - since);
         }
         let mut still_unhealthy = HashMap::new();
+        let mut still_failing = HashMap::new();
+        let mut progress = HashMap::new();
         if let Some(view) = &etcd {
             for m in &view.members {
                 let Some(r) = runtime.iter().find(|r| m.peer_urls.contains(&r.peer_url)) else {
                     continue;
                 };
-                let down = matches!(r.liveness, Liveness::Gone { .. })
-                    || (r.liveness == Liveness::Running && !is_healthy(m));
+                let gone = matches!(r.liveness, Liveness::Gone { .. });
+                let down = gone || (r.liveness == Liveness::Running && !is_healthy(m));
+                if let Some(status) = &m.status {
+                    // Progress: since when the member applied the highest index seen.
+                    let seen = match memory.progress.get(&r.name) {
+                        Some(&(index, since)) if index >= status.raft_applied_index => (index, since),
+                        _ => (status.raft_applied_index, now),
+                    };
+                    progress.insert(r.name.clone(), seen);
+                } else if let Some(seen) = memory.progress.get(&r.name) {
+                    progress.insert(r.name.clone(), *seen);
+                }
                 if down {
                     let since = memory.unhealthy_since.get(&r.name).copied().unwrap_or(now);
                     still_unhealthy.insert(r.name.clone(), since);
                     timing.unhealthy_for.push((r.name.clone(), now - since));
+                    // Each exit (a transition to gone) counts once per episode.
+                    let (count, was_gone) = memory.failed_starts.get(&r.name).copied().unwrap_or((0, false));
+                    let count = if gone && !was_gone { count + 1 } else { count };
+                    still_failing.insert(r.name.clone(), (count, gone));
+                    timing.failed_starts.push((r.name.clone(), count));
+                    if let Some((_, since)) = progress.get(&r.name) {
+                        timing.no_progress_for.push((r.name.clone(), now - *since));
+                    }
                 }
             }
         }
+        memory.failed_starts = still_failing;
+        memory.progress = progress;
+        // An announcement stands while its member is still down (or still asked for).
+        memory
+            .announced
+            .retain(|name, _| still_unhealthy.contains_key(name) || replace_member == Some(name.as_str()));
+        timing.announced = memory
+            .announced
+            .iter()
+            .map(|(n, note)| (n.clone(), note.clone()))
+            .collect();
         memory.unhealthy_since = still_unhealthy;
         // Members recorded on `version` after a version change that etcd does not yet show
         // healthy, caught up and on it: the roll's health gate clock.
@@ -147,8 +179,8 @@ mod tests {
             cert_pem: "cert".into(),
             key_pem: "key".into(),
         };
-        observe(&cluster, &ctx, "3.5.1", Some(&tls)).await.unwrap();
-        observe(&cluster, &ctx, "3.5.1", None).await.unwrap();
+        observe(&cluster, &ctx, "3.5.1", None, Some(&tls)).await.unwrap();
+        observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap();
         let all = vec!["https://a:2379".to_string(), "https://b:2379".to_string()];
         assert_eq!(
             ctx.members.calls(),

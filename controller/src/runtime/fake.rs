@@ -24,6 +24,8 @@ pub enum RuntimeCall {
     RecoverQuorum(String),
     /// `stop(name)`.
     Stop(String),
+    /// `announce_replacement(member, note)`.
+    AnnounceReplacement(String, String),
     /// `remove(name, keep_data)`.
     Remove(String, bool),
     /// `teardown(keep_data)`.
@@ -240,6 +242,13 @@ impl Runtime for FakeRuntime {
 
     fn snapshot_dir(&self, _cluster: &ClusterRef) -> Option<PathBuf> {
         self.snapshot_dir.clone()
+    }
+
+    async fn announce_replacement(&self, _cluster: &ClusterRef, member: &str, note: &str) {
+        self.state().calls.push(RuntimeCall::AnnounceReplacement(
+            member.to_owned(),
+            note.to_owned(),
+        ));
     }
 
     async fn remove(&self, _cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {

@@ -950,6 +950,25 @@ impl Runtime for KubernetesRuntime {
         None
     }
 
+    /// A Warning Event on the EtcdCluster, reason `MemberReplacing`, naming the member's Pod.
+    async fn announce_replacement(&self, cluster: &ClusterRef, member: &str, note: &str) {
+        let pod = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            namespace: Some(cluster.namespace.clone()),
+            name: Some(member.to_owned()),
+            ..ObjectReference::default()
+        };
+        self.publish_warning(
+            cluster,
+            super::MEMBER_REPLACING_REASON,
+            "ReplaceMember",
+            note.to_owned(),
+            Some(pod),
+        )
+        .await;
+    }
+
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
         ignore_not_found(
             self.api::<Pod>(cluster)
