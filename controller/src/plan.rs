@@ -378,6 +378,18 @@ impl std::fmt::Display for ReplacementCause {
     }
 }
 
+/// What is said (Warning Event, condition, log) when a member's replacement is announced.
+pub fn replacement_note(name: &str, cause: &ReplacementCause, awaiting_request: bool) -> String {
+    if awaiting_request {
+        format!(
+            "member {name} needs replacing: {cause}; spec.replacement.policy is Manual: annotate the cluster with {}={name} to replace it",
+            etcd_operator_api::v1alpha2::REPLACE_MEMBER_ANNOTATION
+        )
+    } else {
+        format!("member {name} will be replaced by a fresh member: {cause}")
+    }
+}
+
 /// Why a member's certificates are issued again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenewalReason {

@@ -145,13 +145,7 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             ..
         } => (
             "ReplacementPending",
-            if *awaiting_request {
-                format!(
-                    "member {name} needs replacing: {cause}; waiting for the replace-member annotation (policy Manual)"
-                )
-            } else {
-                format!("member {name} is to be replaced: {cause}")
-            },
+            plan::replacement_note(name, cause, *awaiting_request),
         ),
         Step::DeleteRuntimeMember { name, reason } => {
             ("RemovingMember", format!("deleting {name}: {reason}"))

@@ -95,14 +95,7 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             awaiting_request,
             ..
         } => {
-            let note = if *awaiting_request {
-                format!(
-                    "member {name} needs replacing: {cause}; spec.replacement.policy is Manual: annotate the cluster with {}={name} to replace it",
-                    etcd_operator_api::v1alpha2::REPLACE_MEMBER_ANNOTATION
-                )
-            } else {
-                format!("member {name} will be replaced by a fresh member: {cause}")
-            };
+            let note = crate::plan::replacement_note(name, cause, *awaiting_request);
             tracing::warn!(cluster = %cluster.key(), member = %name, cause = cause.code(), "{note}");
             ctx.runtime.announce_replacement(cluster, name, &note).await;
             if let Ok(mut all) = ctx.memory.lock() {
