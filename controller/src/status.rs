@@ -587,6 +587,71 @@ mod tests {
     }
 
     #[test]
+    fn a_pending_replacement_is_degraded_with_its_own_reason_until_done() {
+        let mut observed = Observed {
+            runtime: vec![],
+            etcd: Some(EtcdView {
+                cluster_id: 1,
+                members: vec![member(1, "a", true), member(2, "b", true), member(3, "c", false)],
+                leader: 1,
+                alarms: Vec::new(),
+            }),
+            timing: Timing::default(),
+        };
+        let cause = crate::plan::ReplacementCause::DataGone {
+            reason: "its data directory is gone".into(),
+        };
+        let announce = Outcome {
+            step: Step::AnnounceReplacement {
+                id: 3,
+                name: "c".into(),
+                cause: cause.clone(),
+                awaiting_request: false,
+            },
+            error: None,
+            roll: None,
+        };
+        let s = compute(&cluster(), &observed, &announce);
+        assert_eq!(get(&s, "Progressing").reason, "ReplacementPending");
+        let degraded = get(&s, "Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "ReplacementPending")
+        );
+        assert!(
+            degraded.message.contains("member c will be replaced"),
+            "{}",
+            degraded.message
+        );
+        // A later round (announced, something else planned) still says so.
+        observed.timing.announced = vec![("c".into(), crate::plan::replacement_note("c", &cause, false))];
+        let s = compute(&cluster(), &observed, &Outcome::idle());
+        assert_eq!(get(&s, "Degraded").reason, "ReplacementPending");
+        // Manual: the wait says how to ask.
+        let wait = Outcome {
+            step: Step::Wait {
+                reason: crate::plan::WaitReason::ReplacementAwaitingRequest {
+                    name: "c".into(),
+                    cause,
+                },
+            },
+            error: None,
+            roll: None,
+        };
+        let s = compute(&cluster(), &observed, &wait);
+        assert_eq!(get(&s, "Degraded").reason, "ReplacementPending");
+        assert!(
+            get(&s, "Degraded")
+                .message
+                .contains("etcd.operator.dev/replace-member=c")
+        );
+        // Done: nothing announced any more.
+        observed.timing.announced.clear();
+        let s = compute(&cluster(), &observed, &Outcome::idle());
+        assert_eq!(get(&s, "Degraded").reason, "MembersUnhealthy");
+    }
+
+    #[test]
     fn lost_quorum_is_degraded_and_unavailable() {
         let observed = Observed {
             runtime: vec![],

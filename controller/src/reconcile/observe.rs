@@ -192,4 +192,105 @@ mod tests {
             ]
         );
     }
+
+    fn sick(view: &mut crate::model::EtcdView, applied: u64) {
+        if let Some(s) = view.members[1].status.as_mut() {
+            s.errors = vec!["etcdserver: no leader".into()];
+            s.raft_applied_index = applied;
+        }
+    }
+
+    #[tokio::test]
+    async fn exits_progress_and_announcements_are_remembered_per_member_while_it_is_down() {
+        use crate::member_ops::fake::healthy_member;
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let mut a = member("a", Liveness::Running);
+        let mut b = member("b", Liveness::Running);
+        a.peer_url = "http://a:2380".into();
+        b.peer_url = "http://b:2380".into();
+        let mut view = crate::model::EtcdView {
+            cluster_id: 1,
+            members: vec![
+                healthy_member(1, "a", "3.5.1", 1),
+                healthy_member(2, "b", "3.5.1", 1),
+            ],
+            leader: 1,
+            alarms: Vec::new(),
+        };
+        sick(&mut view, 10);
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            FakeRuntime::new(vec![a, b], None),
+            Thresholds::default(),
+            FakeMemberOps::new(Some(view.clone())),
+        );
+        let cluster = ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        };
+        let look = || async {
+            observe(&cluster, &ctx, "3.5.1", None, None)
+                .await
+                .unwrap()
+                .0
+                .timing
+        };
+        let failed = |t: &Timing| t.failed_starts.iter().find(|(n, _)| n == "b").map(|(_, c)| *c);
+        let gone = || Liveness::Gone {
+            reason: "the process exited".into(),
+            restartable: true,
+        };
+
+        // Down but never exited: slow, not failing to start; only b is down.
+        let t = look().await;
+        assert_eq!(t.failed_starts, [("b".to_owned(), 0)]);
+        assert_eq!(t.unhealthy_for.len(), 1);
+        // Each exit counts once, however often it is seen gone.
+        ctx.runtime.set_liveness("b", gone());
+        assert_eq!(failed(&look().await), Some(1));
+        assert_eq!(failed(&look().await), Some(1));
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        assert_eq!(failed(&look().await), Some(1));
+        ctx.runtime.set_liveness("b", gone());
+        assert_eq!(failed(&look().await), Some(2));
+
+        // Progress: time without a new applied index grows, and a new index starts it again.
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let stalled = |t: &Timing| t.no_progress_for.iter().find(|(n, _)| n == "b").map(|(_, d)| *d);
+        let before = stalled(&look().await).unwrap();
+        assert!(before >= std::time::Duration::from_millis(50), "{before:?}");
+        sick(&mut view, 11);
+        ctx.members.set_view(Some(view.clone()));
+        let after = stalled(&look().await).unwrap();
+        assert!(after < before, "{after:?} after progress, {before:?} before");
+
+        // An announcement stands while b is down, or while it is asked for by name.
+        ctx.memory
+            .lock()
+            .unwrap()
+            .get_mut("ns/c")
+            .unwrap()
+            .announced
+            .insert("b".into(), "b will be replaced".into());
+        assert_eq!(
+            look().await.announced,
+            [("b".to_owned(), "b will be replaced".to_owned())]
+        );
+        view.members[1] = healthy_member(2, "b", "3.5.1", 1);
+        ctx.members.set_view(Some(view.clone()));
+        let asked = observe(&cluster, &ctx, "3.5.1", Some("b"), None)
+            .await
+            .unwrap()
+            .0
+            .timing;
+        assert_eq!(asked.announced.len(), 1);
+        assert!(
+            asked.failed_starts.is_empty(),
+            "healthy again: the count starts over"
+        );
+        assert_eq!(look().await.announced, []);
+    }
 }

@@ -103,6 +103,13 @@ impl FakeRuntime {
         self.state().calls.clone()
     }
 
+    /// Sets a member's liveness (a process exiting, a Pod failing) as a test scripts it.
+    pub fn set_liveness(&self, name: &str, liveness: Liveness) {
+        if let Some(m) = self.state().members.iter_mut().find(|m| m.name == name) {
+            m.liveness = liveness;
+        }
+    }
+
     /// The members now.
     pub fn held(&self) -> Vec<RuntimeMember> {
         self.state().members.clone()

@@ -926,6 +926,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn removed_members_data_is_set_aside_and_only_the_newest_are_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let cluster_dir = root.path().join("ns").join("c");
+        let removed = cluster_dir.join(".retained").join("removed");
+        let mut names = Vec::new();
+        for i in 0..=RETAINED_REMOVED_LIMIT {
+            let name = format!("c-{i:05}");
+            rt.reserve(&cluster(), &spec(), &name).await.unwrap();
+            let data = rt.member_dir(&cluster(), &name).join("data");
+            std::fs::create_dir_all(data.join("member")).unwrap();
+            std::fs::write(data.join("member").join("db"), name.as_bytes()).unwrap();
+            rt.remove(&cluster(), &name, false).await.unwrap();
+            assert!(!rt.member_dir(&cluster(), &name).exists());
+            assert_eq!(
+                std::fs::read(removed.join(&name).join("data/member/db")).unwrap(),
+                name.as_bytes()
+            );
+            names.push(name);
+            // Removal times one after the other, so the order is plain.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // One more than the limit: the oldest went.
+        let mut kept: Vec<String> = std::fs::read_dir(&removed)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        kept.sort();
+        assert_eq!(kept, names[1..]);
+        // Not among the members.
+        assert!(rt.members(&cluster()).await.unwrap().is_empty());
+
+        // A member without data leaves nothing behind; one kept on purpose is never pruned.
+        rt.reserve(&cluster(), &spec(), "c-empty").await.unwrap();
+        rt.remove(&cluster(), "c-empty", false).await.unwrap();
+        assert!(!removed.join("c-empty").exists());
+        rt.reserve(&cluster(), &spec(), "c-keep").await.unwrap();
+        rt.remove(&cluster(), "c-keep", true).await.unwrap();
+        assert!(cluster_dir.join(".retained").join("c-keep").is_dir());
+    }
+
+    #[tokio::test]
     async fn a_missing_version_is_a_clear_error_and_records_nothing() {
         let root = tempfile::tempdir().unwrap();
         let rt = LocalRuntime::new(root.path(), binaries());
