@@ -1194,6 +1194,46 @@ async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
 }
 
 #[tokio::test]
+async fn a_replacement_is_announced_with_a_warning_event_naming_the_member_pod() {
+    let c = member("eeeee");
+    let c2 = c.clone();
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            let event = api
+                .expect(
+                    Method::POST,
+                    &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], "MemberReplacing");
+            assert_eq!(event.body["action"], "ReplaceMember");
+            assert_eq!(event.body["regarding"]["kind"], "EtcdCluster");
+            assert_eq!(
+                event.body["related"],
+                json!({"apiVersion": "v1", "kind": "Pod", "name": c2, "namespace": NS})
+            );
+            assert_eq!(
+                event.body["note"],
+                format!("member {c2} will be replaced by a fresh member: it cannot start")
+            );
+            let body = event.body.clone();
+            event.reply(StatusCode::CREATED, &body);
+        },
+        async |rt: KubernetesRuntime| {
+            rt.announce_replacement(
+                &cluster_ref(),
+                &c,
+                &format!("member {c} will be replaced by a fresh member: it cannot start"),
+            )
+            .await;
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn removing_an_already_removed_member_succeeds() {
     let c = member("ddddd");
     let c2 = c.clone();
