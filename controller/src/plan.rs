@@ -1635,6 +1635,7 @@ mod tests {
             }),
             liveness,
             certificates: None,
+            restarts: 0,
         }
     }
 

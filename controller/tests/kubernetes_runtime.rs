@@ -549,6 +549,7 @@ fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
         config,
         liveness: Liveness::Reserved,
         certificates: None,
+        restarts: 0,
     }
 }
 
@@ -1412,9 +1413,14 @@ async fn members_are_classified_running_gone_or_reserved() {
     let cfg2 = cfg.clone();
     let got = scenario(
         async move |api: &mut ApiServerVerifier| {
+            // The running one's container was restarted by the kubelet (a crash loop).
+            let mut restarted = pod(&running, "Running", Some(&cfg2), false);
+            restarted["status"]["containerStatuses"] = json!([{
+                "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 4
+            }]);
             api.list_members(
                 vec![
-                    pod(&running, "Running", Some(&cfg2), false),
+                    restarted,
                     pod(&pending, "Pending", Some(&cfg2), false),
                     pod(&failed, "Failed", Some(&cfg2), false),
                     pod(&terminating, "Running", Some(&cfg2), true),
@@ -1456,12 +1462,16 @@ async fn members_are_classified_running_gone_or_reserved() {
         config: Some(cfg.clone()),
         liveness,
         certificates: None,
+        restarts: 0,
     };
     let gone = |reason: String, restartable: bool| Liveness::Gone { reason, restartable };
     assert_eq!(
         got,
         vec![
-            with(&running, Liveness::Running),
+            RuntimeMember {
+                restarts: 4,
+                ..with(&running, Liveness::Running)
+            },
             with(&pending, Liveness::Running),
             with(&failed, gone(format!("Pod {failed} has phase Failed"), true)),
             with(

@@ -322,6 +322,7 @@ mod tests {
             config: Some(config("3.5.0")),
             liveness: Liveness::Running,
             certificates: None,
+            restarts: 0,
         }
     }
 

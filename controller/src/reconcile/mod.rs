@@ -65,9 +65,10 @@ pub enum ReconcileError {
 struct Memory {
     bootstrap_since: Option<Instant>,
     unhealthy_since: HashMap<String, Instant>,
-    /// Per member that is down: how often it failed to stay up since it was last healthy, and
-    /// whether it was gone when last seen (so each exit counts once).
-    failed_starts: HashMap<String, (u32, bool)>,
+    /// Per member that is down: how often it failed to stay up since it was last healthy,
+    /// whether it was gone when last seen (so each exit counts once), and the runtime's restart
+    /// count when last seen (restarts the platform did itself count as failures too).
+    failed_starts: HashMap<String, FailedStarts>,
     /// Per member: the highest raft index it was seen to apply, and when it first did.
     progress: HashMap<String, (u64, Instant)>,
     /// Members whose replacement was announced, with what was said.
@@ -77,6 +78,14 @@ struct Memory {
     /// The roll as this process last left it: newer than the watched object's status until the
     /// status patch comes back through the watch.
     roll: Option<RollRecord>,
+}
+
+/// See [`Memory::failed_starts`].
+#[derive(Debug, Default, Clone, Copy)]
+struct FailedStarts {
+    count: u32,
+    was_gone: bool,
+    restarts: u32,
 }
 
 /// Shared by every reconcile.

@@ -85,10 +85,28 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
                     let since = memory.unhealthy_since.get(&r.name).copied().unwrap_or(now);
                     still_unhealthy.insert(r.name.clone(), since);
                     timing.unhealthy_for.push((r.name.clone(), now - since));
-                    // Each exit (a transition to gone) counts once per episode.
-                    let (count, was_gone) = memory.failed_starts.get(&r.name).copied().unwrap_or((0, false));
-                    let count = if gone && !was_gone { count + 1 } else { count };
-                    still_failing.insert(r.name.clone(), (count, gone));
+                    // Each exit (a transition to gone) counts once per episode, and so does each
+                    // restart the platform made itself (a kubelet restarting a container).
+                    let last = memory
+                        .failed_starts
+                        .get(&r.name)
+                        .copied()
+                        .unwrap_or(super::FailedStarts {
+                            restarts: r.restarts,
+                            ..Default::default()
+                        });
+                    let count = last
+                        .count
+                        .saturating_add(u32::from(gone && !last.was_gone))
+                        .saturating_add(r.restarts.saturating_sub(last.restarts));
+                    still_failing.insert(
+                        r.name.clone(),
+                        super::FailedStarts {
+                            count,
+                            was_gone: gone,
+                            restarts: r.restarts,
+                        },
+                    );
                     timing.failed_starts.push((r.name.clone(), count));
                     if let Some((_, since)) = progress.get(&r.name) {
                         timing.no_progress_for.push((r.name.clone(), now - *since));
@@ -153,6 +171,7 @@ mod tests {
             config: None,
             liveness,
             certificates: None,
+            restarts: 0,
         }
     }
 
@@ -255,6 +274,11 @@ mod tests {
         assert_eq!(failed(&look().await), Some(1));
         ctx.runtime.set_liveness("b", gone());
         assert_eq!(failed(&look().await), Some(2));
+
+        // Restarts the platform made (a kubelet's restartCount) count as failures too.
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        ctx.runtime.set_restarts("b", 3);
+        assert_eq!(failed(&look().await), Some(5));
 
         // Progress: time without a new applied index grows, and a new index starts it again.
         ctx.runtime.set_liveness("b", Liveness::Running);

@@ -110,6 +110,13 @@ impl FakeRuntime {
         }
     }
 
+    /// Sets a member's restart count (a kubelet restarting its container).
+    pub fn set_restarts(&self, name: &str, restarts: u32) {
+        if let Some(m) = self.state().members.iter_mut().find(|m| m.name == name) {
+            m.restarts = restarts;
+        }
+    }
+
     /// The members now.
     pub fn held(&self) -> Vec<RuntimeMember> {
         self.state().members.clone()
@@ -159,6 +166,7 @@ impl Runtime for FakeRuntime {
             config: None,
             liveness: Liveness::Reserved,
             certificates: None,
+            restarts: 0,
         };
         state.members.push(m.clone());
         Ok(m)

@@ -146,6 +146,20 @@ fn is_memory_pod(pod: &Pod) -> bool {
         })
 }
 
+/// How often the kubelet restarted the Pod's containers (the etcd container is its only one;
+/// init containers do not count).
+fn container_restarts(pod: &Pod) -> u32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |statuses| {
+            statuses
+                .iter()
+                .map(|c| u32::try_from(c.restart_count).unwrap_or(0))
+                .fold(0, u32::saturating_add)
+        })
+}
+
 /// A restore init container of the Pod that exited with an error and has not succeeded since
 /// (terminated now, or waiting to be restarted after it failed), or that cannot be created (its
 /// credentials Secret or a key of it is missing): what it reported, e.g. a checksum mismatch.
@@ -386,6 +400,7 @@ impl KubernetesRuntime {
             config,
             liveness,
             certificates: None,
+            restarts: pod.map_or(0, container_restarts),
         }))
     }
 
@@ -701,6 +716,7 @@ impl Runtime for KubernetesRuntime {
             config,
             liveness: Liveness::Reserved,
             certificates: None,
+            restarts: 0,
         })
     }
 

@@ -408,6 +408,7 @@ impl LocalRuntime {
             config: file.config.clone(),
             liveness,
             certificates: self.member_certificates(dir, file),
+            restarts: 0,
         }
     }
 
