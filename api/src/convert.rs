@@ -2,8 +2,8 @@
 //!
 //! Each spec is split into parts that map onto each other: the scalars (`size`/`replicas`,
 //! `version`, `repository`, `paused`) map one to one; `pod` ↔ (`podTemplate`, `storage`),
-//! `backup` ↔ `backup` and `TLS` ↔ `tls` map as far as the shapes allow; `bootstrap` and
-//! `maintenance` exist in v1alpha2 only. Metadata and status are copied.
+//! `backup` ↔ `backup` and `TLS` ↔ `tls` map as far as the shapes allow; `bootstrap`,
+//! `maintenance` and `replacement` exist in v1alpha2 only. Metadata and status are copied.
 //!
 //! When a part does not survive the trip to the other version and back, the original part is
 //! stashed as JSON in an annotation of the converted object — [`V1ALPHA2_FIELDS_ANNOTATION`] on a
@@ -40,6 +40,7 @@ const PART_BACKUP: &str = "backup";
 const PART_TLS: &str = "tls";
 const PART_BOOTSTRAP: &str = "bootstrap";
 const PART_MAINTENANCE: &str = "maintenance";
+const PART_REPLACEMENT: &str = "replacement";
 
 /// Converts any served version to the hub.
 pub fn to_hub(obj: VersionedCluster) -> v2::EtcdCluster {
@@ -159,6 +160,9 @@ impl From<v1::EtcdCluster> for v2::EtcdCluster {
         let maintenance: Option<v2::MaintenanceSpec> = stash
             .restore(PART_MAINTENANCE, &(), |_: &Option<_>| (), |()| ())
             .flatten();
+        let replacement: Option<v2::ReplacementSpec> = stash
+            .restore(PART_REPLACEMENT, &(), |_: &Option<_>| (), |()| ())
+            .flatten();
 
         let mut keep = Stash::default();
         keep.keep(PART_POD, &spec.pod, &pod, pod_down);
@@ -180,6 +184,7 @@ impl From<v1::EtcdCluster> for v2::EtcdCluster {
                 backup,
                 bootstrap,
                 maintenance,
+                replacement,
                 paused: spec.paused,
             },
             status,
@@ -236,6 +241,7 @@ impl From<v2::EtcdCluster> for v1::EtcdCluster {
         keep.keep(PART_TLS, &spec.tls, &tls, |t| tls_up(t.as_ref()));
         keep.keep(PART_BOOTSTRAP, &spec.bootstrap, &(), |_| None);
         keep.keep(PART_MAINTENANCE, &spec.maintenance, &(), |_| None);
+        keep.keep(PART_REPLACEMENT, &spec.replacement, &(), |_| None);
         keep.put(&mut meta, V1ALPHA2_FIELDS_ANNOTATION);
 
         v1::EtcdCluster {
@@ -666,6 +672,11 @@ mod tests {
                         min_reclaimable_bytes: None,
                     }),
                 }),
+                replacement: Some(v2::ReplacementSpec {
+                    policy: Some(v2::ReplacementPolicy::Manual),
+                    unhealthy_after: Some("30m".into()),
+                    crash_loop_after: Some("2m".into()),
+                }),
                 ..v2::EtcdClusterSpec::default()
             },
         );
@@ -690,6 +701,7 @@ mod tests {
         assert_eq!(hub2.spec.storage, hub.spec.storage);
         assert_eq!(hub2.spec.bootstrap, hub.spec.bootstrap);
         assert_eq!(hub2.spec.maintenance, hub.spec.maintenance);
+        assert_eq!(hub2.spec.replacement, hub.spec.replacement);
         assert!(hub2.metadata.annotations.is_none());
     }
 

@@ -188,6 +188,48 @@ pub fn effective_maintenance(spec: &v2::EtcdClusterSpec) -> EffectiveMaintenance
     }
 }
 
+/// Default of `spec.replacement.unhealthyAfter`, in seconds (10m).
+pub const DEFAULT_UNHEALTHY_AFTER_SECS: u64 = 600;
+/// Default of `spec.replacement.crashLoopAfter`, in seconds (5m).
+pub const DEFAULT_CRASH_LOOP_AFTER_SECS: u64 = 300;
+/// The range `spec.replacement`'s durations accept, in seconds (10s to 168h).
+pub const REPLACEMENT_AFTER_RANGE: (u64, u64) = (10, 168 * 3600);
+
+/// What `spec.replacement` amounts to, defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EffectiveReplacement {
+    /// `policy: Manual`: failing members are reported, replaced only on request.
+    pub manual: bool,
+    /// `unhealthyAfter`.
+    pub unhealthy_after: std::time::Duration,
+    /// `crashLoopAfter`.
+    pub crash_loop_after: std::time::Duration,
+}
+
+/// The replacement policy the controller applies: `spec.replacement` with its documented
+/// defaults (`Automatic`, `unhealthyAfter` 10m, `crashLoopAfter` 5m). Values that do not parse
+/// (validation refuses them on admission) fall back to the defaults.
+pub fn effective_replacement(spec: &v2::EtcdClusterSpec) -> EffectiveReplacement {
+    let replacement = spec.replacement.clone().unwrap_or_default();
+    let after = |text: Option<&String>, default: u64| {
+        // Whole seconds: fractions below a second do not matter at these scales.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let secs = text
+            .and_then(|t| crate::validation::format::duration_seconds(t).ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map_or(default, |s| s as u64);
+        std::time::Duration::from_secs(secs)
+    };
+    EffectiveReplacement {
+        manual: replacement.policy == Some(v2::ReplacementPolicy::Manual),
+        unhealthy_after: after(replacement.unhealthy_after.as_ref(), DEFAULT_UNHEALTHY_AFTER_SECS),
+        crash_loop_after: after(
+            replacement.crash_loop_after.as_ref(),
+            DEFAULT_CRASH_LOOP_AFTER_SECS,
+        ),
+    }
+}
+
 fn set_if_empty(field: &mut String, value: &str) {
     if field.is_empty() {
         value.clone_into(field);
@@ -198,6 +240,29 @@ fn set_if_empty(field: &mut String, value: &str) {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn replacement_defaults_and_parsed_durations() {
+        let mut spec = v2::EtcdClusterSpec::default();
+        let r = effective_replacement(&spec);
+        assert_eq!(
+            r,
+            EffectiveReplacement {
+                manual: false,
+                unhealthy_after: std::time::Duration::from_secs(600),
+                crash_loop_after: std::time::Duration::from_secs(300),
+            }
+        );
+        spec.replacement = Some(v2::ReplacementSpec {
+            policy: Some(v2::ReplacementPolicy::Manual),
+            unhealthy_after: Some("1h30m".into()),
+            crash_loop_after: Some("not a duration".into()),
+        });
+        let r = effective_replacement(&spec);
+        assert!(r.manual);
+        assert_eq!(r.unhealthy_after, std::time::Duration::from_secs(5400));
+        assert_eq!(r.crash_loop_after, std::time::Duration::from_secs(300));
+    }
 
     #[test]
     fn maintenance_defaults_follow_the_storage_and_the_mode() {

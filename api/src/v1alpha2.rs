@@ -36,6 +36,11 @@ pub const ROTATE_CERTIFICATES_ANNOTATION: &str = "etcd.operator.dev/rotate-certi
 /// applied the most of the log. Nothing is rebuilt without it (see `docs/day2.md`); each value is
 /// acted on once, and the result is recorded in `status.recovery`.
 pub const RECOVER_QUORUM_ANNOTATION: &str = "etcd.operator.dev/recover-quorum";
+/// Annotation on an EtcdCluster asking the operator to replace the named member now, whatever
+/// `spec.replacement` says (the safety rules still hold: quorum kept, no alarm, not the member
+/// furthest ahead). The replaced member's name is never used again, so the request is done once
+/// that member is gone; the annotation may then be removed (see `docs/day2.md`).
+pub const REPLACE_MEMBER_ANNOTATION: &str = "etcd.operator.dev/replace-member";
 
 /// An etcd cluster managed by the operator.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -130,6 +135,11 @@ pub struct EtcdClusterSpec {
     /// quota. When unset, the defaults described on each field apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceSpec>,
+
+    /// When and how a failing member is replaced by a fresh one (its data set aside). When
+    /// unset, replacement is `Automatic` with the default thresholds described on each field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<ReplacementSpec>,
 
     /// When true, the controller stops acting on the cluster (no scaling, upgrades, repairs or
     /// backups); status is still reported. Defaults to false.
@@ -250,6 +260,43 @@ pub struct DefragmentationSpec {
     /// (small databases are not worth the pause), e.g. `64Mi`; at most 8Gi. Defaults to `64Mi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_reclaimable_bytes: Option<Quantity>,
+}
+
+string_enum! {
+    /// Who decides that a failing member is replaced.
+    pub enum ReplacementPolicy {
+        Automatic => "Automatic",
+        Manual => "Manual",
+    }
+}
+
+/// When and how a failing member is replaced. A member is replaced only while the members
+/// that remain keep a healthy quorum, never while the cluster has an alarm (NOSPACE is
+/// reclaimed instead, CORRUPT freezes everything), never while it is the member furthest ahead
+/// in the log, and one at a time; a Warning Event (`MemberReplacing`) comes first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementSpec {
+    /// `Automatic`: the operator replaces a member that cannot start for `crashLoopAfter`, or
+    /// runs unhealthy without progress for `unhealthyAfter`. `Manual`: it only reports such a
+    /// member (condition `Degraded`, reason `ReplacementPending`, and a Warning Event) and
+    /// replaces one when asked with the annotation `etcd.operator.dev/replace-member=<member>`.
+    /// The annotation works with either policy. Defaults to `Automatic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<ReplacementPolicy>,
+
+    /// How long a member whose process runs may stay unhealthy (not answering, no leader,
+    /// errors) without applying any new raft entries before it is replaced: a slow member that
+    /// keeps catching up is never replaced. A duration such as `10m` or `1h`, from 10s to 168h.
+    /// Defaults to `10m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_after: Option<String>,
+
+    /// How long a member that cannot start (its process exits again and again, its Pod crash
+    /// loops) keeps failing before it is replaced; until then it is restarted on its own data.
+    /// A duration such as `5m`, from 10s to 168h. Defaults to `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_loop_after: Option<String>,
 }
 
 string_enum! {

@@ -565,6 +565,20 @@ fn v2_maintenance() -> impl Strategy<Value = v2::MaintenanceSpec> {
         })
 }
 
+fn v2_replacement() -> impl Strategy<Value = v2::ReplacementSpec> {
+    let policy = prop_oneof![
+        Just(v2::ReplacementPolicy::Automatic),
+        Just(v2::ReplacementPolicy::Manual)
+    ];
+    (of(policy), of(word()), of(word())).prop_map(|(policy, unhealthy_after, crash_loop_after)| {
+        v2::ReplacementSpec {
+            policy,
+            unhealthy_after,
+            crash_loop_after,
+        }
+    })
+}
+
 fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
     let spec = (
         of(-1..12i32),
@@ -576,6 +590,7 @@ fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
         of(v2_backup()),
         of(v2_bootstrap()),
         of(v2_maintenance()),
+        of(v2_replacement()),
         of(any::<bool>()),
     )
         .prop_map(
@@ -589,6 +604,7 @@ fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
                 backup,
                 bootstrap,
                 maintenance,
+                replacement,
                 paused,
             )| {
                 v2::EtcdClusterSpec {
@@ -601,6 +617,7 @@ fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
                     backup,
                     bootstrap,
                     maintenance,
+                    replacement,
                     paused,
                 }
             },

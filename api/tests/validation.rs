@@ -124,6 +124,11 @@ fn base() -> v2::EtcdCluster {
                     min_reclaimable_bytes: Some(q("128Mi")),
                 }),
             }),
+            replacement: Some(v2::ReplacementSpec {
+                policy: Some(v2::ReplacementPolicy::Automatic),
+                unhealthy_after: Some("10m".into()),
+                crash_loop_after: Some("5m".into()),
+            }),
             paused: None,
         },
     );
@@ -165,6 +170,10 @@ fn storage(obj: &mut v2::EtcdCluster) -> &mut v2::StorageSpec {
 
 fn maintenance(obj: &mut v2::EtcdCluster) -> &mut v2::MaintenanceSpec {
     obj.spec.maintenance.as_mut().unwrap()
+}
+
+fn replacement(obj: &mut v2::EtcdCluster) -> &mut v2::ReplacementSpec {
+    obj.spec.replacement.as_mut().unwrap()
 }
 
 fn compaction(obj: &mut v2::EtcdCluster) -> &mut v2::AutoCompactionSpec {
@@ -278,6 +287,12 @@ fn invalid_cases() -> Vec<Case> {
         ("defrag percent negative", |o| defrag(o).fragmentation_percent = Some(-1), vec![("spec.maintenance.defragmentation.fragmentationPercent", Invalid)]),
         ("defrag min malformed", |o| defrag(o).min_reclaimable_bytes = Some(q("some")), vec![("spec.maintenance.defragmentation.minReclaimableBytes", Invalid)]),
         ("defrag min too large", |o| defrag(o).min_reclaimable_bytes = Some(q("9Gi")), vec![("spec.maintenance.defragmentation.minReclaimableBytes", Invalid)]),
+        ("replacement policy unknown", |o| replacement(o).policy = Some(v2::ReplacementPolicy::Unknown("Never".into())), vec![("spec.replacement.policy", NotSupported)]),
+        ("unhealthyAfter not a duration", |o| replacement(o).unhealthy_after = Some("ten minutes".into()), vec![("spec.replacement.unhealthyAfter", Invalid)]),
+        ("unhealthyAfter too short", |o| replacement(o).unhealthy_after = Some("5s".into()), vec![("spec.replacement.unhealthyAfter", Invalid)]),
+        ("crashLoopAfter unit unknown", |o| replacement(o).crash_loop_after = Some("1d".into()), vec![("spec.replacement.crashLoopAfter", Invalid)]),
+        ("crashLoopAfter too long", |o| replacement(o).crash_loop_after = Some("169h".into()), vec![("spec.replacement.crashLoopAfter", Invalid)]),
+        ("both replacement durations empty", |o| { replacement(o).unhealthy_after = Some(String::new()); replacement(o).crash_loop_after = Some(String::new()); }, vec![("spec.replacement.unhealthyAfter", Invalid), ("spec.replacement.crashLoopAfter", Invalid)]),
         ("compaction mode unknown", |o| compaction(o).mode = Some(v2::AutoCompactionMode::Unknown("Daily".into())), vec![("spec.maintenance.autoCompaction.mode", NotSupported)]),
         ("periodic retention not a duration", |o| compaction(o).retention = Some("1 hour".into()), vec![("spec.maintenance.autoCompaction.retention", Invalid)]),
         ("periodic retention unit unknown", |o| compaction(o).retention = Some("2d".into()), vec![("spec.maintenance.autoCompaction.retention", Invalid)]),
@@ -405,6 +420,8 @@ fn valid_cases() -> Vec<WarningCase> {
         ("restore from backup", |o| with_restore(o, v2::RestoreSpec { backup_name: Some("example-20260101".into()), source: None }), vec![]),
         ("restore from key", |o| with_restore(o, v2::RestoreSpec { backup_name: None, source: Some(v2::RestoreSource { destination: Some(s3_dest()), key: Some("prod/snap.db".into()), url: None }) }), vec![]),
         ("restore from url", |o| with_restore(o, v2::RestoreSpec { backup_name: None, source: Some(v2::RestoreSource { url: Some("https://backups.example/snap.db".into()), ..v2::RestoreSource::default() }) }), vec![]),
+        ("manual replacement", |o| *replacement(o) = v2::ReplacementSpec { policy: Some(v2::ReplacementPolicy::Manual), ..v2::ReplacementSpec::default() }, vec![]),
+        ("replacement thresholds at their bounds", |o| { replacement(o).unhealthy_after = Some("10s".into()); replacement(o).crash_loop_after = Some("168h".into()); }, vec![]),
         ("paused warns", |o| o.spec.paused = Some(true), vec!["spec.paused"]),
         ("label key with prefix of 253 and name of 63", |o| o.metadata.labels = Some(BTreeMap::from([(format!("{}.{}.{}.{}/{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61), "n".repeat(63)), "x".to_owned())])), vec![]),
         ("label value empty", |o| o.metadata.labels = Some(map(&[("app", "")])), vec![]),

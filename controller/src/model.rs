@@ -107,6 +107,10 @@ pub struct RuntimeMember {
     pub liveness: Liveness,
     /// Its TLS certificates, when it uses TLS and the runtime issued them.
     pub certificates: Option<MemberCertificates>,
+    /// How often the platform restarted its process after it exited (the kubelet's
+    /// `restartCount` of the etcd container). 0 where the operator restarts members itself
+    /// (local): there each exit shows as [`Liveness::Gone`].
+    pub restarts: u32,
 }
 
 /// What the runtime knows about a member's certificates, so the planner can decide on a

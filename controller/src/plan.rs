@@ -7,7 +7,11 @@
 //! - members join a running cluster one at a time as learners and are promoted once caught up;
 //!   never more than one learner;
 //! - scale-down removes a non-leader first and moves leadership away before removing a leader;
-//! - a dead member is removed from etcd and replaced by a fresh one;
+//! - a failing member is replaced by a fresh one per `spec.replacement`: one that cannot start
+//!   (it keeps exiting) after `crashLoopAfter`, one that runs unhealthy without applying raft
+//!   entries after `unhealthyAfter`, one whose data is gone at once, one the replace-member
+//!   annotation names; never while the cluster has an alarm, never the member whose data may
+//!   be the last up-to-date copy, always announced one round before (`Manual`: only announced);
 //! - nothing that removes a voter happens unless the remaining healthy voters keep quorum;
 //! - a change of `spec.version` rolls the members one at a time after a snapshot: followers
 //!   first, the leader last (leadership moved away first), each health-gated (healthy, caught up,
@@ -55,6 +59,11 @@ pub struct Desired {
     /// A quorum recovery asked for (the recover-quorum annotation's value) and not yet carried
     /// out (status.recovery records the values already answered).
     pub recover_quorum: Option<String>,
+    /// `spec.replacement` with its defaults: who decides to replace a failing member, and after
+    /// how long.
+    pub replacement: etcd_operator_api::defaults::EffectiveReplacement,
+    /// The member the replace-member annotation asks to replace now (whatever the policy).
+    pub replace_member: Option<String>,
 }
 
 /// The size trigger of defragmentation (`spec.maintenance.defragmentation`).
@@ -132,8 +141,18 @@ pub const UPGRADE_TIMEOUT_ENV: &str = "ETCD_OPERATOR_UPGRADE_TIMEOUT";
 pub struct Timing {
     /// How long the current bootstrap has been waiting for a cluster to form.
     pub bootstrap_waiting: Option<Duration>,
-    /// How long each member (by name) has been unhealthy while running.
+    /// How long each member (by name) has been down: unhealthy while running, or gone.
     pub unhealthy_for: Vec<(String, Duration)>,
+    /// How many times each member that is down (by name) failed to stay up since it was last
+    /// healthy: its process exited (or its container restarted). A member with failed starts
+    /// cannot start; one without is slow.
+    pub failed_starts: Vec<(String, u32)>,
+    /// How long since each member (by name) last applied a new raft entry, for members whose
+    /// status answered at least once while down. A member that applies entries is catching up.
+    pub no_progress_for: Vec<(String, Duration)>,
+    /// Members whose replacement was announced (a Warning Event, the `ReplacementPending`
+    /// condition) in an earlier round, with what was announced.
+    pub announced: Vec<(String, String)>,
     /// How long each member restarted on a new version (by name) has waited to be healthy,
     /// caught up and reporting that version.
     pub version_change_waiting: Vec<(String, Duration)>,
@@ -148,8 +167,6 @@ pub struct Timing {
 pub struct Thresholds {
     /// A bootstrap that has not formed a cluster after this long is wiped and retried.
     pub bootstrap_timeout: Duration,
-    /// A running member unhealthy for this long is replaced.
-    pub unhealthy_timeout: Duration,
     /// A member restarted on a new version that is not healthy, caught up and reporting it after
     /// this long halts the roll.
     pub upgrade_timeout: Duration,
@@ -173,7 +190,6 @@ impl Default for Thresholds {
             .unwrap_or(Duration::from_secs(120));
         Self {
             bootstrap_timeout: Duration::from_secs(60),
-            unhealthy_timeout: Duration::from_secs(120),
             upgrade_timeout,
             renew_before: crate::tls::ca::RENEW_BEFORE,
         }
@@ -252,6 +268,19 @@ pub enum Step {
         name: String,
         /// Why.
         reason: String,
+    },
+    /// Say that a member is about to be replaced (or, with `policy: Manual`, needs replacing): a
+    /// Warning Event and the `ReplacementPending` condition, one round before anything is
+    /// removed.
+    AnnounceReplacement {
+        /// Member ID.
+        id: u64,
+        /// Member name.
+        name: String,
+        /// Why it is replaced.
+        cause: ReplacementCause,
+        /// `policy: Manual` and no request: it is only reported.
+        awaiting_request: bool,
     },
     /// Stop and delete a runtime member that is not (or no longer) part of etcd.
     DeleteRuntimeMember {
@@ -350,6 +379,81 @@ pub enum Step {
     Idle,
 }
 
+/// Why a member is replaced. [`code`](ReplacementCause::code) is stable (Events, conditions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplacementCause {
+    /// Its data is gone (a deleted volume or data directory, a memory member's Pod gone):
+    /// nothing to start it on.
+    DataGone {
+        /// What the runtime said.
+        reason: String,
+    },
+    /// It cannot start: its process exited (or its container restarted) again and again and it
+    /// has not been healthy for `crashLoopAfter`.
+    CrashLoop {
+        /// What the runtime said last.
+        reason: String,
+        /// Times it failed since it was last healthy.
+        failed_starts: u32,
+        /// How long it has not been healthy.
+        down_for: Duration,
+    },
+    /// Its process runs, but it stayed unhealthy and applied no raft entry for `unhealthyAfter`.
+    Unhealthy {
+        /// How long it has been unhealthy.
+        down_for: Duration,
+    },
+    /// The replace-member annotation names it.
+    Requested,
+}
+
+impl ReplacementCause {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::DataGone { .. } => "DataGone",
+            Self::CrashLoop { .. } => "CrashLoop",
+            Self::Unhealthy { .. } => "Unhealthy",
+            Self::Requested => "Requested",
+        }
+    }
+}
+
+impl std::fmt::Display for ReplacementCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DataGone { reason } => write!(f, "its data is gone ({reason})"),
+            Self::CrashLoop {
+                reason,
+                failed_starts,
+                down_for,
+            } => write!(
+                f,
+                "it cannot start: failed {failed_starts} time(s) and not healthy for {}s (last: {reason})",
+                down_for.as_secs()
+            ),
+            Self::Unhealthy { down_for } => write!(
+                f,
+                "it runs but has been unhealthy without applying any raft entry for {}s",
+                down_for.as_secs()
+            ),
+            Self::Requested => write!(f, "the replace-member annotation asks for it"),
+        }
+    }
+}
+
+/// What is said (Warning Event, condition, log) when a member's replacement is announced.
+pub fn replacement_note(name: &str, cause: &ReplacementCause, awaiting_request: bool) -> String {
+    if awaiting_request {
+        format!(
+            "member {name} needs replacing: {cause}; spec.replacement.policy is Manual: annotate the cluster with {}={name} to replace it",
+            etcd_operator_api::v1alpha2::REPLACE_MEMBER_ANNOTATION
+        )
+    } else {
+        format!("member {name} will be replaced by a fresh member: {cause}")
+    }
+}
+
 /// Why a member's certificates are issued again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenewalReason {
@@ -393,6 +497,24 @@ pub enum WaitReason {
     ReplacementWouldCostQuorum {
         /// Why the member counts as dead.
         dead: String,
+    },
+    /// `policy: Manual`: a member needs replacing and the operator waits for the replace-member
+    /// annotation.
+    ReplacementAwaitingRequest {
+        /// The member.
+        name: String,
+        /// Why it needs replacing.
+        cause: ReplacementCause,
+    },
+    /// A member to replace has applied more of the log than every healthy member that would
+    /// remain (or none remains healthy): its data may be the last up-to-date copy, so it stays.
+    LastUpToDateCopy {
+        /// The member.
+        name: String,
+        /// The raft index it applied.
+        applied: u64,
+        /// The most any healthy remaining member applied.
+        others: u64,
     },
     /// A learner that has not caught up with the leader yet.
     LearnerCatchingUp {
@@ -476,6 +598,8 @@ impl WaitReason {
                 "QuorumAtRisk"
             }
             Self::QuorumBeforeRoll { .. } => "QuorumAtRisk",
+            Self::ReplacementAwaitingRequest { .. } => "ReplacementPending",
+            Self::LastUpToDateCopy { .. } => "LastUpToDateCopy",
             Self::LearnerCatchingUp { .. } => "LearnerCatchingUp",
             Self::UnhealthyBeforeScaleUp
             | Self::UnhealthyBeforeScaleDown
@@ -501,6 +625,8 @@ impl WaitReason {
             self,
             Self::UnbackedMemberKeepsQuorum { .. }
                 | Self::ReplacementWouldCostQuorum { .. }
+                | Self::ReplacementAwaitingRequest { .. }
+                | Self::LastUpToDateCopy { .. }
                 | Self::QuorumBeforeRoll { .. }
                 | Self::QuorumLost
                 | Self::DataLost
@@ -522,6 +648,19 @@ impl std::fmt::Display for WaitReason {
             Self::ReplacementWouldCostQuorum { dead } => write!(
                 f,
                 "{dead}; replacing it would cost quorum: restore quorum first (see the Degraded condition)"
+            ),
+            Self::ReplacementAwaitingRequest { name, cause } => write!(
+                f,
+                "member {name} needs replacing: {cause}; spec.replacement.policy is Manual: annotate the cluster with {}={name} to replace it",
+                etcd_operator_api::v1alpha2::REPLACE_MEMBER_ANNOTATION
+            ),
+            Self::LastUpToDateCopy {
+                name,
+                applied,
+                others,
+            } => write!(
+                f,
+                "member {name} is to be replaced but has applied raft index {applied}, more than any healthy member that would remain ({others}): its data may be the last up-to-date copy, so it is kept until the others catch up"
             ),
             Self::LearnerCatchingUp { name } => write!(f, "learner {name} is catching up"),
             Self::UnhealthyBeforeScaleUp => {
@@ -747,73 +886,42 @@ pub fn plan(
     let held = held_member(desired, observed);
 
     // 4. Dead members. One whose data survived (a crashed process, a deleted Pod on its volume)
-    //    is started again, the way a kubelet restarts a container; one without data, or that
-    //    stays unhealthy past the threshold, is replaced. Replacements go one at a time, and only
-    //    when the healthy voters that remain keep quorum of the smaller cluster.
-    let unhealthy_too_long = |name: &str| {
-        observed
-            .timing
-            .unhealthy_for
-            .iter()
-            .find(|(n, d)| n == name && *d >= thresholds.unhealthy_timeout)
-            .map(|(_, d)| *d)
-    };
-    for m in &etcd.members {
-        let Some(r) = runtime_for(observed, m).filter(|r| Some(r.name.as_str()) != held) else {
-            continue;
-        };
+    //    is started again, the way a kubelet restarts a container, until it counts as failing
+    //    (see `replacement_cause`); a failing one is replaced under the rules of
+    //    `decide_replacement`: never under an alarm, only with quorum kept, never the member
+    //    furthest ahead in the log, announced one round before, one at a time; under
+    //    `policy: Manual` only when asked.
+    let decisions: Vec<(&RuntimeMember, Option<Step>)> = etcd
+        .members
+        .iter()
+        .filter_map(|m| {
+            let r = runtime_for(observed, m).filter(|r| Some(r.name.as_str()) != held)?;
+            let decision = replacement_cause(desired, observed, m, r)
+                .and_then(|cause| decide_replacement(desired, etcd, observed, m, r, cause));
+            Some((r, decision))
+        })
+        .collect();
+    for (r, decision) in &decisions {
         if let (
             Liveness::Gone {
                 restartable: true, ..
             },
             Some(config),
-            None,
-        ) = (&r.liveness, &r.config, unhealthy_too_long(&r.name))
+        ) = (&r.liveness, &r.config)
+            && !decision.as_ref().is_some_and(Step::is_action)
         {
             return Step::Start {
                 members: vec![(r.name.clone(), config.clone())],
             };
         }
     }
-    for m in &etcd.members {
-        let Some(r) = runtime_for(observed, m).filter(|r| Some(r.name.as_str()) != held) else {
-            continue;
-        };
-        let dead_reason = match &r.liveness {
-            Liveness::Gone {
-                reason,
-                restartable: false,
-            } => Some(format!("member {} is gone: {reason}", r.name)),
-            Liveness::Gone {
-                reason,
-                restartable: true,
-            } => unhealthy_too_long(&r.name)
-                .map(|d| format!("member {} keeps failing ({reason}) for {}s", r.name, d.as_secs())),
-            Liveness::Running if !is_healthy(m) => unhealthy_too_long(&r.name)
-                .map(|d| format!("member {} has been unhealthy for {}s", r.name, d.as_secs())),
-            _ => None,
-        };
-        if let Some(reason) = dead_reason {
-            if can_remove(etcd, m) {
-                // A leader that is still running but unhealthy hands over first.
-                if m.id == etcd.leader
-                    && let Some(to) = etcd.voters().find(|v| v.id != m.id && is_healthy(v))
-                {
-                    return Step::MoveLeader {
-                        from: m.id,
-                        to: to.id,
-                    };
-                }
-                return Step::RemoveFromEtcd {
-                    id: m.id,
-                    name: r.name.clone(),
-                    reason,
-                };
-            }
-            return Step::Wait {
-                reason: WaitReason::ReplacementWouldCostQuorum { dead: reason },
-            };
-        }
+    if let Some(step) = decisions
+        .iter()
+        .filter_map(|(_, d)| d.as_ref())
+        .find(|d| d.is_action())
+        .or_else(|| decisions.iter().find_map(|(_, d)| d.as_ref()))
+    {
+        return step.clone();
     }
 
     // 5. A learner: promote when it is healthy (etcd refuses until it has caught up).
@@ -1368,6 +1476,135 @@ pub fn renew_expired(desired: &Desired, observed: &Observed) -> Option<Step> {
     })
 }
 
+/// Why `m` should be replaced, if it should: its data is gone; it cannot start (it failed at
+/// least once since it was last healthy, or is gone now) and has not been healthy for
+/// `crashLoopAfter`; it runs unhealthy and applied no raft entry for `unhealthyAfter` (a slow
+/// member that keeps applying entries is catching up, not dead); or the replace-member
+/// annotation names it.
+fn replacement_cause(
+    desired: &Desired,
+    observed: &Observed,
+    m: &EtcdMember,
+    r: &RuntimeMember,
+) -> Option<ReplacementCause> {
+    if desired.replace_member.as_deref() == Some(r.name.as_str()) {
+        return Some(ReplacementCause::Requested);
+    }
+    let lookup = |list: &[(String, Duration)]| list.iter().find(|(n, _)| *n == r.name).map(|(_, d)| *d);
+    let down_for = lookup(&observed.timing.unhealthy_for).unwrap_or_default();
+    let failed_starts = observed
+        .timing
+        .failed_starts
+        .iter()
+        .find(|(n, _)| *n == r.name)
+        .map_or(0, |(_, c)| *c);
+    let rules = &desired.replacement;
+    match &r.liveness {
+        Liveness::Gone {
+            reason,
+            restartable: false,
+        } => Some(ReplacementCause::DataGone {
+            reason: reason.clone(),
+        }),
+        Liveness::Gone { reason, .. } if down_for >= rules.crash_loop_after => {
+            Some(ReplacementCause::CrashLoop {
+                reason: reason.clone(),
+                failed_starts: failed_starts.max(1),
+                down_for,
+            })
+        }
+        Liveness::Running if !is_healthy(m) && failed_starts > 0 && down_for >= rules.crash_loop_after => {
+            Some(ReplacementCause::CrashLoop {
+                reason: "it keeps exiting after it starts".into(),
+                failed_starts,
+                down_for,
+            })
+        }
+        Liveness::Running if !is_healthy(m) && down_for >= rules.unhealthy_after => {
+            let stalled = lookup(&observed.timing.no_progress_for).unwrap_or(down_for);
+            (stalled >= rules.unhealthy_after).then_some(ReplacementCause::Unhealthy { down_for })
+        }
+        _ => None,
+    }
+}
+
+/// What to do about a member that should be replaced: `None` while the cluster has an alarm
+/// (NOSPACE is reclaimed first; nothing is replaced on data etcd flags); under `policy: Manual`
+/// without a request, announce it once, then wait for the request; otherwise wait while the
+/// removal would cost quorum or the member has applied more of the log than every healthy
+/// member that would remain; announce once; then move leadership away from it or remove it.
+fn decide_replacement(
+    desired: &Desired,
+    etcd: &EtcdView,
+    observed: &Observed,
+    m: &EtcdMember,
+    r: &RuntimeMember,
+    cause: ReplacementCause,
+) -> Option<Step> {
+    if !etcd.alarms.is_empty() {
+        return None;
+    }
+    let announced = observed.timing.announced.iter().any(|(n, _)| *n == r.name);
+    let announce = |awaiting_request: bool, cause: ReplacementCause| Step::AnnounceReplacement {
+        id: m.id,
+        name: r.name.clone(),
+        cause,
+        awaiting_request,
+    };
+    if desired.replacement.manual && cause != ReplacementCause::Requested {
+        return Some(if announced {
+            Step::Wait {
+                reason: WaitReason::ReplacementAwaitingRequest {
+                    name: r.name.clone(),
+                    cause,
+                },
+            }
+        } else {
+            announce(true, cause)
+        });
+    }
+    if !can_remove(etcd, m) {
+        return Some(Step::Wait {
+            reason: WaitReason::ReplacementWouldCostQuorum {
+                dead: format!("member {} is to be replaced: {cause}", r.name),
+            },
+        });
+    }
+    if let Some(applied) = m.status.as_ref().map(|s| s.raft_applied_index) {
+        let others = etcd
+            .voters()
+            .filter(|v| v.id != m.id && is_healthy(v))
+            .filter_map(|v| v.status.as_ref().map(|s| s.raft_applied_index))
+            .max();
+        if others.is_none_or(|o| applied > o) {
+            return Some(Step::Wait {
+                reason: WaitReason::LastUpToDateCopy {
+                    name: r.name.clone(),
+                    applied,
+                    others: others.unwrap_or_default(),
+                },
+            });
+        }
+    }
+    if !announced {
+        return Some(announce(false, cause));
+    }
+    // A leader that still runs hands over first.
+    if m.id == etcd.leader
+        && let Some(to) = etcd.voters().find(|v| v.id != m.id && is_healthy(v))
+    {
+        return Some(Step::MoveLeader {
+            from: m.id,
+            to: to.id,
+        });
+    }
+    Some(Step::RemoveFromEtcd {
+        id: m.id,
+        name: r.name.clone(),
+        reason: format!("replacing member {}: {cause}", r.name),
+    })
+}
+
 /// Whether removing `m` leaves enough healthy voters for quorum of the smaller cluster.
 fn can_remove(etcd: &EtcdView, m: &EtcdMember) -> bool {
     if m.learner {
@@ -1538,6 +1775,8 @@ mod tests {
                 min_reclaimable_bytes: 64 << 20,
             },
             recover_quorum: None,
+            replacement: etcd_operator_api::defaults::effective_replacement(&Default::default()),
+            replace_member: None,
         }
     }
 
@@ -1560,6 +1799,7 @@ mod tests {
             }),
             liveness,
             certificates: None,
+            restarts: 0,
         }
     }
 
@@ -1855,24 +2095,34 @@ mod tests {
         }
     }
 
+    /// `names` announced in an earlier round.
+    fn announced(names: &[&str]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| ((*n).to_owned(), format!("{n} will be replaced")))
+            .collect()
+    }
+
     #[test]
     fn an_unhealthy_leader_hands_over_leadership_before_removal() {
         let d = desired(3);
         let mut sick = member(1, "a", false, true);
         if let Some(s) = sick.status.as_mut() {
-            s.errors = vec!["NOSPACE".into()];
+            s.errors = vec!["etcdserver: request timed out".into()];
         }
-        let o = Observed {
+        let mut o = Observed {
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![sick, member(2, "b", false, true), member(3, "c", false, true)],
                 1,
             ),
             timing: Timing {
-                unhealthy_for: vec![("a".into(), Duration::from_secs(600))],
+                unhealthy_for: vec![("a".into(), Duration::from_secs(900))],
                 ..Default::default()
             },
         };
+        assert!(matches!(run(&d, &o), Step::AnnounceReplacement { id: 1, .. }));
+        o.timing.announced = announced(&["a"]);
         assert_eq!(run(&d, &o), Step::MoveLeader { from: 1, to: 2 });
     }
 
@@ -1900,6 +2150,19 @@ mod tests {
             ),
             timing: Timing::default(),
         };
+        // Announced first (a Warning Event, the ReplacementPending condition), removed next round.
+        let Step::AnnounceReplacement {
+            id: 3,
+            cause,
+            awaiting_request: false,
+            ..
+        } = run(&d, &o)
+        else {
+            panic!("expected the announcement")
+        };
+        assert_eq!(cause.code(), "DataGone");
+        let mut o = o;
+        o.timing.announced = announced(&["c"]);
         assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { id: 3, .. }));
         // After removal, the runtime leftover is deleted, then a new member joins.
         let o = Observed {
@@ -1957,78 +2220,296 @@ mod tests {
         assert!(reason.to_string().contains("would cost quorum"), "{reason}");
     }
 
-    #[test]
-    fn a_crashed_member_with_its_data_is_restarted_until_it_keeps_failing() {
-        let d = desired(3);
-        let mut rt = running(&["a", "b"]);
-        rt.push(runtime(
-            "c",
+    fn crashed(name: &str) -> RuntimeMember {
+        runtime(
+            name,
             Liveness::Gone {
                 reason: "process exited".into(),
                 restartable: true,
             },
             Some(InitialState::New),
-        ));
-        let etcd = view(
+        )
+    }
+
+    fn three_with_c_down() -> Option<EtcdView> {
+        view(
             vec![
                 member(1, "a", false, true),
                 member(2, "b", false, true),
                 member(3, "c", false, false),
             ],
             1,
-        );
-        let o = Observed {
-            runtime: rt.clone(),
-            etcd: etcd.clone(),
-            timing: Timing::default(),
+        )
+    }
+
+    #[test]
+    fn a_member_that_cannot_start_is_restarted_until_crash_loop_after_then_replaced() {
+        let d = desired(3);
+        let mut rt = running(&["a", "b"]);
+        rt.push(crashed("c"));
+        let mut o = Observed {
+            runtime: rt,
+            etcd: three_with_c_down(),
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(299))],
+                failed_starts: vec![("c".into(), 4)],
+                ..Default::default()
+            },
         };
         let Step::Start { members } = run(&d, &o) else {
             panic!("expected a restart")
         };
         assert_eq!(members[0].0, "c");
-        let failing = Timing {
-            unhealthy_for: vec![("c".into(), Duration::from_secs(600))],
-            ..Default::default()
+        // Past crashLoopAfter (5m by default): announced, then removed.
+        o.timing.unhealthy_for = vec![("c".into(), Duration::from_secs(300))];
+        let Step::AnnounceReplacement { id: 3, cause, .. } = run(&d, &o) else {
+            panic!("expected the announcement")
         };
-        let o = Observed {
-            runtime: rt,
-            etcd,
-            timing: failing,
+        assert_eq!(cause.code(), "CrashLoop");
+        assert!(cause.to_string().contains("cannot start"), "{cause}");
+        o.timing.announced = announced(&["c"]);
+        assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { id: 3, .. }));
+
+        // Seen running between two exits, it still counts as unable to start.
+        let mut o = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: three_with_c_down(),
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(300))],
+                failed_starts: vec![("c".into(), 2)],
+                ..Default::default()
+            },
         };
+        assert!(matches!(
+            run(&d, &o),
+            Step::AnnounceReplacement {
+                cause: ReplacementCause::CrashLoop { failed_starts: 2, .. },
+                ..
+            }
+        ));
+        // A shorter configured threshold applies.
+        let mut quick = desired(3);
+        quick.replacement.crash_loop_after = Duration::from_secs(20);
+        o.timing.unhealthy_for = vec![("c".into(), Duration::from_secs(25))];
+        assert!(matches!(run(&quick, &o), Step::AnnounceReplacement { id: 3, .. }));
+        assert!(matches!(run(&d, &o), Step::Wait { .. }));
+    }
+
+    #[test]
+    fn a_slow_member_is_replaced_only_after_unhealthy_after_without_progress() {
+        let d = desired(3);
+        let mut o = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: three_with_c_down(),
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(300))],
+                ..Default::default()
+            },
+        };
+        // Unhealthy for 5m but running (never exited): slow, not unable to start; 10m applies.
+        assert!(matches!(run(&d, &o), Step::Wait { .. }), "{:?}", run(&d, &o));
+        o.timing.unhealthy_for = vec![("c".into(), Duration::from_secs(600))];
+        // Still applying entries (last progress 20 s ago): catching up, not dead.
+        o.timing.no_progress_for = vec![("c".into(), Duration::from_secs(20))];
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::MembersNotHealthy
+            }
+        ));
+        // No progress for as long: replaced (announced first).
+        o.timing.no_progress_for = vec![("c".into(), Duration::from_secs(600))];
+        let Step::AnnounceReplacement { id: 3, cause, .. } = run(&d, &o) else {
+            panic!("expected the announcement")
+        };
+        assert_eq!(cause.code(), "Unhealthy");
+        // Never answered its status while down: the time down counts as time without progress.
+        o.timing.no_progress_for.clear();
+        assert!(matches!(run(&d, &o), Step::AnnounceReplacement { id: 3, .. }));
+        o.timing.announced = announced(&["c"]);
         assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { id: 3, .. }));
     }
 
     #[test]
-    fn unhealthy_members_are_replaced_after_the_threshold() {
+    fn no_member_is_replaced_while_the_cluster_has_an_alarm() {
         let d = desired(3);
-        let etcd = view(
-            vec![
-                member(1, "a", false, true),
-                member(2, "b", false, true),
-                member(3, "c", false, false),
-            ],
-            1,
-        );
-        let young = Timing {
-            unhealthy_for: vec![("c".into(), Duration::from_secs(5))],
-            ..Default::default()
-        };
-        let o = Observed {
-            runtime: running(&["a", "b", "c"]),
-            etcd: etcd.clone(),
-            timing: young,
-        };
-        assert!(matches!(run(&d, &o), Step::Wait { .. }));
-        let old = Timing {
-            unhealthy_for: vec![("c".into(), Duration::from_secs(600))],
-            ..Default::default()
-        };
-        let o = Observed {
+        let mut etcd = three_with_c_down();
+        if let Some(v) = etcd.as_mut() {
+            v.alarms = vec![crate::model::MemberAlarm {
+                member: 3,
+                alarm: crate::model::AlarmKind::NoSpace,
+            }];
+        }
+        let mut o = Observed {
             runtime: running(&["a", "b", "c"]),
             etcd,
-            timing: old,
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(3600))],
+                announced: announced(&["c"]),
+                ..Default::default()
+            },
         };
+        // The space is reclaimed instead; c is neither announced nor removed.
+        assert!(
+            matches!(run(&d, &o), Step::ReclaimSpace { .. }),
+            "{:?}",
+            run(&d, &o)
+        );
+        // A crashed member under the alarm is restarted, not replaced.
+        o.runtime = running(&["a", "b"]);
+        o.runtime.push(crashed("c"));
+        let Step::Start { members } = run(&d, &o) else {
+            panic!("expected a restart")
+        };
+        assert_eq!(members[0].0, "c");
+    }
+
+    #[test]
+    fn the_last_up_to_date_copy_is_never_removed() {
+        let d = desired(3);
+        // c answers (no leader, so unhealthy) with an index ahead of both healthy members.
+        let mut c = member(3, "c", false, true);
+        if let Some(s) = c.status.as_mut() {
+            s.leader = 0;
+            s.raft_applied_index = 50;
+        }
+        let o = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: view(
+                vec![member(1, "a", false, true), member(2, "b", false, true), c],
+                1,
+            ),
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(3600))],
+                announced: announced(&["c"]),
+                ..Default::default()
+            },
+        };
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait")
+        };
+        assert_eq!(
+            reason,
+            WaitReason::LastUpToDateCopy {
+                name: "c".into(),
+                applied: 50,
+                others: 10
+            }
+        );
+        assert_eq!(reason.code(), "LastUpToDateCopy");
+        assert!(reason.degrades());
+        // Once a healthy member has applied as much, c may go.
+        let mut caught_up = o.clone();
+        if let Some(v) = caught_up.etcd.as_mut()
+            && let Some(s) = v.members[1].status.as_mut()
+        {
+            s.raft_applied_index = 50;
+        }
+        assert!(matches!(run(&d, &caught_up), Step::RemoveFromEtcd { id: 3, .. }));
+        // Asked for by name, the rule holds just the same.
+        let mut asked = desired(3);
+        asked.replace_member = Some("c".into());
+        assert!(matches!(
+            run(&asked, &o),
+            Step::Wait {
+                reason: WaitReason::LastUpToDateCopy { .. }
+            }
+        ));
+    }
+
+    #[test]
+    fn manual_policy_reports_once_then_waits_for_the_annotation() {
+        let mut d = desired(3);
+        d.replacement.manual = true;
+        let mut rt = running(&["a", "b"]);
+        rt.push(crashed("c"));
+        let mut o = Observed {
+            runtime: rt,
+            etcd: three_with_c_down(),
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(3600))],
+                failed_starts: vec![("c".into(), 9)],
+                ..Default::default()
+            },
+        };
+        assert!(matches!(
+            run(&d, &o),
+            Step::AnnounceReplacement {
+                id: 3,
+                awaiting_request: true,
+                ..
+            }
+        ));
+        // Announced: the member keeps being restarted on its data; nothing is removed.
+        o.timing.announced = announced(&["c"]);
+        assert!(matches!(run(&d, &o), Step::Start { .. }));
+        o.runtime = running(&["a", "b", "c"]);
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected a wait")
+        };
+        assert!(matches!(reason, WaitReason::ReplacementAwaitingRequest { ref name, .. } if name == "c"));
+        assert_eq!(reason.code(), "ReplacementPending");
+        assert!(
+            reason.to_string().contains("etcd.operator.dev/replace-member=c"),
+            "{reason}"
+        );
+        // The annotation names it: announced as asked (already announced: removed).
+        d.replace_member = Some("c".into());
         assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { id: 3, .. }));
+        o.timing.announced.clear();
+        assert!(matches!(
+            run(&d, &o),
+            Step::AnnounceReplacement {
+                cause: ReplacementCause::Requested,
+                awaiting_request: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn the_annotation_replaces_a_healthy_member_only_with_quorum_kept() {
+        let mut d = desired(3);
+        d.replace_member = Some("b".into());
+        let mut o = Observed {
+            runtime: running(&["a", "b", "c"]),
+            etcd: view(
+                vec![
+                    member(1, "a", false, true),
+                    member(2, "b", false, true),
+                    member(3, "c", false, true),
+                ],
+                1,
+            ),
+            timing: Timing::default(),
+        };
+        assert!(matches!(run(&d, &o), Step::AnnounceReplacement { id: 2, .. }));
+        o.timing.announced = announced(&["b"]);
+        assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { id: 2, .. }));
+        // The leader hands over first.
+        d.replace_member = Some("a".into());
+        o.timing.announced = announced(&["a"]);
+        assert_eq!(run(&d, &o), Step::MoveLeader { from: 1, to: 2 });
+        // With c down, removing b would leave one healthy voter of two: wait.
+        d.replace_member = Some("b".into());
+        o.timing.announced = announced(&["b"]);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::ReplacementWouldCostQuorum { .. }
+            }
+        ));
+        // A name that is no member asks for nothing.
+        d.replace_member = Some("gone-long-ago".into());
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::MembersNotHealthy
+            }
+        ));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! this only fills in what the user left out. Pure.
 
 use etcd_operator_api::v1alpha2::{
-    DEFAULT_REPLICAS, EtcdCluster, RECOVER_QUORUM_ANNOTATION, ROTATE_CERTIFICATES_ANNOTATION, StorageSpec,
+    DEFAULT_REPLICAS, EtcdCluster, RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION,
+    ROTATE_CERTIFICATES_ANNOTATION, StorageSpec,
 };
 use etcd_operator_api::versions::DEFAULT_ETCD_VERSION;
 
@@ -26,6 +27,10 @@ pub struct ClusterSpecView {
     pub certificate_rotation: Option<String>,
     /// The value of the [`RECOVER_QUORUM_ANNOTATION`]: a quorum recovery asked for.
     pub recover_quorum: Option<String>,
+    /// `spec.replacement` with its defaults.
+    pub replacement: etcd_operator_api::defaults::EffectiveReplacement,
+    /// The value of the [`REPLACE_MEMBER_ANNOTATION`]: the member to replace now.
+    pub replace_member: Option<String>,
 }
 
 impl ClusterSpecView {
@@ -48,13 +53,19 @@ impl ClusterSpecView {
             .and_then(|a| a.get(ROTATE_CERTIFICATES_ANNOTATION))
             .filter(|v| !v.is_empty())
             .cloned();
-        let recover_quorum = cluster
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(RECOVER_QUORUM_ANNOTATION))
-            .filter(|v| !v.is_empty())
-            .cloned();
+        let annotation = |key: &str| {
+            cluster
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let recover_quorum = annotation(RECOVER_QUORUM_ANNOTATION);
+        let replace_member = annotation(REPLACE_MEMBER_ANNOTATION);
+        let replacement = etcd_operator_api::defaults::effective_replacement(spec);
         Self {
             cluster,
             replicas,
@@ -63,6 +74,8 @@ impl ClusterSpecView {
             storage,
             certificate_rotation,
             recover_quorum,
+            replacement,
+            replace_member,
         }
     }
 }
@@ -116,5 +129,25 @@ mod tests {
         );
         c.metadata.annotations = Some([(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), String::new())].into());
         assert_eq!(ClusterSpecView::new(c).certificate_rotation, None);
+    }
+
+    #[test]
+    fn the_replacement_policy_and_the_replace_member_annotation_are_read() {
+        let view = ClusterSpecView::new(EtcdCluster::default());
+        assert!(!view.replacement.manual);
+        assert_eq!(view.replace_member, None);
+        let mut c = EtcdCluster::default();
+        c.spec.replacement = Some(etcd_operator_api::v1alpha2::ReplacementSpec {
+            policy: Some(etcd_operator_api::v1alpha2::ReplacementPolicy::Manual),
+            unhealthy_after: Some("30s".into()),
+            crash_loop_after: None,
+        });
+        c.metadata.annotations =
+            Some([(REPLACE_MEMBER_ANNOTATION.to_owned(), " c-abcde ".to_owned())].into());
+        let view = ClusterSpecView::new(c);
+        assert!(view.replacement.manual);
+        assert_eq!(view.replacement.unhealthy_after.as_secs(), 30);
+        assert_eq!(view.replacement.crash_loop_after.as_secs(), 300);
+        assert_eq!(view.replace_member.as_deref(), Some("c-abcde"));
     }
 }

@@ -138,6 +138,15 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "moving leadership before removing the leader".into(),
         ),
         Step::RemoveFromEtcd { name, reason, .. } => ("RemovingMember", format!("removing {name}: {reason}")),
+        Step::AnnounceReplacement {
+            name,
+            cause,
+            awaiting_request,
+            ..
+        } => (
+            "ReplacementPending",
+            plan::replacement_note(name, cause, *awaiting_request),
+        ),
         Step::DeleteRuntimeMember { name, reason } => {
             ("RemovingMember", format!("deleting {name}: {reason}"))
         }
@@ -379,6 +388,18 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
         && reason.degrades()
     {
         degraded = Some((reason.code(), reason.to_string()));
+    } else if let Step::AnnounceReplacement { .. } = &outcome.step {
+        degraded = Some(("ReplacementPending", step_reason(&outcome.step).1));
+    } else if !observed.timing.announced.is_empty() {
+        // Announced in an earlier round and not done yet (waiting for the request, or for the
+        // next round to remove it).
+        let notes: Vec<&str> = observed
+            .timing
+            .announced
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .collect();
+        degraded = Some(("ReplacementPending", notes.join("; ")));
     }
 
     let (progress_reason, progress_message) = step_reason(&outcome.step);
@@ -572,6 +593,71 @@ mod tests {
         assert_eq!(s.observed_generation, Some(4));
         assert_eq!(s.client_endpoints.as_ref().map(Vec::len), Some(3));
         assert_eq!(s.phase, Some(ClusterPhase::Running));
+    }
+
+    #[test]
+    fn a_pending_replacement_is_degraded_with_its_own_reason_until_done() {
+        let mut observed = Observed {
+            runtime: vec![],
+            etcd: Some(EtcdView {
+                cluster_id: 1,
+                members: vec![member(1, "a", true), member(2, "b", true), member(3, "c", false)],
+                leader: 1,
+                alarms: Vec::new(),
+            }),
+            timing: Timing::default(),
+        };
+        let cause = crate::plan::ReplacementCause::DataGone {
+            reason: "its data directory is gone".into(),
+        };
+        let announce = Outcome {
+            step: Step::AnnounceReplacement {
+                id: 3,
+                name: "c".into(),
+                cause: cause.clone(),
+                awaiting_request: false,
+            },
+            error: None,
+            roll: None,
+        };
+        let s = compute(&cluster(), &observed, &announce);
+        assert_eq!(get(&s, "Progressing").reason, "ReplacementPending");
+        let degraded = get(&s, "Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "ReplacementPending")
+        );
+        assert!(
+            degraded.message.contains("member c will be replaced"),
+            "{}",
+            degraded.message
+        );
+        // A later round (announced, something else planned) still says so.
+        observed.timing.announced = vec![("c".into(), crate::plan::replacement_note("c", &cause, false))];
+        let s = compute(&cluster(), &observed, &Outcome::idle());
+        assert_eq!(get(&s, "Degraded").reason, "ReplacementPending");
+        // Manual: the wait says how to ask.
+        let wait = Outcome {
+            step: Step::Wait {
+                reason: crate::plan::WaitReason::ReplacementAwaitingRequest {
+                    name: "c".into(),
+                    cause,
+                },
+            },
+            error: None,
+            roll: None,
+        };
+        let s = compute(&cluster(), &observed, &wait);
+        assert_eq!(get(&s, "Degraded").reason, "ReplacementPending");
+        assert!(
+            get(&s, "Degraded")
+                .message
+                .contains("etcd.operator.dev/replace-member=c")
+        );
+        // Done: nothing announced any more.
+        observed.timing.announced.clear();
+        let s = compute(&cluster(), &observed, &Outcome::idle());
+        assert_eq!(get(&s, "Degraded").reason, "MembersUnhealthy");
     }
 
     #[test]

@@ -549,6 +549,7 @@ fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
         config,
         liveness: Liveness::Reserved,
         certificates: None,
+        restarts: 0,
     }
 }
 
@@ -1194,6 +1195,46 @@ async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
 }
 
 #[tokio::test]
+async fn a_replacement_is_announced_with_a_warning_event_naming_the_member_pod() {
+    let c = member("eeeee");
+    let c2 = c.clone();
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            let event = api
+                .expect(
+                    Method::POST,
+                    &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], "MemberReplacing");
+            assert_eq!(event.body["action"], "ReplaceMember");
+            assert_eq!(event.body["regarding"]["kind"], "EtcdCluster");
+            assert_eq!(
+                event.body["related"],
+                json!({"apiVersion": "v1", "kind": "Pod", "name": c2, "namespace": NS})
+            );
+            assert_eq!(
+                event.body["note"],
+                format!("member {c2} will be replaced by a fresh member: it cannot start")
+            );
+            let body = event.body.clone();
+            event.reply(StatusCode::CREATED, &body);
+        },
+        async |rt: KubernetesRuntime| {
+            rt.announce_replacement(
+                &cluster_ref(),
+                &c,
+                &format!("member {c} will be replaced by a fresh member: it cannot start"),
+            )
+            .await;
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn removing_an_already_removed_member_succeeds() {
     let c = member("ddddd");
     let c2 = c.clone();
@@ -1372,9 +1413,14 @@ async fn members_are_classified_running_gone_or_reserved() {
     let cfg2 = cfg.clone();
     let got = scenario(
         async move |api: &mut ApiServerVerifier| {
+            // The running one's container was restarted by the kubelet (a crash loop).
+            let mut restarted = pod(&running, "Running", Some(&cfg2), false);
+            restarted["status"]["containerStatuses"] = json!([{
+                "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 4
+            }]);
             api.list_members(
                 vec![
-                    pod(&running, "Running", Some(&cfg2), false),
+                    restarted,
                     pod(&pending, "Pending", Some(&cfg2), false),
                     pod(&failed, "Failed", Some(&cfg2), false),
                     pod(&terminating, "Running", Some(&cfg2), true),
@@ -1416,12 +1462,16 @@ async fn members_are_classified_running_gone_or_reserved() {
         config: Some(cfg.clone()),
         liveness,
         certificates: None,
+        restarts: 0,
     };
     let gone = |reason: String, restartable: bool| Liveness::Gone { reason, restartable };
     assert_eq!(
         got,
         vec![
-            with(&running, Liveness::Running),
+            RuntimeMember {
+                restarts: 4,
+                ..with(&running, Liveness::Running)
+            },
             with(&pending, Liveness::Running),
             with(&failed, gone(format!("Pod {failed} has phase Failed"), true)),
             with(

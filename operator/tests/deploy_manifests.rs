@@ -616,7 +616,7 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 13] = [
+const RUNTIME_OPERATIONS: [&str; 14] = [
     "client_tls",
     "recover_quorum",
     "renew_certificates",
@@ -628,6 +628,7 @@ const RUNTIME_OPERATIONS: [&str; 13] = [
     "change_version",
     "stop",
     "snapshot_dir",
+    "announce_replacement",
     "remove",
     "teardown",
 ];
@@ -670,6 +671,9 @@ async fn drive_runtime(stub: &Stub) {
             let _ = runtime.recover_quorum(&cluster, &spec, &member).await;
             let _ = runtime.stop(&cluster, &member).await;
             let _ = runtime.snapshot_dir(&cluster);
+            runtime
+                .announce_replacement(&cluster, &member, "member will be replaced")
+                .await;
             let _ = runtime.remove(&cluster, &member, true).await;
             let _ = runtime.remove(&cluster, &member, false).await;
             let _ = runtime.teardown(&cluster, true).await;

@@ -219,6 +219,14 @@ impl LocalOperator {
             .unwrap_or_default()
     }
 
+    /// The whole log of the current run.
+    pub fn log(&self) -> String {
+        self.process
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p.log_path()).ok())
+            .unwrap_or_default()
+    }
+
     /// The operator's pid.
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(TestProcess::pid)

@@ -151,6 +151,9 @@ pub(crate) fn spec(report: &mut Report, spec: &v2::EtcdClusterSpec) {
     if let Some(maintenance) = &spec.maintenance {
         maintenance_spec(report, &path.child("maintenance"), maintenance);
     }
+    if let Some(replacement) = &spec.replacement {
+        replacement_spec(report, &path.child("replacement"), replacement);
+    }
     if let Some(tls) = &spec.tls {
         let tls_path = path.child("tls");
         if let Some(client) = &tls.client {
@@ -411,6 +414,34 @@ fn storage_spec(report: &mut Report, path: &Path, storage: &v2::StorageSpec) {
             &path.child("medium"),
             "with medium Memory a member's data is lost when its Pod stops; losing a majority at once loses the cluster's data (configure backups)",
         );
+    }
+}
+
+fn replacement_spec(report: &mut Report, path: &Path, replacement: &v2::ReplacementSpec) {
+    if let Some(policy) = &replacement.policy
+        && !policy.is_known()
+    {
+        report.error(FieldError::not_supported(
+            &path.child("policy"),
+            policy.as_str(),
+            v2::ReplacementPolicy::KNOWN,
+        ));
+    }
+    let (low, high) = crate::defaults::REPLACEMENT_AFTER_RANGE;
+    for (name, value) in [
+        ("unhealthyAfter", &replacement.unhealthy_after),
+        ("crashLoopAfter", &replacement.crash_loop_after),
+    ] {
+        let Some(value) = value else { continue };
+        let field = path.child(name);
+        match format::duration_seconds(value) {
+            Err(e) => report.error(FieldError::invalid(&field, value, e)),
+            #[allow(clippy::cast_precision_loss)]
+            Ok(secs) if secs < low as f64 || secs > high as f64 => {
+                report.error(FieldError::invalid(&field, value, "must be between 10s and 168h"))
+            }
+            Ok(_) => {}
+        }
     }
 }
 

@@ -89,6 +89,22 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             ctx.members.remove(&others, *id).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "removed member from etcd");
         }
+        Step::AnnounceReplacement {
+            name,
+            cause,
+            awaiting_request,
+            ..
+        } => {
+            let note = crate::plan::replacement_note(name, cause, *awaiting_request);
+            tracing::warn!(cluster = %cluster.key(), member = %name, cause = cause.code(), "{note}");
+            ctx.runtime.announce_replacement(cluster, name, &note).await;
+            if let Ok(mut all) = ctx.memory.lock() {
+                all.entry(cluster.key())
+                    .or_default()
+                    .announced
+                    .insert(name.clone(), note);
+            }
+        }
         Step::DeleteRuntimeMember { name, reason } => {
             ctx.runtime.remove(cluster, name, false).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "deleted member");
@@ -343,6 +359,7 @@ mod tests {
             config: Some(config("3.5.0")),
             liveness: Liveness::Running,
             certificates: None,
+            restarts: 0,
         }
     }
 
@@ -590,6 +607,61 @@ mod tests {
             2,
             "nothing was sent for the unknown leader"
         );
+    }
+
+    #[tokio::test]
+    async fn an_announced_replacement_warns_through_the_runtime_and_is_remembered_touching_nothing() {
+        let ctx = setup();
+        let step = Step::AnnounceReplacement {
+            id: 3,
+            name: "c".into(),
+            cause: crate::plan::ReplacementCause::CrashLoop {
+                reason: "the process exited".into(),
+                failed_starts: 4,
+                down_for: Duration::from_secs(320),
+            },
+            awaiting_request: false,
+        };
+        let (result, _) = run(&ctx, step).await;
+        assert!(result.is_ok(), "{result:?}");
+        let calls = ctx.runtime.calls();
+        let [RuntimeCall::AnnounceReplacement(member, note)] = calls.as_slice() else {
+            panic!("{calls:?}")
+        };
+        assert_eq!(member, "c");
+        assert!(
+            note.starts_with(
+                "member c will be replaced by a fresh member: it cannot start: failed 4 time(s)"
+            ),
+            "{note}"
+        );
+        // Nothing was removed, and no etcd call made.
+        assert_eq!(ctx.members.actions(), []);
+        assert_eq!(ctx.runtime.held().len(), 4);
+        let remembered = ctx
+            .memory
+            .lock()
+            .unwrap()
+            .get("ns/c")
+            .map(|m| m.announced.clone());
+        assert_eq!(remembered, Some([("c".to_owned(), note.clone())].into()));
+
+        // Manual: the note says how to ask.
+        let step = Step::AnnounceReplacement {
+            id: 2,
+            name: "b".into(),
+            cause: crate::plan::ReplacementCause::Unhealthy {
+                down_for: Duration::from_secs(700),
+            },
+            awaiting_request: true,
+        };
+        let (result, _) = run(&ctx, step).await;
+        assert!(result.is_ok(), "{result:?}");
+        let calls = ctx.runtime.calls();
+        let Some(RuntimeCall::AnnounceReplacement(_, note)) = calls.last() else {
+            panic!("{calls:?}")
+        };
+        assert!(note.contains("etcd.operator.dev/replace-member=b"), "{note}");
     }
 
     #[tokio::test]

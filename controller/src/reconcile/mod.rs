@@ -83,6 +83,14 @@ impl ReconcileError {
 struct Memory {
     bootstrap_since: Option<Instant>,
     unhealthy_since: HashMap<String, Instant>,
+    /// Per member that is down: how often it failed to stay up since it was last healthy,
+    /// whether it was gone when last seen (so each exit counts once), and the runtime's restart
+    /// count when last seen (restarts the platform did itself count as failures too).
+    failed_starts: HashMap<String, FailedStarts>,
+    /// Per member: the highest raft index it was seen to apply, and when it first did.
+    progress: HashMap<String, (u64, Instant)>,
+    /// Members whose replacement was announced, with what was said.
+    announced: HashMap<String, String>,
     /// Since when each member restarted on a new version has waited to be verified on it.
     version_wait_since: HashMap<String, Instant>,
     /// The roll as this process last left it: newer than the watched object's status until the
@@ -90,6 +98,14 @@ struct Memory {
     roll: Option<RollRecord>,
     /// The maintenance record as this process last left it (same reason as `roll`).
     maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
+}
+
+/// See [`Memory::failed_starts`].
+#[derive(Debug, Default, Clone, Copy)]
+struct FailedStarts {
+    count: u32,
+    was_gone: bool,
+    restarts: u32,
 }
 
 /// Shared by every reconcile.
@@ -283,6 +299,8 @@ fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
                 .and_then(|s| s.recovery.as_ref())
                 .is_none_or(|done| &done.request != request)
         }),
+        replacement: spec.replacement,
+        replace_member: spec.replace_member.clone(),
     }
 }
 
@@ -446,7 +464,15 @@ async fn apply<R: Runtime, M: MemberOps>(
     // Whether `observed` holds a view (the metrics keep the last one when observing failed).
     let mut observed_once = false;
     for _ in 0..MAX_STEPS_PER_RECONCILE {
-        match observe::observe(cluster, ctx, &desired.version, client_tls.as_ref()).await {
+        match observe::observe(
+            cluster,
+            ctx,
+            &desired.version,
+            desired.replace_member.as_deref(),
+            client_tls.as_ref(),
+        )
+        .await
+        {
             Ok((seen, None)) => {
                 observed = seen;
                 observed_once = true;
@@ -538,6 +564,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         if matches!(
             outcome.step,
             Step::SnapshotBeforeUpgrade { .. }
+                | Step::AnnounceReplacement { .. }
                 | Step::RollBack { .. }
                 | Step::HaltUpgrade { .. }
                 | Step::RecoverQuorum { .. }

@@ -19,6 +19,7 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
     cluster: &ClusterRef,
     ctx: &Context<R, M>,
     version: &str,
+    replace_member: Option<&str>,
     client_tls: Option<&ClientTls>,
 ) -> Result<(Observed, Option<MemberOpError>), RuntimeError> {
     let runtime = ctx.runtime.members(cluster).await?;
@@ -61,20 +62,69 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
             timing.bootstrap_waiting = Some(now - since);
         }
         let mut still_unhealthy = HashMap::new();
+        let mut still_failing = HashMap::new();
+        let mut progress = HashMap::new();
         if let Some(view) = &etcd {
             for m in &view.members {
                 let Some(r) = runtime.iter().find(|r| m.peer_urls.contains(&r.peer_url)) else {
                     continue;
                 };
-                let down = matches!(r.liveness, Liveness::Gone { .. })
-                    || (r.liveness == Liveness::Running && !is_healthy(m));
+                let gone = matches!(r.liveness, Liveness::Gone { .. });
+                let down = gone || (r.liveness == Liveness::Running && !is_healthy(m));
+                if let Some(status) = &m.status {
+                    // Progress: since when the member applied the highest index seen.
+                    let seen = match memory.progress.get(&r.name) {
+                        Some(&(index, since)) if index >= status.raft_applied_index => (index, since),
+                        _ => (status.raft_applied_index, now),
+                    };
+                    progress.insert(r.name.clone(), seen);
+                } else if let Some(seen) = memory.progress.get(&r.name) {
+                    progress.insert(r.name.clone(), *seen);
+                }
                 if down {
                     let since = memory.unhealthy_since.get(&r.name).copied().unwrap_or(now);
                     still_unhealthy.insert(r.name.clone(), since);
                     timing.unhealthy_for.push((r.name.clone(), now - since));
+                    // Each exit (a transition to gone) counts once per episode, and so does each
+                    // restart the platform made itself (a kubelet restarting a container).
+                    let last = memory
+                        .failed_starts
+                        .get(&r.name)
+                        .copied()
+                        .unwrap_or(super::FailedStarts {
+                            restarts: r.restarts,
+                            ..Default::default()
+                        });
+                    let count = last
+                        .count
+                        .saturating_add(u32::from(gone && !last.was_gone))
+                        .saturating_add(r.restarts.saturating_sub(last.restarts));
+                    still_failing.insert(
+                        r.name.clone(),
+                        super::FailedStarts {
+                            count,
+                            was_gone: gone,
+                            restarts: r.restarts,
+                        },
+                    );
+                    timing.failed_starts.push((r.name.clone(), count));
+                    if let Some((_, since)) = progress.get(&r.name) {
+                        timing.no_progress_for.push((r.name.clone(), now - *since));
+                    }
                 }
             }
         }
+        memory.failed_starts = still_failing;
+        memory.progress = progress;
+        // An announcement stands while its member is still down (or still asked for).
+        memory
+            .announced
+            .retain(|name, _| still_unhealthy.contains_key(name) || replace_member == Some(name.as_str()));
+        timing.announced = memory
+            .announced
+            .iter()
+            .map(|(n, note)| (n.clone(), note.clone()))
+            .collect();
         memory.unhealthy_since = still_unhealthy;
         // Members recorded on `version` after a version change that etcd does not yet show
         // healthy, caught up and on it: the roll's health gate clock.
@@ -121,6 +171,7 @@ mod tests {
             config: None,
             liveness,
             certificates: None,
+            restarts: 0,
         }
     }
 
@@ -147,8 +198,8 @@ mod tests {
             cert_pem: "cert".into(),
             key_pem: "key".into(),
         };
-        observe(&cluster, &ctx, "3.5.1", Some(&tls)).await.unwrap();
-        observe(&cluster, &ctx, "3.5.1", None).await.unwrap();
+        observe(&cluster, &ctx, "3.5.1", None, Some(&tls)).await.unwrap();
+        observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap();
         let all = vec!["https://a:2379".to_string(), "https://b:2379".to_string()];
         assert_eq!(
             ctx.members.calls(),
@@ -159,5 +210,111 @@ mod tests {
                 Call::Observe(vec!["https://a:2379".into()]),
             ]
         );
+    }
+
+    fn sick(view: &mut crate::model::EtcdView, applied: u64) {
+        if let Some(s) = view.members[1].status.as_mut() {
+            s.errors = vec!["etcdserver: no leader".into()];
+            s.raft_applied_index = applied;
+        }
+    }
+
+    #[tokio::test]
+    async fn exits_progress_and_announcements_are_remembered_per_member_while_it_is_down() {
+        use crate::member_ops::fake::healthy_member;
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let mut a = member("a", Liveness::Running);
+        let mut b = member("b", Liveness::Running);
+        a.peer_url = "http://a:2380".into();
+        b.peer_url = "http://b:2380".into();
+        let mut view = crate::model::EtcdView {
+            cluster_id: 1,
+            members: vec![
+                healthy_member(1, "a", "3.5.1", 1),
+                healthy_member(2, "b", "3.5.1", 1),
+            ],
+            leader: 1,
+            alarms: Vec::new(),
+        };
+        sick(&mut view, 10);
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            FakeRuntime::new(vec![a, b], None),
+            Thresholds::default(),
+            FakeMemberOps::new(Some(view.clone())),
+        );
+        let cluster = ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        };
+        let look = || async {
+            observe(&cluster, &ctx, "3.5.1", None, None)
+                .await
+                .unwrap()
+                .0
+                .timing
+        };
+        let failed = |t: &Timing| t.failed_starts.iter().find(|(n, _)| n == "b").map(|(_, c)| *c);
+        let gone = || Liveness::Gone {
+            reason: "the process exited".into(),
+            restartable: true,
+        };
+
+        // Down but never exited: slow, not failing to start; only b is down.
+        let t = look().await;
+        assert_eq!(t.failed_starts, [("b".to_owned(), 0)]);
+        assert_eq!(t.unhealthy_for.len(), 1);
+        // Each exit counts once, however often it is seen gone.
+        ctx.runtime.set_liveness("b", gone());
+        assert_eq!(failed(&look().await), Some(1));
+        assert_eq!(failed(&look().await), Some(1));
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        assert_eq!(failed(&look().await), Some(1));
+        ctx.runtime.set_liveness("b", gone());
+        assert_eq!(failed(&look().await), Some(2));
+
+        // Restarts the platform made (a kubelet's restartCount) count as failures too.
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        ctx.runtime.set_restarts("b", 3);
+        assert_eq!(failed(&look().await), Some(5));
+
+        // Progress: time without a new applied index grows, and a new index starts it again.
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let stalled = |t: &Timing| t.no_progress_for.iter().find(|(n, _)| n == "b").map(|(_, d)| *d);
+        let before = stalled(&look().await).unwrap();
+        assert!(before >= std::time::Duration::from_millis(50), "{before:?}");
+        sick(&mut view, 11);
+        ctx.members.set_view(Some(view.clone()));
+        let after = stalled(&look().await).unwrap();
+        assert!(after < before, "{after:?} after progress, {before:?} before");
+
+        // An announcement stands while b is down, or while it is asked for by name.
+        ctx.memory
+            .lock()
+            .unwrap()
+            .get_mut("ns/c")
+            .unwrap()
+            .announced
+            .insert("b".into(), "b will be replaced".into());
+        assert_eq!(
+            look().await.announced,
+            [("b".to_owned(), "b will be replaced".to_owned())]
+        );
+        view.members[1] = healthy_member(2, "b", "3.5.1", 1);
+        ctx.members.set_view(Some(view.clone()));
+        let asked = observe(&cluster, &ctx, "3.5.1", Some("b"), None)
+            .await
+            .unwrap()
+            .0
+            .timing;
+        assert_eq!(asked.announced.len(), 1);
+        assert!(
+            asked.failed_starts.is_empty(),
+            "healthy again: the count starts over"
+        );
+        assert_eq!(look().await.announced, []);
     }
 }

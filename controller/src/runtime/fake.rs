@@ -24,6 +24,8 @@ pub enum RuntimeCall {
     RecoverQuorum(String),
     /// `stop(name)`.
     Stop(String),
+    /// `announce_replacement(member, note)`.
+    AnnounceReplacement(String, String),
     /// `remove(name, keep_data)`.
     Remove(String, bool),
     /// `teardown(keep_data)`.
@@ -101,6 +103,20 @@ impl FakeRuntime {
         self.state().calls.clone()
     }
 
+    /// Sets a member's liveness (a process exiting, a Pod failing) as a test scripts it.
+    pub fn set_liveness(&self, name: &str, liveness: Liveness) {
+        if let Some(m) = self.state().members.iter_mut().find(|m| m.name == name) {
+            m.liveness = liveness;
+        }
+    }
+
+    /// Sets a member's restart count (a kubelet restarting its container).
+    pub fn set_restarts(&self, name: &str, restarts: u32) {
+        if let Some(m) = self.state().members.iter_mut().find(|m| m.name == name) {
+            m.restarts = restarts;
+        }
+    }
+
     /// The members now.
     pub fn held(&self) -> Vec<RuntimeMember> {
         self.state().members.clone()
@@ -150,6 +166,7 @@ impl Runtime for FakeRuntime {
             config: None,
             liveness: Liveness::Reserved,
             certificates: None,
+            restarts: 0,
         };
         state.members.push(m.clone());
         Ok(m)
@@ -240,6 +257,13 @@ impl Runtime for FakeRuntime {
 
     fn snapshot_dir(&self, _cluster: &ClusterRef) -> Option<PathBuf> {
         self.snapshot_dir.clone()
+    }
+
+    async fn announce_replacement(&self, _cluster: &ClusterRef, member: &str, note: &str) {
+        self.state().calls.push(RuntimeCall::AnnounceReplacement(
+            member.to_owned(),
+            note.to_owned(),
+        ));
     }
 
     async fn remove(&self, _cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {

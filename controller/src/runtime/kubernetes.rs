@@ -146,6 +146,20 @@ fn is_memory_pod(pod: &Pod) -> bool {
         })
 }
 
+/// How often the kubelet restarted the Pod's containers (the etcd container is its only one;
+/// init containers do not count).
+fn container_restarts(pod: &Pod) -> u32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |statuses| {
+            statuses
+                .iter()
+                .map(|c| u32::try_from(c.restart_count).unwrap_or(0))
+                .fold(0, u32::saturating_add)
+        })
+}
+
 /// A restore init container of the Pod that exited with an error and has not succeeded since
 /// (terminated now, or waiting to be restarted after it failed), or that cannot be created (its
 /// credentials Secret or a key of it is missing): what it reported, e.g. a checksum mismatch.
@@ -386,6 +400,7 @@ impl KubernetesRuntime {
             config,
             liveness,
             certificates: None,
+            restarts: pod.map_or(0, container_restarts),
         }))
     }
 
@@ -701,6 +716,7 @@ impl Runtime for KubernetesRuntime {
             config,
             liveness: Liveness::Reserved,
             certificates: None,
+            restarts: 0,
         })
     }
 
@@ -948,6 +964,25 @@ impl Runtime for KubernetesRuntime {
         // The members' volumes are mounted only by their Pods; the operator has no durable place
         // of its own. The backup destination (when configured) is where snapshots go.
         None
+    }
+
+    /// A Warning Event on the EtcdCluster, reason `MemberReplacing`, naming the member's Pod.
+    async fn announce_replacement(&self, cluster: &ClusterRef, member: &str, note: &str) {
+        let pod = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            namespace: Some(cluster.namespace.clone()),
+            name: Some(member.to_owned()),
+            ..ObjectReference::default()
+        };
+        self.publish_warning(
+            cluster,
+            super::MEMBER_REPLACING_REASON,
+            "ReplaceMember",
+            note.to_owned(),
+            Some(pod),
+        )
+        .await;
     }
 
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {

@@ -408,6 +408,7 @@ impl LocalRuntime {
             config: file.config.clone(),
             liveness,
             certificates: self.member_certificates(dir, file),
+            restarts: 0,
         }
     }
 
@@ -557,6 +558,36 @@ fn proc_state(pid: u32) -> Option<(char, u64)> {
     let state = rest.next()?.chars().next()?;
     let start = rest.nth(18)?.parse().ok()?;
     Some((state, start))
+}
+
+/// How many removed members' data directories the local runtime keeps under
+/// `<cluster>/.retained/removed/` (the newest by removal time).
+pub const RETAINED_REMOVED_LIMIT: usize = 3;
+
+/// `dir/name`, or `dir/name.<n>` for the first `n` not taken.
+fn unused_path(dir: &Path, name: &str) -> PathBuf {
+    let plain = dir.join(name);
+    if !plain.exists() {
+        return plain;
+    }
+    (1u32..)
+        .map(|n| dir.join(format!("{name}.{n}")))
+        .find(|p| !p.exists())
+        .unwrap_or(plain)
+}
+
+/// Deletes all but the `keep` newest (by modification time) directories in `dir`.
+fn prune_removed(dir: &Path, keep: usize) -> std::io::Result<()> {
+    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    entries.sort_by_key(|e| std::cmp::Reverse(e.0));
+    for (_, path) in entries.into_iter().skip(keep) {
+        tracing::info!(path = %path.display(), "deleting the oldest set-aside member data");
+        std::fs::remove_dir_all(&path)?;
+    }
+    Ok(())
 }
 
 fn free_port_pair() -> std::io::Result<(u16, u16)> {
@@ -765,19 +796,41 @@ impl Runtime for LocalRuntime {
         Some(self.cluster_dir(cluster).join("snapshots"))
     }
 
+    /// No Events here: a warning in the operator's log (status carries the condition).
+    async fn announce_replacement(&self, cluster: &ClusterRef, member: &str, note: &str) {
+        tracing::warn!(cluster = %cluster.key(), %member, reason = super::MEMBER_REPLACING_REASON, "{note}");
+    }
+
+    /// With `keep_data` the member's directory moves to `<cluster>/.retained/<member>` (kept
+    /// until the cluster is deleted). Without, it moves to `<cluster>/.retained/removed/<member>`
+    /// when it holds data, and only the newest [`RETAINED_REMOVED_LIMIT`] there are kept: a
+    /// member removed by mistake can still be looked at, and repeated replacements do not fill
+    /// the disk.
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
         let dir = self.member_dir(cluster, name);
         if !dir.exists() {
             return Ok(());
         }
         self.stop_process(&dir, name).await;
+        let retained = self.cluster_dir(cluster).join(".retained");
         if keep_data {
-            let retained = self.cluster_dir(cluster).join(".retained");
             std::fs::create_dir_all(&retained).map_err(io("retain member data", name))?;
-            std::fs::rename(&dir, retained.join(name)).map_err(io("retain member data", name))
-        } else {
-            std::fs::remove_dir_all(&dir).map_err(io("delete member data", name))
+            return std::fs::rename(&dir, unused_path(&retained, name))
+                .map_err(io("retain member data", name));
         }
+        if !dir.join("data").exists() {
+            return std::fs::remove_dir_all(&dir).map_err(io("delete member directory", name));
+        }
+        let removed = retained.join("removed");
+        std::fs::create_dir_all(&removed).map_err(io("set member data aside", name))?;
+        let target = unused_path(&removed, name);
+        std::fs::rename(&dir, &target).map_err(io("set member data aside", name))?;
+        // The move keeps the directory's own times: stamp it so pruning goes by removal time.
+        std::fs::File::open(&target)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+            .map_err(io("set member data aside", name))?;
+        tracing::info!(cluster = %cluster.key(), member = %name, path = %target.display(), "set the removed member's data aside");
+        prune_removed(&removed, RETAINED_REMOVED_LIMIT).map_err(io("prune set-aside member data", name))
     }
 
     /// The operator's client certificate from the cluster's client CA (`auto` TLS).
@@ -871,6 +924,49 @@ mod tests {
         assert_eq!(a.liveness, Liveness::Reserved);
         let fresh = LocalRuntime::new(root.path(), binaries());
         assert_eq!(fresh.members(&cluster()).await.unwrap(), vec![a]);
+    }
+
+    #[tokio::test]
+    async fn removed_members_data_is_set_aside_and_only_the_newest_are_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let cluster_dir = root.path().join("ns").join("c");
+        let removed = cluster_dir.join(".retained").join("removed");
+        let mut names = Vec::new();
+        for i in 0..=RETAINED_REMOVED_LIMIT {
+            let name = format!("c-{i:05}");
+            rt.reserve(&cluster(), &spec(), &name).await.unwrap();
+            let data = rt.member_dir(&cluster(), &name).join("data");
+            std::fs::create_dir_all(data.join("member")).unwrap();
+            std::fs::write(data.join("member").join("db"), name.as_bytes()).unwrap();
+            rt.remove(&cluster(), &name, false).await.unwrap();
+            assert!(!rt.member_dir(&cluster(), &name).exists());
+            assert_eq!(
+                std::fs::read(removed.join(&name).join("data/member/db")).unwrap(),
+                name.as_bytes()
+            );
+            names.push(name);
+            // Removal times one after the other, so the order is plain.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // One more than the limit: the oldest went.
+        let mut kept: Vec<String> = std::fs::read_dir(&removed)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        kept.sort();
+        assert_eq!(kept, names[1..]);
+        // Not among the members.
+        assert!(rt.members(&cluster()).await.unwrap().is_empty());
+
+        // A member without data leaves nothing behind; one kept on purpose is never pruned.
+        rt.reserve(&cluster(), &spec(), "c-empty").await.unwrap();
+        rt.remove(&cluster(), "c-empty", false).await.unwrap();
+        assert!(!removed.join("c-empty").exists());
+        rt.reserve(&cluster(), &spec(), "c-keep").await.unwrap();
+        rt.remove(&cluster(), "c-keep", true).await.unwrap();
+        assert!(cluster_dir.join(".retained").join("c-keep").is_dir());
     }
 
     #[tokio::test]

@@ -9,6 +9,9 @@ use std::future::Future;
 
 use crate::model::{ClusterRef, MemberConfig, RuntimeMember};
 
+/// The reason of the Warning Event announcing a member's replacement.
+pub const MEMBER_REPLACING_REASON: &str = "MemberReplacing";
+
 /// Cluster-wide settings a runtime needs when it creates children (image, storage, pod template).
 pub use crate::spec::ClusterSpecView;
 
@@ -192,7 +195,21 @@ pub trait Runtime: Send + Sync + 'static {
     /// operator (Kubernetes: the data lives in volumes mounted only by the member Pods).
     fn snapshot_dir(&self, cluster: &ClusterRef) -> Option<std::path::PathBuf>;
 
-    /// Stops the member and removes it with its data (or keeps the data when `keep_data`).
+    /// Tells people that `member` is about to be replaced (or, with `policy: Manual`, needs
+    /// replacing): a Warning Event with reason [`MEMBER_REPLACING_REASON`] where the runtime has
+    /// Events (Kubernetes), a warning in the operator's log otherwise. Best effort: a failure is
+    /// logged, never returned.
+    fn announce_replacement(
+        &self,
+        cluster: &ClusterRef,
+        member: &str,
+        note: &str,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// Stops the member and removes it. Its data is kept (set aside) when `keep_data`; otherwise
+    /// it is given up: the Kubernetes runtime deletes the volume claim; the local runtime sets the
+    /// data directory aside under `<cluster>/.retained/removed/`, where only the newest
+    /// [`local::RETAINED_REMOVED_LIMIT`] are kept.
     fn remove(
         &self,
         cluster: &ClusterRef,
