@@ -466,6 +466,7 @@ mod tests {
             config: None,
             liveness: Liveness::Running,
             certificates: None,
+            restarts: 0,
         }
     }
 

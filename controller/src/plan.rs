@@ -747,6 +747,7 @@ impl Step {
             Step::AddLearner { .. } => "AddLearner",
             Step::Promote { .. } => "Promote",
             Step::MoveLeader { .. } => "MoveLeader",
+            Step::AnnounceReplacement { .. } => "AnnounceReplacement",
             Step::RemoveFromEtcd { .. } => "RemoveFromEtcd",
             Step::DeleteRuntimeMember { .. } => "DeleteRuntimeMember",
             Step::SnapshotBeforeUpgrade { .. } => "SnapshotBeforeUpgrade",

@@ -619,6 +619,7 @@ mod tests {
             },
             error: None,
             roll: None,
+            maintenance: None,
         };
         let s = compute(&cluster(), &observed, &announce);
         assert_eq!(get(&s, "Progressing").reason, "ReplacementPending");
@@ -646,6 +647,7 @@ mod tests {
             },
             error: None,
             roll: None,
+            maintenance: None,
         };
         let s = compute(&cluster(), &observed, &wait);
         assert_eq!(get(&s, "Degraded").reason, "ReplacementPending");
