@@ -219,6 +219,14 @@ impl LocalOperator {
             .unwrap_or_default()
     }
 
+    /// The whole log of the current run.
+    pub fn log(&self) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.log_tail(usize::MAX))
+            .unwrap_or_default()
+    }
+
     /// The operator's pid.
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(TestProcess::pid)
