@@ -546,7 +546,10 @@ mod tests {
             reason.contains("no etcdutl of etcd 3.6.x is installed"),
             "{reason}"
         );
-        assert!(reason.contains("installed only with etcd 3.5.16"), "{reason}");
+        assert!(
+            reason.contains("(installed versions with etcdutl: 3.5.16)"),
+            "{reason}"
+        );
         assert!(reason.contains("another minor is never used"), "{reason}");
         // Nor the other way round: a 3.6 etcdutl does not restore for 3.5.
         let dir = binaries(&[("3.6.15", "etcdutl"), ("3.5.34", "etcd")]);
@@ -556,7 +559,10 @@ mod tests {
         ));
         // An empty (or absent) binaries directory says none is installed.
         let err = RestoreTool::for_version(&dir.path().join("absent"), "3.5.34").unwrap_err();
-        assert!(err.to_string().contains("none is installed"), "{err}");
+        assert!(
+            err.to_string().contains("(no installed version has etcdutl)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -128,12 +128,12 @@ fn missing_reason(version: &str, program: &str, installed: &[String]) -> String 
         .map(|v| format!("{}.{}", v.major, v.minor))
         .unwrap_or_else(|_| version.to_owned());
     let elsewhere = if installed.is_empty() {
-        "none is installed".to_owned()
+        format!("no installed version has {program}")
     } else {
-        format!("installed only with etcd {}", installed.join(", "))
+        format!("installed versions with {program}: {}", installed.join(", "))
     };
     format!(
-        "no {program} of etcd {minor}.x is installed ({program} is {elsewhere}); the {program} of another minor is never used, as the data format of a member differs between minors"
+        "no {program} of etcd {minor}.x is installed ({elsewhere}); the {program} of another minor is never used, as the data format of a member differs between minors"
     )
 }
 
