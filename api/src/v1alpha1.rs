@@ -82,7 +82,7 @@ pub struct ClusterSpec {
 
     /// The etcd version to run, a semantic version `3.<minor>.<patch>` with minor 4, 5 or 6 and no
     /// pre-release. Upgrades move by a patch or by exactly one minor version at a time; the only
-    /// minor downgrade is 3.6 to 3.5. Defaults to the operator's default version (3.5.21).
+    /// minor downgrade is 3.6 to 3.5. Defaults to the operator's default version (3.5.34).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 

@@ -10,7 +10,7 @@ use std::fmt;
 use semver::Version;
 
 /// The etcd version a cluster runs when `spec.version` is unset.
-pub const DEFAULT_ETCD_VERSION: &str = "3.5.21";
+pub const DEFAULT_ETCD_VERSION: &str = "3.5.34";
 /// The only supported etcd major version.
 pub const SUPPORTED_MAJOR: u64 = 3;
 /// The supported etcd minor versions.
@@ -20,7 +20,7 @@ pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u64> = 4..=6;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {
     /// The string is not `MAJOR.MINOR.PATCH`.
-    #[error("must be a semantic version MAJOR.MINOR.PATCH such as 3.5.21: {0}")]
+    #[error("must be a semantic version MAJOR.MINOR.PATCH such as 3.5.34: {0}")]
     NotSemver(String),
     /// The string starts with `v`.
     #[error("must not start with 'v': write {0}")]

@@ -140,11 +140,13 @@ fn obj(ns: &str, name: &str) -> String {
     format!("{}/{name}", coll(ns))
 }
 
+/// A cluster that asks for what defaulting gives, the default version included (so a
+/// `{"spec":null}` merge patch changes nothing).
 fn cluster(name: &str) -> Value {
     json!({
         "apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
         "metadata": {"name": name},
-        "spec": {"replicas": 3, "version": "3.5.21"},
+        "spec": {"replicas": 3, "version": etcd_operator_api::versions::DEFAULT_ETCD_VERSION},
     })
 }
 

@@ -16,6 +16,10 @@ pub enum EtcdVersion {
     V3_5_1,
     /// 3.5.16, from Debian trixie (`etcd-server`, `etcd-client`).
     V3_5_16,
+    /// 3.5.34, the default `spec.version`, from the crates.io crate `etcd-bin-vendored-linux-amd64`:
+    /// the server only (no `etcdctl`, no `etcdutl`; the local runtime restores its snapshots with
+    /// the newest installed 3.5 `etcdutl`, see `RestoreTool::for_version`).
+    V3_5_34,
     /// 3.6.15, from the crates.io crate `etcd-bin-vendored-linux-amd64`: the server only (no
     /// `etcdctl`, no `etcdutl`).
     V3_6_15,
@@ -23,11 +27,12 @@ pub enum EtcdVersion {
 
 impl EtcdVersion {
     /// Every installed version, oldest first.
-    pub const ALL: [EtcdVersion; 5] = [
+    pub const ALL: [EtcdVersion; 6] = [
         Self::V3_4_23,
         Self::V3_5_0,
         Self::V3_5_1,
         Self::V3_5_16,
+        Self::V3_5_34,
         Self::V3_6_15,
     ];
 
@@ -38,6 +43,7 @@ impl EtcdVersion {
             Self::V3_5_0 => "3.5.0",
             Self::V3_5_1 => "3.5.1",
             Self::V3_5_16 => "3.5.16",
+            Self::V3_5_34 => "3.5.34",
             Self::V3_6_15 => "3.6.15",
         }
     }
@@ -48,9 +54,9 @@ impl EtcdVersion {
     }
 
     /// Whether the package this release comes from carries `etcdctl` (all but the server-only
-    /// crate of 3.6.15; `etcdctl` of 3.5.16 speaks to it).
+    /// crates of 3.5.34 and 3.6.15; `etcdctl` of 3.5.16 speaks to both).
     pub fn has_etcdctl(self) -> bool {
-        !matches!(self, Self::V3_6_15)
+        !matches!(self, Self::V3_5_34 | Self::V3_6_15)
     }
 }
 
@@ -112,7 +118,7 @@ pub fn etcd(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     )
 }
 
-/// The `etcdctl` binary of a version; the server-only 3.6.15 has none, so asking for it there is
+/// The `etcdctl` binary of a version; the server-only 3.5.34 and 3.6.15 have none, so asking for it there is
 /// an error too.
 pub fn etcdctl(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     let path = tools_dir().join("etcd").join(version.as_str()).join("etcdctl");
@@ -126,7 +132,7 @@ pub fn etcdctl(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     locate(format!("etcdctl {version}"), path, "tools-etcd")
 }
 
-/// The `etcdutl` binary of a version; 3.4 and the server-only 3.6.15 have none, so asking for it
+/// The `etcdutl` binary of a version; 3.4 and the server-only 3.5.34 and 3.6.15 have none, so asking for it
 /// there is an error too.
 pub fn etcdutl(version: EtcdVersion) -> Result<PathBuf, MissingTool> {
     let path = tools_dir().join("etcd").join(version.as_str()).join("etcdutl");
@@ -190,11 +196,24 @@ mod tests {
     }
 
     #[test]
-    fn etcd_3_6_15_is_the_server_alone() {
-        let err = etcdctl(EtcdVersion::V3_6_15).unwrap_err();
-        assert!(err.to_string().contains("only the server"), "{err}");
-        let err = etcdutl(EtcdVersion::V3_6_15).unwrap_err();
-        assert!(err.to_string().contains("only the server"), "{err}");
+    fn the_crate_versions_are_the_server_alone() {
+        for v in [EtcdVersion::V3_5_34, EtcdVersion::V3_6_15] {
+            let err = etcdctl(v).unwrap_err();
+            assert!(err.to_string().contains("only the server"), "{err}");
+            let err = etcdutl(v).unwrap_err();
+            assert!(err.to_string().contains("only the server"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_default_version_is_installed_by_the_script() {
+        // `make run` without `spec.version` needs the default to be one of the pinned versions.
+        assert!(
+            EtcdVersion::ALL
+                .iter()
+                .any(|v| v.as_str() == etcd_operator_api::versions::DEFAULT_ETCD_VERSION),
+            "DEFAULT_ETCD_VERSION is not among the versions tools/install.sh pins"
+        );
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Restore against real binaries.
 //!
 //! - Standalone (runs today): snapshots of a real etcd are taken and stored by the operator's
-//!   code, restored with `etcdutl snapshot restore` (3.5) / `etcdctl snapshot restore` (3.4)
-//!   through `restore::prepare_data_dir` into fresh data directories, real members are started on
-//!   them, and every key written before the snapshot is read back — nothing written after it. A
+//!   code, restored with `etcdutl snapshot restore` (3.5; for the server-only 3.5.34 the etcdutl
+//!   of another 3.5 patch) / `etcdctl snapshot restore` (3.4) through `restore::prepare_data_dir`
+//!   into fresh data directories, real members are started on them, and every key written before the snapshot is read back — nothing written after it. A
 //!   corrupted snapshot is refused with a clear error and restores nothing.
 //! - End to end (`a_new_cluster_bootstraps_from_an_etcdbackup`): needs the planner and local
 //!   runtime to call `restore::prepare_data_dir` before a member's first start; it is ignored
@@ -94,7 +94,8 @@ async fn snapshot_into_directory(etcd: &TestEtcd, root: &std::path::Path) -> Str
 
 #[tokio::test]
 async fn snapshots_restore_into_real_members_with_the_tool_of_each_version() {
-    for version in [EtcdVersion::V3_5_1, EtcdVersion::V3_4_23] {
+    // 3.5.34 is installed as the server alone: the newest installed etcdutl of 3.5 restores for it.
+    for version in [EtcdVersion::V3_5_1, EtcdVersion::V3_5_34, EtcdVersion::V3_4_23] {
         let etcd = TestEtcd::start(version)
             .await
             .unwrap_or_else(|e| panic!("start etcd {version:?} (install it with `make tools`): {e}"));
@@ -103,7 +104,7 @@ async fn snapshots_restore_into_real_members_with_the_tool_of_each_version() {
         let key = snapshot_into_directory(&etcd, &root).await;
         drop(etcd);
 
-        // Three members for 3.5 (a real cluster formed from one snapshot), one for 3.4.
+        // Three members for 3.5.1 (a real cluster formed from one snapshot), one otherwise.
         let members = if version == EtcdVersion::V3_5_1 { 3 } else { 1 };
         let ports = etcd_operator_tests::ports::free_ports(2 * members).unwrap();
         let names: Vec<String> = (0..members).map(|i| format!("m{i}")).collect();
@@ -115,12 +116,21 @@ async fn snapshots_restore_into_real_members_with_the_tool_of_each_version() {
             .join(",");
         let binaries = tools::tools_dir().join("etcd");
         let tool = RestoreTool::for_version(&binaries, version.as_str()).unwrap();
+        let tool_version = tool
+            .path()
+            .parent()
+            .and_then(|d| d.file_name())
+            .unwrap()
+            .to_string_lossy();
         assert!(
             matches!(
-                (&tool, version),
-                (RestoreTool::Etcdutl(_), EtcdVersion::V3_5_1)
-                    | (RestoreTool::Etcdctl(_), EtcdVersion::V3_4_23)
-            ),
+                (&tool, version, &*tool_version),
+                (RestoreTool::Etcdutl(_), EtcdVersion::V3_5_1, "3.5.1")
+                    | (RestoreTool::Etcdctl(_), EtcdVersion::V3_4_23, "3.4.23")
+            ) || (version == EtcdVersion::V3_5_34
+                && matches!(tool, RestoreTool::Etcdutl(_))
+                && tool_version.starts_with("3.5.")
+                && tool_version != "3.5.34"),
             "{tool:?} for {version:?}"
         );
         let plan = RestorePlan {

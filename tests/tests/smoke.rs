@@ -65,6 +65,11 @@ async fn etcd_3_5_16_serves_put_and_get() {
 }
 
 #[tokio::test]
+async fn etcd_3_5_34_serves_put_and_get() {
+    put_get_roundtrip(EtcdVersion::V3_5_34).await;
+}
+
+#[tokio::test]
 async fn etcd_3_6_15_serves_put_and_get() {
     put_get_roundtrip(EtcdVersion::V3_6_15).await;
 }

@@ -2,7 +2,8 @@
 //! a URL), verify it (the SHA-256 recorded at backup time, and etcd's own integrity hash), and
 //! restore it into a member's data directory with the restore tool of the cluster's version
 //! (`etcdutl snapshot restore` from 3.5; `etcdctl snapshot restore` for 3.4, which has no
-//! etcdutl), so that the member starts from the snapshot.
+//! etcdutl), so that the member starts from the snapshot. Where a version's own tool is not
+//! installed (local runtime), the newest one of the same minor restores: never one of another.
 //!
 //! - [`fetch`](self::fetch): getting a snapshot from where the plan says, and verifying it;
 //! - [`tool`]: the restore tool of each etcd version and restoring into a data directory;
@@ -15,7 +16,10 @@ mod tool;
 
 pub use fetch::{Fetched, fetch, verify};
 pub use pod::{PodFetch, PodFinish, check_reachable_from_pod, fetch_for_pod, finish_for_pod};
-pub use tool::{RestoreTool, has_member_data, prepare_data_dir, restore_args, restore_into, tool_program};
+pub use tool::{
+    RestoreTool, ToolChoice, choose_tool_version, has_member_data, prepare_data_dir, restore_args,
+    restore_into, tool_program,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -130,13 +134,15 @@ pub enum RestoreError {
         #[source]
         source: SnapshotCheckError,
     },
-    /// The restore tool of the version is not installed.
-    #[error("the restore tool for etcd {version} is missing at {path} (run `make tools`)")]
+    /// No restore tool for the version is installed: neither its own nor one of its minor.
+    #[error("the restore tool for etcd {version} is missing at {path}: {reason} (run `make tools`)")]
     ToolMissing {
-        /// Where it was looked for.
+        /// Where its own was looked for.
         path: PathBuf,
         /// The version.
         version: String,
+        /// What was found instead, and why it cannot serve.
+        reason: String,
     },
     /// File work failed.
     #[error("{op} {path}: {source}")]
@@ -487,6 +493,125 @@ mod tests {
         ));
     }
 
+    /// A binaries directory with `<version>/<tool>` files for each pair (empty files).
+    fn binaries(pairs: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (v, tool) in pairs {
+            std::fs::create_dir_all(dir.path().join(v)).unwrap();
+            std::fs::write(dir.path().join(v).join(tool), "").unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_own_tool_is_preferred_to_a_newer_one_of_the_minor() {
+        let dir = binaries(&[("3.5.1", "etcdutl"), ("3.5.16", "etcdutl"), ("3.5.34", "etcd")]);
+        let tool = RestoreTool::for_version(dir.path(), "3.5.1").unwrap();
+        assert_eq!(tool, RestoreTool::Etcdutl(dir.path().join("3.5.1/etcdutl")));
+    }
+
+    #[test]
+    fn a_server_only_release_restores_with_the_newest_tool_of_its_minor() {
+        // 3.5.34 is the server alone; 3.5.9 sorts after 3.5.16 by name but not by version; the
+        // 3.6 tool and the 3.5.40 directory without a tool are not candidates.
+        let dir = binaries(&[
+            ("3.5.0", "etcdutl"),
+            ("3.5.9", "etcdutl"),
+            ("3.5.16", "etcdutl"),
+            ("3.5.34", "etcd"),
+            ("3.5.40", "etcd"),
+            ("3.6.15", "etcdutl"),
+            ("3.4.23", "etcdctl"),
+        ]);
+        let tool = RestoreTool::for_version(dir.path(), "3.5.34").unwrap();
+        assert_eq!(tool, RestoreTool::Etcdutl(dir.path().join("3.5.16/etcdutl")));
+        assert_eq!(tool.path(), dir.path().join("3.5.16/etcdutl"));
+    }
+
+    #[test]
+    fn a_tool_of_another_minor_is_refused_with_the_reason() {
+        let dir = binaries(&[("3.5.16", "etcdutl"), ("3.6.15", "etcd"), ("3.4.23", "etcdctl")]);
+        let err = RestoreTool::for_version(dir.path(), "3.6.15").unwrap_err();
+        let RestoreError::ToolMissing {
+            path,
+            version,
+            reason,
+        } = &err
+        else {
+            panic!("not ToolMissing: {err}");
+        };
+        assert_eq!(path, &dir.path().join("3.6.15/etcdutl"));
+        assert_eq!(version, "3.6.15");
+        assert!(
+            reason.contains("no etcdutl of etcd 3.6.x is installed"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("(installed versions with etcdutl: 3.5.16)"),
+            "{reason}"
+        );
+        assert!(reason.contains("another minor is never used"), "{reason}");
+        // Nor the other way round: a 3.6 etcdutl does not restore for 3.5.
+        let dir = binaries(&[("3.6.15", "etcdutl"), ("3.5.34", "etcd")]);
+        assert!(matches!(
+            RestoreTool::for_version(dir.path(), "3.5.34"),
+            Err(RestoreError::ToolMissing { .. })
+        ));
+        // An empty (or absent) binaries directory says none is installed.
+        let err = RestoreTool::for_version(&dir.path().join("absent"), "3.5.34").unwrap_err();
+        assert!(
+            err.to_string().contains("(no installed version has etcdutl)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn etcd_3_4_restores_with_etcdctl_also_of_another_patch() {
+        let dir = binaries(&[("3.4.23", "etcdctl"), ("3.4.20", "etcd"), ("3.5.16", "etcdutl")]);
+        assert_eq!(
+            RestoreTool::for_version(dir.path(), "3.4.23").unwrap(),
+            RestoreTool::Etcdctl(dir.path().join("3.4.23/etcdctl"))
+        );
+        assert_eq!(
+            RestoreTool::for_version(dir.path(), "3.4.20").unwrap(),
+            RestoreTool::Etcdctl(dir.path().join("3.4.23/etcdctl"))
+        );
+        // The etcdctl of 3.5 is no restore tool for 3.4 (nor is any tool of 3.5).
+        let dir = binaries(&[("3.5.16", "etcdctl"), ("3.5.16", "etcdutl")]);
+        assert!(RestoreTool::for_version(dir.path(), "3.4.23").is_err());
+    }
+
+    #[test]
+    fn choose_tool_version_rules() {
+        let installed = |vs: &[&str]| vs.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            choose_tool_version("3.5.34", &installed(&["3.5.34", "3.5.40"])),
+            ToolChoice::Own
+        );
+        assert_eq!(
+            choose_tool_version("3.5.34", &installed(&["3.5.1", "3.5.16", "3.5.9", "3.6.15"])),
+            ToolChoice::SameMinor("3.5.16".into())
+        );
+        // A newer patch of the minor is as good as an older one.
+        assert_eq!(
+            choose_tool_version("3.5.1", &installed(&["3.5.16"])),
+            ToolChoice::SameMinor("3.5.16".into())
+        );
+        assert_eq!(
+            choose_tool_version("3.6.15", &installed(&["3.5.16", "3.4.23"])),
+            ToolChoice::None
+        );
+        // Pre-releases and names that are no release are no candidates.
+        assert_eq!(
+            choose_tool_version("3.6.15", &installed(&["3.6.0-rc.1", "latest", ".tmp"])),
+            ToolChoice::None
+        );
+        assert_eq!(
+            choose_tool_version("junk", &installed(&["3.5.16"])),
+            ToolChoice::None
+        );
+    }
+
     #[test]
     fn the_tool_follows_the_version() {
         let dir = tempfile::tempdir().unwrap();
@@ -502,7 +627,7 @@ mod tests {
             RestoreTool::for_version(dir.path(), "3.5.1").unwrap(),
             RestoreTool::Etcdutl(_)
         ));
-        let err = RestoreTool::for_version(dir.path(), "3.5.0").unwrap_err();
+        let err = RestoreTool::for_version(dir.path(), "3.6.0").unwrap_err();
         assert!(err.to_string().contains("make tools"), "{err}");
         let member = RestoreMember {
             name: "m0".into(),

@@ -16,22 +16,49 @@ pub enum RestoreTool {
 
 impl RestoreTool {
     /// The tool for `version` among binaries laid out as `<dir>/<version>/{etcdutl,etcdctl}`
-    /// (the local runtime's layout).
+    /// (the local runtime's layout): the version's own when installed, else the newest installed
+    /// one of the same minor (a release installed as the server alone, such as the crates.io
+    /// builds, ships no tools). The storage format of a member is fixed within a minor, so any
+    /// 3.5 `etcdutl` writes data every 3.5 server opens; a tool of another minor is never used.
     pub fn for_version(binaries: &Path, version: &str) -> Result<Self, RestoreError> {
-        let dir = binaries.join(version);
-        let is_34 = version.starts_with("3.4.");
-        let path = dir.join(if is_34 { "etcdctl" } else { "etcdutl" });
-        if !path.is_file() {
-            return Err(RestoreError::ToolMissing {
-                path,
-                version: version.to_owned(),
-            });
+        let (program, _) = tool_program(version);
+        let own = binaries.join(version).join(program);
+        if own.is_file() {
+            return Ok(Self::of(program, own));
         }
-        Ok(if is_34 {
+        let installed = installed_with(binaries, program);
+        match choose_tool_version(version, &installed) {
+            ToolChoice::Own => Ok(Self::of(program, own)),
+            ToolChoice::SameMinor(other) => {
+                let path = binaries.join(&other).join(program);
+                tracing::info!(
+                    version,
+                    tool = %path.display(),
+                    "no {program} of etcd {version} installed; restoring with the one of etcd {other}, of the same minor (its data format is the same)"
+                );
+                Ok(Self::of(program, path))
+            }
+            ToolChoice::None => Err(RestoreError::ToolMissing {
+                path: own,
+                version: version.to_owned(),
+                reason: missing_reason(version, program, &installed),
+            }),
+        }
+    }
+
+    fn of(program: &str, path: PathBuf) -> Self {
+        if program == "etcdctl" {
             Self::Etcdctl(path)
         } else {
             Self::Etcdutl(path)
-        })
+        }
+    }
+
+    /// The binary this tool runs.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Etcdutl(p) | Self::Etcdctl(p) => p,
+        }
     }
 
     /// The command line restoring `snapshot` into `data_dir` for `member`.
@@ -61,6 +88,67 @@ pub fn tool_program(version: &str) -> (&'static str, bool) {
     } else {
         ("etcdutl", false)
     }
+}
+
+/// Which installed version's restore tool restores data for `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The version's own tool.
+    Own,
+    /// The newest installed tool of the same minor (the version's own is not installed).
+    SameMinor(String),
+    /// None of the same minor is installed.
+    None,
+}
+
+/// Chooses among `installed`, the versions whose directory holds the restore tool `version`
+/// needs: `version` itself, else the newest release of the same `major.minor` (pre-releases and
+/// names that are no supported release are ignored). Never a tool of another minor: the data
+/// format of a member changes between minors.
+pub fn choose_tool_version(version: &str, installed: &[String]) -> ToolChoice {
+    if installed.iter().any(|v| v == version) {
+        return ToolChoice::Own;
+    }
+    let Ok(wanted) = etcd_operator_api::versions::parse(version) else {
+        return ToolChoice::None;
+    };
+    installed
+        .iter()
+        .filter_map(|name| {
+            let v = etcd_operator_api::versions::parse(name).ok()?;
+            (v.major == wanted.major && v.minor == wanted.minor).then_some((v, name))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map_or(ToolChoice::None, |(_, name)| ToolChoice::SameMinor(name.clone()))
+}
+
+/// Why no restore tool serves `version`, for [`RestoreError::ToolMissing`].
+fn missing_reason(version: &str, program: &str, installed: &[String]) -> String {
+    let minor = etcd_operator_api::versions::parse(version)
+        .map(|v| format!("{}.{}", v.major, v.minor))
+        .unwrap_or_else(|_| version.to_owned());
+    let elsewhere = if installed.is_empty() {
+        format!("no installed version has {program}")
+    } else {
+        format!("installed versions with {program}: {}", installed.join(", "))
+    };
+    format!(
+        "no {program} of etcd {minor}.x is installed ({elsewhere}); the {program} of another minor is never used, as the data format of a member differs between minors"
+    )
+}
+
+/// The versions under `binaries` whose directory holds `program`, sorted by name; an unreadable
+/// directory lists none.
+fn installed_with(binaries: &Path, program: &str) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(binaries)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|v| !v.starts_with('.') && binaries.join(v).join(program).is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
 }
 
 /// The arguments of `snapshot restore` of `snapshot` into `data_dir` for `member` (after the
