@@ -26,8 +26,10 @@ use super::etcd_pki;
 pub const ETCD_BINARY_ENV: &str = "ETCD_OPERATOR_ETCD";
 /// Environment variable overriding the tools directory (default: `.tools/` of the workspace).
 pub const TOOLS_DIR_ENV: &str = "ETCD_OPERATOR_TOOLS";
-/// The etcd release `make tools-etcd` installs and local mode prefers.
-pub const PREFERRED_ETCD_VERSION: &str = "3.5.1";
+/// The etcd release local mode runs its backing etcd on (one `make tools-etcd` installs): the
+/// newest 3.5 patch pinned, well past the 3.5.0–3.5.2 releases with the data-inconsistency bug.
+/// A state directory written by an older 3.5 patch opens unchanged.
+pub const PREFERRED_ETCD_VERSION: &str = "3.5.34";
 
 /// The name of the one member (`--name`).
 const MEMBER_NAME: &str = "backing";

@@ -1,4 +1,4 @@
-//! Tests of local mode: PKI, backing etcd (the installed etcd 3.5.1), kubeconfig, prepare.
+//! Tests of local mode: PKI, backing etcd (the installed etcd of `PREFERRED_ETCD_VERSION`), kubeconfig, prepare.
 
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use rustls_pki_types::ServerName;
 
 use super::*;
+use crate::local::backing_etcd::PREFERRED_ETCD_VERSION;
 use etcd_operator_apiserver::pki::{CertificateAuthority, LeafSpec};
 use etcd_operator_apiserver::serve::auth::authenticate_local;
 
@@ -240,7 +241,10 @@ fn a_missing_etcd_binary_names_make_tools_etcd() {
     };
     let err = search.find().unwrap_err().to_string();
     assert!(err.contains("make tools-etcd"), "{err}");
-    assert!(err.contains(".tools/etcd/3.5.1/etcd"), "{err}");
+    assert!(
+        err.contains(&format!(".tools/etcd/{PREFERRED_ETCD_VERSION}/etcd")),
+        "{err}"
+    );
 
     let explicit = EtcdSearch {
         explicit: Some(dir.path().join("no-etcd")),
@@ -256,7 +260,9 @@ fn a_missing_etcd_binary_names_make_tools_etcd() {
 #[test]
 fn etcd_is_found_in_a_tools_directory_above_a_start_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let binary = dir.path().join(".tools/etcd/3.5.1/etcd");
+    let binary = dir
+        .path()
+        .join(format!(".tools/etcd/{PREFERRED_ETCD_VERSION}/etcd"));
     std::fs::create_dir_all(binary.parent().unwrap()).unwrap();
     std::fs::write(&binary, "").unwrap();
     let nested = dir.path().join("a/b");
