@@ -1235,6 +1235,38 @@ async fn a_replacement_is_announced_with_a_warning_event_naming_the_member_pod()
 }
 
 #[tokio::test]
+async fn a_warning_is_a_warning_event_on_the_cluster_with_its_reason_and_action() {
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            let event = api
+                .expect(
+                    Method::POST,
+                    &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(event.body["type"], "Warning");
+            assert_eq!(event.body["reason"], "EtcdTimeout");
+            assert_eq!(event.body["action"], "AddLearner");
+            assert_eq!(event.body["regarding"]["kind"], "EtcdCluster");
+            assert_eq!(event.body["note"], "AddLearner failed: member add timed out");
+            let body = event.body.clone();
+            event.reply(StatusCode::CREATED, &body);
+        },
+        async |rt: KubernetesRuntime| {
+            rt.warn(
+                &cluster_ref(),
+                "EtcdTimeout",
+                "AddLearner",
+                "AddLearner failed: member add timed out",
+            )
+            .await;
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn removing_an_already_removed_member_succeeds() {
     let c = member("ddddd");
     let c2 = c.clone();

@@ -616,7 +616,7 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 14] = [
+const RUNTIME_OPERATIONS: [&str; 15] = [
     "client_tls",
     "recover_quorum",
     "renew_certificates",
@@ -629,6 +629,7 @@ const RUNTIME_OPERATIONS: [&str; 14] = [
     "stop",
     "snapshot_dir",
     "announce_replacement",
+    "warn",
     "remove",
     "teardown",
 ];
@@ -673,6 +674,9 @@ async fn drive_runtime(stub: &Stub) {
             let _ = runtime.snapshot_dir(&cluster);
             runtime
                 .announce_replacement(&cluster, &member, "member will be replaced")
+                .await;
+            runtime
+                .warn(&cluster, "EtcdTimeout", "AddLearner", "member add timed out")
                 .await;
             let _ = runtime.remove(&cluster, &member, true).await;
             let _ = runtime.remove(&cluster, &member, false).await;

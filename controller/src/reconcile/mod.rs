@@ -7,6 +7,7 @@
 //! - [`status_write`] writes the status, safe against the backup controller's writes.
 
 mod act;
+mod events;
 mod observe;
 mod status_write;
 
@@ -362,15 +363,14 @@ fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>
 
 /// Reports `error` in the status of a cluster whose members cannot be touched yet (its snapshot
 /// or its TLS cannot be had) and looks again after `retry`: nothing is observed or started.
-async fn refuse_to_start(
-    api: &Api<EtcdCluster>,
-    obj: &EtcdCluster,
+async fn refuse_to_start<R: Runtime, M: MemberOps>(
+    (api, obj, cluster): (&Api<EtcdCluster>, &EtcdCluster, &ClusterRef),
     spec: &ClusterSpecView,
     error: StepError,
     retry: Duration,
-    metrics: &ControllerMetrics,
+    ctx: &Context<R, M>,
 ) -> Result<Action, ReconcileError> {
-    metrics.reconcile_failed(error.code());
+    ctx.metrics.reconcile_failed(error.code());
     let outcome = Outcome {
         error: Some(error),
         ..Outcome::idle()
@@ -380,8 +380,29 @@ async fn refuse_to_start(
         etcd: None,
         timing: Timing::default(),
     };
-    write_status(api, obj, &status::compute(spec, &observed, &outcome)).await?;
+    let new_status = status::compute(spec, &observed, &outcome);
+    write_status(api, obj, &new_status).await?;
+    warn_about(ctx, cluster, obj, &new_status, &outcome).await;
     Ok(Action::requeue(retry))
+}
+
+/// Publishes the Warning Events the step's outcome and the status change deserve
+/// ([`events::warnings`]).
+async fn warn_about<R: Runtime, M: MemberOps>(
+    ctx: &Context<R, M>,
+    cluster: &ClusterRef,
+    obj: &EtcdCluster,
+    new_status: &etcd_operator_api::status::EtcdClusterStatus,
+    outcome: &Outcome,
+) {
+    for w in events::warnings(
+        obj.status.as_ref(),
+        new_status,
+        &outcome.step,
+        outcome.error.as_ref(),
+    ) {
+        ctx.runtime.warn(cluster, &w.reason, &w.action, &w.note).await;
+    }
 }
 
 async fn apply<R: Runtime, M: MemberOps>(
@@ -410,12 +431,11 @@ async fn apply<R: Runtime, M: MemberOps>(
                 // Never bootstrap an empty cluster in place of the restored one asked for.
                 tracing::warn!(cluster = %cluster.key(), %error, "cannot resolve the snapshot to restore");
                 return refuse_to_start(
-                    api,
-                    obj,
+                    (api, obj, cluster),
                     &spec,
                     StepError::Restore(error),
                     Duration::from_secs(5),
-                    &ctx.metrics,
+                    ctx,
                 )
                 .await;
             }
@@ -446,12 +466,11 @@ async fn apply<R: Runtime, M: MemberOps>(
         Err(error) => {
             tracing::warn!(cluster = %cluster.key(), %error, "cannot set up the cluster's TLS");
             return refuse_to_start(
-                api,
-                obj,
+                (api, obj, cluster),
                 &spec,
                 StepError::Runtime(error),
                 Duration::from_secs(10),
-                &ctx.metrics,
+                ctx,
             )
             .await;
         }
@@ -610,6 +629,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         memory.maintenance = new_status.maintenance.clone();
     }
     write_status(api, obj, &new_status).await?;
+    warn_about(ctx, cluster, obj, &new_status, &outcome).await;
     Ok(match (&outcome.step, &outcome.error) {
         (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
         // A settled cluster is looked at again after the runtime's resync interval: that bounds

@@ -26,6 +26,8 @@ pub enum RuntimeCall {
     Stop(String),
     /// `announce_replacement(member, note)`.
     AnnounceReplacement(String, String),
+    /// `warn(reason, action, note)`.
+    Warn(String, String, String),
     /// `remove(name, keep_data)`.
     Remove(String, bool),
     /// `teardown(keep_data)`.
@@ -262,6 +264,14 @@ impl Runtime for FakeRuntime {
     async fn announce_replacement(&self, _cluster: &ClusterRef, member: &str, note: &str) {
         self.state().calls.push(RuntimeCall::AnnounceReplacement(
             member.to_owned(),
+            note.to_owned(),
+        ));
+    }
+
+    async fn warn(&self, _cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
+        self.state().calls.push(RuntimeCall::Warn(
+            reason.to_owned(),
+            action.to_owned(),
             note.to_owned(),
         ));
     }

@@ -985,6 +985,11 @@ impl Runtime for KubernetesRuntime {
         .await;
     }
 
+    async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
+        self.publish_warning(cluster, reason, action, note.to_owned(), None)
+            .await;
+    }
+
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
         ignore_not_found(
             self.api::<Pod>(cluster)

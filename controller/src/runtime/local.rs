@@ -801,6 +801,11 @@ impl Runtime for LocalRuntime {
         tracing::warn!(cluster = %cluster.key(), %member, reason = super::MEMBER_REPLACING_REASON, "{note}");
     }
 
+    /// No Events here: a warning in the operator's log (status carries the condition).
+    async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
+        tracing::warn!(cluster = %cluster.key(), %reason, %action, "{note}");
+    }
+
     /// With `keep_data` the member's directory moves to `<cluster>/.retained/<member>` (kept
     /// until the cluster is deleted). Without, it moves to `<cluster>/.retained/removed/<member>`
     /// when it holds data, and only the newest [`RETAINED_REMOVED_LIMIT`] there are kept: a

@@ -206,6 +206,18 @@ pub trait Runtime: Send + Sync + 'static {
         note: &str,
     ) -> impl Future<Output = ()> + Send;
 
+    /// Reports a problem with the cluster to people: a Warning Event on the EtcdCluster with
+    /// `reason` (a stable code) and `action` (what was being done) where the runtime has Events
+    /// (Kubernetes), a warning in the operator's log otherwise. Best effort: a failure is logged,
+    /// never returned.
+    fn warn(
+        &self,
+        cluster: &ClusterRef,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> impl Future<Output = ()> + Send;
+
     /// Stops the member and removes it. Its data is kept (set aside) when `keep_data`; otherwise
     /// it is given up: the Kubernetes runtime deletes the volume claim; the local runtime sets the
     /// data directory aside under `<cluster>/.retained/removed/`, where only the newest
