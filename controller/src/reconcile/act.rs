@@ -157,8 +157,12 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 .etcd
                 .as_ref()
                 .map(|view| {
+                    // A member that did not answer (its data gone, its process down) cannot be
+                    // defragmented; asking it would fail the step for good and keep the alarm.
+                    // Its own replacement comes once the alarm is gone.
                     view.members
                         .iter()
+                        .filter(|m| m.status.is_some())
                         .filter_map(|m| Some((m.id == view.leader, m.client_urls.first()?.clone())))
                         .collect()
                 })
@@ -1136,6 +1140,48 @@ mod tests {
             "{result:?}"
         );
         assert!(!ctx.members.calls().iter().any(|c| matches!(c, Call::Disarm(..))));
+    }
+
+    #[tokio::test]
+    async fn space_is_reclaimed_on_the_members_that_answer_only() {
+        use crate::model::{AlarmKind, MemberAlarm};
+        let ctx = setup();
+        let alarm = MemberAlarm {
+            member: 1,
+            alarm: AlarmKind::NoSpace,
+        };
+        let mut seen = view();
+        seen.members[2].status = None; // c did not answer
+        let c_url = seen.members[2].client_urls[0].clone();
+        let mut roll = None;
+        let result = act(
+            &Step::ReclaimSpace { alarms: vec![alarm] },
+            &cluster(),
+            &spec(),
+            &observed(Some(seen.clone())),
+            &ctx,
+            &mut roll,
+        )
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        let defragmented: Vec<String> = ctx
+            .members
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Defragment(url) => Some(url),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(defragmented.len(), seen.members.len() - 1, "{defragmented:?}");
+        assert!(!defragmented.contains(&c_url), "{defragmented:?}");
+        assert!(
+            ctx.members
+                .calls()
+                .iter()
+                .any(|c| matches!(c, Call::Disarm(_, a) if *a == alarm)),
+            "the alarm is disarmed all the same"
+        );
     }
 
     #[tokio::test]
