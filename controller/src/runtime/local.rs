@@ -412,6 +412,21 @@ impl LocalRuntime {
         }
     }
 
+    /// Starts the member's process ([`Self::spawn`]) and records that it has been started.
+    fn launch(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        dir: &Path,
+        file: &mut MemberFile,
+        config: &MemberConfig,
+        once: &[&str],
+    ) -> Result<(), RuntimeError> {
+        self.spawn(cluster, spec, dir, file, config, once)?;
+        file.started = true;
+        self.write_member(dir, file)
+    }
+
     fn spawn(
         &self,
         cluster: &ClusterRef,
@@ -682,9 +697,7 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
-        file.started = true;
-        self.write_member(&dir, &file)
+        self.launch(cluster, spec, &dir, &mut file, &config, &[])
     }
 
     async fn change_version(
@@ -713,9 +726,7 @@ impl Runtime for LocalRuntime {
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
-        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
-        file.started = true;
-        self.write_member(&dir, &file)
+        self.launch(cluster, spec, &dir, &mut file, &config, &[])
     }
 
     async fn renew_certificates(
@@ -742,9 +753,7 @@ impl Runtime for LocalRuntime {
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name).await;
-        self.spawn(cluster, spec, &dir, &file, &config, &[])?;
-        file.started = true;
-        self.write_member(&dir, &file)
+        self.launch(cluster, spec, &dir, &mut file, &config, &[])
     }
 
     async fn recover_quorum(
@@ -776,9 +785,7 @@ impl Runtime for LocalRuntime {
                 Runtime::remove(self, cluster, &member.name, true).await?;
             }
         }
-        self.spawn(cluster, spec, &dir, &file, &config, &["--force-new-cluster"])?;
-        file.started = true;
-        self.write_member(&dir, &file)
+        self.launch(cluster, spec, &dir, &mut file, &config, &["--force-new-cluster"])
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
