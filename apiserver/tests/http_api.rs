@@ -3423,10 +3423,15 @@ async fn metrics_count_requests_by_verb_resource_and_code(backing: Backing) {
     )
     .await
     .expect(200);
+    // The same values the object holds (no conflict with the creator's fields).
+    let applied = json!({
+        "apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster", "metadata": {"name": "m1"},
+        "spec": {"replicas": 5, "version": etcd_operator_api::versions::DEFAULT_ETCD_VERSION},
+    });
     api.patch(
         &format!("{}?fieldManager=tester", obj(NS, "m1")),
         APPLY,
-        r#"{"apiVersion":"etcd.operator.dev/v1alpha2","kind":"EtcdCluster","metadata":{"name":"m1"},"spec":{"replicas":5,"version":"3.5.21"}}"#,
+        &applied.to_string(),
     )
     .await
     .expect(200);
