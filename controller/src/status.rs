@@ -133,9 +133,10 @@ fn step_reason(step: &Step) -> (&'static str, String) {
         Step::ReserveForJoin { name } => ("ScalingUp", format!("adding member {name}")),
         Step::AddLearner { name, .. } => ("ScalingUp", format!("adding {name} as a learner")),
         Step::Promote { name, .. } => ("ScalingUp", format!("promoting learner {name}")),
-        Step::MoveLeader { .. } => (
+        // Planned before the leader is removed, restarted (roll, renewal) or defragmented.
+        Step::MoveLeader { from, to } => (
             "MovingLeader",
-            "moving leadership before removing the leader".into(),
+            format!("moving leadership from member {from:x} to {to:x} before working on the leader"),
         ),
         Step::RemoveFromEtcd { name, reason, .. } => ("RemovingMember", format!("removing {name}: {reason}")),
         Step::AnnounceReplacement {
