@@ -269,30 +269,36 @@ async fn run_local(
         let _ = controller_stopped.await;
     }));
     // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
-    let backup_ctx =
-        etcd_operator_controller::backup::BackupContext::new(controller_client.clone(), credentials)
-            .with_member_ops(members)
-            .with_metrics(controller_metrics);
+    let backup_ctx = etcd_operator_controller::backup::BackupContext::new(controller_client, credentials)
+        .with_member_ops(members)
+        .with_metrics(controller_metrics);
     let (stop_backups, backups_stopped) = tokio::sync::oneshot::channel::<()>();
     let backup_controllers = tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, async move {
         let _ = backups_stopped.await;
     }));
-    let served = serve::serve(env.listener, env.tls, app, serve::shutdown_signal()).await;
-    let _ = stop_controller.send(());
-    let _ = stop_backups.send(());
-    if tokio::time::timeout(Duration::from_secs(5), backup_controllers)
-        .await
-        .is_err()
-    {
-        tracing::warn!("the backup controllers did not stop within 5 s");
-    }
-    // Members keep running (like Pods when a controller stops); only the server goes away.
-    if tokio::time::timeout(Duration::from_secs(5), controller)
-        .await
-        .is_err()
-    {
-        tracing::warn!("the controller did not stop within 5 s");
-    }
+    // On Ctrl-C the controllers stop first: their watches are connections to this very server,
+    // which would otherwise hold its drain for the whole drain timeout. Once they are gone (and
+    // with them the last clone of their kube client and its pooled connections), the server
+    // drains what is left and stops.
+    let shutdown = async move {
+        serve::shutdown_signal().await;
+        let _ = stop_controller.send(());
+        let _ = stop_backups.send(());
+        if tokio::time::timeout(Duration::from_secs(5), backup_controllers)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the backup controllers did not stop within 5 s");
+        }
+        // Members keep running (like Pods when a controller stops); only the server goes away.
+        if tokio::time::timeout(Duration::from_secs(5), controller)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the controller did not stop within 5 s");
+        }
+    };
+    let served = serve::serve(env.listener, env.tls, app, shutdown).await;
     if let Some(compactor) = compactor {
         compactor.abort();
     }
