@@ -6,11 +6,11 @@
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_operator_tests::LocalOperator;
 use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
+use etcd_operator_tests::local_cluster::{self, cluster_dir, kill_member, member_names};
 use serde_json::Value;
 
 fn cluster_yaml(name: &str, policy: &str) -> String {
@@ -19,23 +19,8 @@ fn cluster_yaml(name: &str, policy: &str) -> String {
     )
 }
 
-fn member_names(s: &Value) -> Vec<String> {
-    s["members"]
-        .as_array()
-        .map(|m| m.iter().map(|m| m["name"].as_str().unwrap().to_owned()).collect())
-        .unwrap_or_default()
-}
-
 fn available(s: &Value) -> bool {
-    condition(s, "Available").is_some_and(|c| c["status"] == "True")
-        && s["readyReplicas"] == 3
-        && s["members"]
-            .as_array()
-            .is_some_and(|m| m.len() == 3 && m.iter().all(|m| m["healthy"] == true && m["learner"] == false))
-}
-
-fn cluster_dir(op: &LocalOperator, name: &str) -> PathBuf {
-    op.state_dir().join("members").join("default").join(name)
+    local_cluster::available(s, 3)
 }
 
 /// Brings the cluster up; a follower's name.
@@ -59,14 +44,7 @@ async fn three_members(op: &LocalOperator, name: &str, policy: &str) -> String {
 /// Kills the member's process and overwrites its database: every start from now on fails.
 fn break_member(op: &LocalOperator, cluster: &str, member: &str) {
     let dir = cluster_dir(op, cluster).join(member);
-    let pid: i32 = std::fs::read_to_string(dir.join("etcd.pid"))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    kill_member(&dir);
     // Give the process a moment to go before its files change under it.
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(dir.join("data/member/snap/db"), vec![0x5a_u8; 64 * 1024]).unwrap();
