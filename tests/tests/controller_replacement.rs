@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use etcd_operator_tests::LocalOperator;
 use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
-use etcd_operator_tests::local_cluster::{self, cluster_dir, kill_member, member_names};
+use etcd_operator_tests::local_cluster::{self, cluster_dir, kill_member, member_names, recorded_pid};
 use serde_json::Value;
 
 fn cluster_yaml(name: &str, policy: &str) -> String {
@@ -41,13 +41,46 @@ async fn three_members(op: &LocalOperator, name: &str, policy: &str) -> String {
         .unwrap()
 }
 
-/// Kills the member's process and overwrites its database: every start from now on fails.
-fn break_member(op: &LocalOperator, cluster: &str, member: &str) {
+/// Kills the member's process and overwrites its database: every start from now on fails. The
+/// cluster is paused meanwhile, so the controller cannot start the member again between the kill
+/// and the overwrite (a process started in that window would map the database before it changes
+/// and might keep running).
+/// Returns when it was killed.
+async fn break_member(op: &LocalOperator, cluster: &str, member: &str) -> std::time::Instant {
+    set_paused(op, cluster, true).await;
     let dir = cluster_dir(op, cluster).join(member);
     kill_member(&dir);
-    // Give the process a moment to go before its files change under it.
-    std::thread::sleep(Duration::from_millis(300));
+    let killed = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while recorded_pid(&dir).is_some_and(etcd_operator_tests::leftovers::is_running) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed member still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     std::fs::write(dir.join("data/member/snap/db"), vec![0x5a_u8; 64 * 1024]).unwrap();
+    set_paused(op, cluster, false).await;
+    killed
+}
+
+/// Sets `spec.paused` and waits until a reconcile has seen it.
+async fn set_paused(op: &LocalOperator, cluster: &str, paused: bool) {
+    let patch = format!(r#"{{"spec":{{"paused":{paused}}}}}"#);
+    kubectl(op, &["patch", "ec", cluster, "--type=merge", "-p", &patch], None).unwrap();
+    wait_for(
+        op,
+        Watched::status("ec", cluster),
+        if paused {
+            "the pause seen"
+        } else {
+            "the pause lifted"
+        },
+        Duration::from_secs(30),
+        |s| condition(s, "Progressing").is_some_and(|c| (c["reason"] == "Paused") == paused),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -57,8 +90,7 @@ async fn a_member_that_cannot_start_is_replaced_after_crash_loop_after_and_its_d
     let started = std::time::Instant::now();
     let broken = three_members(&op, "crashy", "Automatic").await;
     println!("3 members after {:.1}s", started.elapsed().as_secs_f64());
-    break_member(&op, "crashy", &broken);
-    let broke = std::time::Instant::now();
+    let broke = break_member(&op, "crashy", &broken).await;
 
     let s = wait_for(
         &op,
@@ -97,7 +129,7 @@ async fn a_member_that_cannot_start_is_replaced_after_crash_loop_after_and_its_d
 async fn with_a_manual_policy_the_member_is_only_reported_until_the_annotation_asks() {
     let op = LocalOperator::start().await.unwrap();
     let broken = three_members(&op, "careful", "Manual").await;
-    break_member(&op, "careful", &broken);
+    break_member(&op, "careful", &broken).await;
 
     let s = wait_for(
         &op,
