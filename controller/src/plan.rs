@@ -160,6 +160,9 @@ pub struct Timing {
     pub defrag_scheduled: Vec<String>,
     /// Members (by name) defragmented so recently that the size trigger leaves them alone.
     pub defragmented_recently: Vec<String>,
+    /// How long since this process last reclaimed space for NOSPACE (compacted, defragmented,
+    /// disarmed), if it did.
+    pub since_reclaim: Option<Duration>,
 }
 
 /// Thresholds.
@@ -941,7 +944,7 @@ pub fn plan(
     }
 
     // 5b. NOSPACE: writes are refused until space is reclaimed and the alarm disarmed.
-    if let Some(step) = plan_nospace(desired, etcd) {
+    if let Some(step) = plan_nospace(desired, etcd, observed.timing.since_reclaim) {
         return step;
     }
 
@@ -1428,7 +1431,11 @@ fn plan_recovery(desired: &Desired, observed: &Observed) -> Option<Step> {
 /// A NOSPACE alarm: reclaim space (compact, defragment, disarm), unless the members' databases
 /// are already defragmented and their data alone fills 95% of the quota, which no reclaiming
 /// helps.
-fn plan_nospace(desired: &Desired, etcd: &EtcdView) -> Option<Step> {
+/// After a reclaim, how long a NOSPACE alarm that comes straight back with the data filling the
+/// quota is taken as "the data alone needs the quota" rather than reclaimed again.
+pub const RECLAIM_MEMORY: Duration = Duration::from_secs(600);
+
+fn plan_nospace(desired: &Desired, etcd: &EtcdView, since_reclaim: Option<Duration>) -> Option<Step> {
     let alarms: Vec<crate::model::MemberAlarm> = etcd
         .alarms
         .iter()
@@ -1441,7 +1448,10 @@ fn plan_nospace(desired: &Desired, etcd: &EtcdView) -> Option<Step> {
     let quota = desired.quota_backend_bytes;
     let statuses: Vec<&crate::model::MemberHealth> =
         etcd.members.iter().filter_map(|m| m.status.as_ref()).collect();
-    let full = !statuses.is_empty()
+    // Before a compaction the history counts as in use too: only a cluster reclaimed a moment ago
+    // and full again is full of live data.
+    let full = since_reclaim.is_some_and(|d| d < RECLAIM_MEMORY)
+        && !statuses.is_empty()
         && statuses.iter().all(|s| {
             let compact = s.db_size <= s.db_size_in_use + s.db_size_in_use / 20;
             compact && s.db_size_in_use >= quota / 100 * 95
@@ -2788,14 +2798,21 @@ mod tests {
         d.replicas = 5;
         assert!(matches!(run(&d, &o), Step::ReclaimSpace { .. }));
         d.replicas = 3;
-        // Defragmented and still 96% full: reclaiming cannot help; wait and say so.
-        let o = alarmed(AlarmKind::NoSpace, &[1], (97 << 20, 96 << 20));
+        // 96% in use with no free pages, but nothing reclaimed yet: the history counts as in use
+        // until a compaction, so reclaim first.
+        let mut o = alarmed(AlarmKind::NoSpace, &[1], (97 << 20, 96 << 20));
+        assert!(matches!(run(&d, &o), Step::ReclaimSpace { .. }));
+        // Reclaimed a moment ago and full again: reclaiming cannot help; wait and say so.
+        o.timing.since_reclaim = Some(Duration::from_secs(30));
         let Step::Wait { reason } = run(&d, &o) else {
             panic!("expected a wait")
         };
         assert_eq!(reason.code(), "NoSpace");
         assert!(reason.degrades());
         assert!(reason.to_string().contains("quotaBackendBytes"), "{reason}");
+        // Long after that reclaim, it is tried again.
+        o.timing.since_reclaim = Some(RECLAIM_MEMORY);
+        assert!(matches!(run(&d, &o), Step::ReclaimSpace { .. }));
         // No alarm, same sizes: nothing to do.
         let o = alarmed(AlarmKind::NoSpace, &[], (97 << 20, 96 << 20));
         assert_eq!(run(&d, &o), Step::Idle);
