@@ -22,36 +22,46 @@ struct Cli {
     mode: Mode,
 }
 
+/// Flags of `etcd-operator local`.
+#[derive(Debug, clap::Args)]
+struct LocalArgs {
+    /// Directory holding the backing etcd, certificates, the kubeconfig and member data.
+    #[arg(long, default_value = ".local")]
+    state_dir: std::path::PathBuf,
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    listen: std::net::SocketAddr,
+    /// The etcd binary for the backing etcd (default: $ETCD_OPERATOR_ETCD, then
+    /// .tools/etcd/3.5.1/etcd found from here upwards, then `etcd` on the PATH).
+    #[arg(long)]
+    etcd_binary: Option<std::path::PathBuf>,
+    /// Directory of etcd binaries for cluster members, as `<dir>/<version>/etcd` (default:
+    /// the directory two levels above the backing etcd binary, i.e. `.tools/etcd`).
+    #[arg(long)]
+    etcd_binaries: Option<std::path::PathBuf>,
+    /// How often the backing etcd is compacted (kube-apiserver: 5 minutes).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    compaction_interval: Duration,
+    /// A file with S3 credentials for backups (`AWS_ACCESS_KEY_ID=...` and
+    /// `AWS_SECRET_ACCESS_KEY=...` lines), used when the environment has no
+    /// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`.
+    #[arg(long, env = "ETCD_OPERATOR_S3_CREDENTIALS_FILE")]
+    backup_credentials_file: Option<std::path::PathBuf>,
+    /// Run members as Pods of the Kubernetes cluster this kubeconfig reaches (the kubernetes
+    /// runtime, as `serve` uses) instead of local processes. For development and tests: the
+    /// controller connects to members by their `<member>.<cluster>.<namespace>.svc` names,
+    /// which must resolve from this machine.
+    #[arg(long)]
+    member_kubeconfig: Option<std::path::PathBuf>,
+    /// The API server's overload limits.
+    #[command(flatten)]
+    overload: OverloadArgs,
+}
+
 #[derive(Debug, Subcommand)]
 enum Mode {
     /// Run locally: a backing etcd, the API server and the controller with the local-process runtime.
-    Local {
-        /// Directory holding the backing etcd, certificates, the kubeconfig and member data.
-        #[arg(long, default_value = ".local")]
-        state_dir: std::path::PathBuf,
-        /// Address to serve HTTPS on.
-        #[arg(long, default_value = "127.0.0.1:8443")]
-        listen: std::net::SocketAddr,
-        /// The etcd binary for the backing etcd (default: $ETCD_OPERATOR_ETCD, then
-        /// .tools/etcd/3.5.1/etcd found from here upwards, then `etcd` on the PATH).
-        #[arg(long)]
-        etcd_binary: Option<std::path::PathBuf>,
-        /// Directory of etcd binaries for cluster members, as `<dir>/<version>/etcd` (default:
-        /// the directory two levels above the backing etcd binary, i.e. `.tools/etcd`).
-        #[arg(long)]
-        etcd_binaries: Option<std::path::PathBuf>,
-        /// How often the backing etcd is compacted (kube-apiserver: 5 minutes).
-        #[arg(long, default_value = "5m", value_parser = parse_duration)]
-        compaction_interval: Duration,
-        /// A file with S3 credentials for backups (`AWS_ACCESS_KEY_ID=...` and
-        /// `AWS_SECRET_ACCESS_KEY=...` lines), used when the environment has no
-        /// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`.
-        #[arg(long, env = "ETCD_OPERATOR_S3_CREDENTIALS_FILE")]
-        backup_credentials_file: Option<std::path::PathBuf>,
-        /// The API server's overload limits.
-        #[command(flatten)]
-        overload: OverloadArgs,
-    },
+    Local(LocalArgs),
     /// Run inside a Kubernetes cluster behind the kube-apiserver aggregator.
     Serve(etcd_operator::serve_mode::ServeArgs),
     /// Restore step 1, run by an init container of a member Pod restored from a snapshot: fetch
@@ -167,6 +177,25 @@ enum LocalModeError {
     Serve(#[from] serve::ServeError),
     #[error("build the controller's client: {0}")]
     ControllerClient(String),
+    #[error("build the client of the members' cluster from {}: {reason}", path.display())]
+    MemberCluster {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+/// The client for `--member-kubeconfig`'s cluster.
+async fn member_cluster_client(path: &std::path::Path) -> Result<kube::Client, LocalModeError> {
+    let err = |e: &dyn std::fmt::Display| LocalModeError::MemberCluster {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(&e))?;
+    kube::Client::try_from(config).map_err(|e| err(&e))
 }
 
 async fn controller_client(
@@ -184,16 +213,26 @@ async fn controller_client(
     kube::Client::try_from(config).map_err(|e| err(&e))
 }
 
-async fn run_local(
-    state_dir: std::path::PathBuf,
-    listen: std::net::SocketAddr,
-    etcd_binary: Option<std::path::PathBuf>,
-    etcd_binaries: Option<std::path::PathBuf>,
-    compaction_interval: Duration,
-    backup_credentials_file: Option<std::path::PathBuf>,
-    overload: OverloadArgs,
-) -> Result<(), LocalModeError> {
+async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
+    let LocalArgs {
+        state_dir,
+        listen,
+        etcd_binary,
+        etcd_binaries,
+        compaction_interval,
+        backup_credentials_file,
+        member_kubeconfig,
+        overload,
+    } = args;
     serve::install_crypto_provider();
+    // Checked before anything starts: a kubeconfig that does not load stops local mode at once.
+    let member_kubeconfig = match member_kubeconfig {
+        Some(path) => {
+            let kube = member_cluster_client(&path).await?;
+            Some((path, kube))
+        }
+        None => None,
+    };
     let binaries = match etcd_binaries {
         Some(dir) => dir,
         None => local::backing_etcd::EtcdSearch::from_environment(etcd_binary.clone())
@@ -254,20 +293,38 @@ async fn run_local(
     let credentials = etcd_operator_controller::backup::Credentials::Environment {
         file: backup_credentials_file,
     };
-    let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
-        .with_restore_credentials(credentials.clone());
-    let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
-        controller_client.clone(),
-        runtime,
-        Default::default(),
-        members.clone(),
-    )
-    .with_backup_credentials(credentials.clone())
-    .with_metrics(controller_metrics.clone());
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
+    let stopped = async move {
         let _ = controller_stopped.await;
-    }));
+    };
+    let controller = match member_kubeconfig {
+        None => {
+            let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
+                .with_restore_credentials(credentials.clone());
+            let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
+                controller_client.clone(),
+                runtime,
+                Default::default(),
+                members.clone(),
+            )
+            .with_backup_credentials(credentials.clone())
+            .with_metrics(controller_metrics.clone());
+            tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
+        }
+        Some((path, kube)) => {
+            tracing::info!(kubeconfig = %path.display(), "members run as Pods of the cluster of this kubeconfig");
+            let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube);
+            let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
+                controller_client.clone(),
+                runtime,
+                Default::default(),
+                members.clone(),
+            )
+            .with_backup_credentials(credentials.clone())
+            .with_metrics(controller_metrics.clone());
+            tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
+        }
+    };
     // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
     let backup_ctx = etcd_operator_controller::backup::BackupContext::new(controller_client, credentials)
         .with_member_ops(members)
@@ -327,31 +384,13 @@ fn main() -> ExitCode {
         }
     };
     match cli.mode {
-        Mode::Local {
-            state_dir,
-            listen,
-            etcd_binary,
-            etcd_binaries,
-            compaction_interval,
-            backup_credentials_file,
-            overload,
-        } => {
-            match runtime.block_on(run_local(
-                state_dir,
-                listen,
-                etcd_binary,
-                etcd_binaries,
-                compaction_interval,
-                backup_credentials_file,
-                overload,
-            )) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    tracing::error!(%error, "etcd-operator local failed");
-                    ExitCode::FAILURE
-                }
+        Mode::Local(args) => match runtime.block_on(run_local(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "etcd-operator local failed");
+                ExitCode::FAILURE
             }
-        }
+        },
         Mode::FetchSnapshot {
             plan,
             data_dir,

@@ -7,14 +7,17 @@
 //! nothing is skipped silently.
 
 pub mod etcd;
+pub mod fake_kube;
 pub mod kube;
 pub mod kube_client;
 pub mod kubectl;
 pub mod leftovers;
 pub mod local_cluster;
 pub mod memory;
+pub mod node_agent;
 pub mod operator;
 pub mod ports;
+pub mod private_hosts;
 pub mod process;
 pub mod s3;
 pub mod tools;

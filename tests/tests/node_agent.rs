@@ -1,0 +1,324 @@
+//! The kubernetes runtime end to end without kube-apiserver (none ships in a registry this
+//! machine reaches): `etcd-operator local --member-kubeconfig` serves EtcdClusters and runs
+//! their members as Pods, PVCs, Services and a PDB in the in-memory Kubernetes API of
+//! `fake_kube`, and the test node agent runs those Pods as real etcd processes on loopback
+//! addresses. The test runs in a private mount namespace whose /etc/hosts carries the Pods'
+//! `.svc` names (`private_hosts`), so the operator reaches members by the names it gives them.
+//!
+//! A 3-member cluster becomes Available, scales 3→5, gets back a member whose Pod is deleted
+//! (same member, same data: its PVC outlives the Pod) and rolls 3.5.16→3.5.34; deleting the
+//! EtcdCluster removes every Pod, PVC, Service and the PDB. The same flow against a real
+//! kube-apiserver is in the `make test-kube` suite.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use etcd_operator_tests::fake_kube::FakeKube;
+use etcd_operator_tests::kubectl::{Watched, apply, kubectl, wait_for};
+use etcd_operator_tests::local_cluster::{available, etcdctl_ok, wait_available};
+use etcd_operator_tests::node_agent::{NodeAgent, NodeAgentOptions};
+use etcd_operator_tests::operator::OperatorOptions;
+use etcd_operator_tests::{EtcdVersion, LocalOperator, private_hosts, tools};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use serde_json::Value;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn cluster_yaml(name: &str, replicas: u32, version: &str) -> String {
+    format!(
+        "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  version: {version}\n"
+    )
+}
+
+fn pods_of(kube: &FakeKube, cluster: &str) -> Vec<Value> {
+    kube.objects("pods")
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["etcd.operator.dev/cluster"] == cluster)
+        .collect()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// `(member id, name)` of every started member, as etcd lists them.
+fn member_list(endpoint: &str) -> Vec<(String, String)> {
+    let out = etcdctl_ok(endpoint, &["member", "list", "-w", "json"]);
+    let list: Value = serde_json::from_str(&out).unwrap_or_default();
+    let mut members: Vec<(String, String)> = list["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["name"].as_str().is_some_and(|n| !n.is_empty()))
+        .map(|m| {
+            (
+                m["ID"].to_string(),
+                m["name"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    members.sort();
+    members
+}
+
+fn member_versions(agent: &NodeAgent, pods: &[Value]) -> Vec<String> {
+    pods.iter()
+        .map(|p| {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default();
+            let ip = agent.address("default", name).unwrap_or_default();
+            let out = etcdctl_ok(
+                &format!("http://{ip}:2379"),
+                &["endpoint", "status", "-w", "json"],
+            );
+            let status: Value = serde_json::from_str(&out).unwrap_or_default();
+            status[0]["Status"]["version"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The cluster's Pods once `count` of them are all Ready.
+async fn wait_pods_ready(kube: &FakeKube, cluster: &str, count: usize) -> anyhow::Result<Vec<Value>> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let pods = pods_of(kube, cluster);
+        if pods.len() == count && pods.iter().all(ready) {
+            return Ok(pods);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{count} ready Pods of {cluster} not seen within {TIMEOUT:?}: {pods:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_runs_members_through_the_node_agent")? else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_16)?;
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let dir = tempfile::Builder::new()
+        .prefix("etcd-operator-node-agent-")
+        .tempdir()?;
+    let kube_api = FakeKube::start().await?;
+    let kubeconfig = kube_api.write_kubeconfig(&dir.path().join("members.kubeconfig"))?;
+    let agent = NodeAgent::start(
+        kube_api.client()?,
+        NodeAgentOptions {
+            node: "node-1".into(),
+            root: dir.path().join("node"),
+            etcd_binaries: tools::tools_dir().join("etcd"),
+            hosts,
+        },
+    );
+    let op = LocalOperator::start_with(OperatorOptions {
+        env: Vec::new(),
+        args: vec!["--member-kubeconfig".into(), kubeconfig.display().to_string()],
+    })
+    .await?;
+    let name = "kr";
+
+    // 3 members through the kubernetes runtime.
+    apply(&op, &cluster_yaml(name, 3, "3.5.16"))?;
+    let status = wait_available(
+        &op,
+        name,
+        3,
+        "3 members Available through the node agent",
+        TIMEOUT,
+    )
+    .await;
+    // The agent probes readiness on its own round, after etcd answers the operator.
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    assert_eq!(pods.len(), 3, "{pods:#?}");
+    for pod in &pods {
+        let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        assert_eq!(pod["spec"]["nodeName"], "node-1", "{pod}");
+        assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+        assert!(ready(pod), "{pod}");
+        assert_eq!(
+            pod["status"]["podIP"].as_str(),
+            agent.address("default", pod_name).as_deref()
+        );
+    }
+    let pvcs = kube_api.objects("persistentvolumeclaims");
+    assert_eq!(pvcs.len(), 3, "{pvcs:#?}");
+    assert!(pvcs.iter().all(|p| p["status"]["phase"] == "Bound"), "{pvcs:#?}");
+    assert_eq!(kube_api.objects("services").len(), 2, "peer and client Services");
+    assert_eq!(kube_api.objects("poddisruptionbudgets").len(), 1);
+    // The members reach one another by their .svc names: one cluster of three.
+    let first = agent
+        .address(
+            "default",
+            pods[0]["metadata"]["name"].as_str().unwrap_or_default(),
+        )
+        .context("the agent gave the first Pod no address")?;
+    let endpoint = format!("http://{first}:2379");
+    assert_eq!(member_list(&endpoint).len(), 3, "{status}");
+    etcdctl_ok(&endpoint, &["put", "kept", "across-everything"]);
+
+    // Scale 3 -> 5.
+    kubectl(&op, &["scale", "etcdcluster", name, "--replicas=5"], None)?;
+    wait_available(&op, name, 5, "scaled to 5 members", TIMEOUT).await;
+    wait_pods_ready(&kube_api, name, 5).await?;
+    let before = member_list(&endpoint);
+    assert_eq!(before.len(), 5, "{before:?}");
+
+    // A member's Pod is deleted: the node agent stops it (SIGTERM, then the final delete), the
+    // controller creates the Pod again on the member's PVC.
+    let victim = pods_of(&kube_api, name)
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .find(|n| agent.address("default", n).as_deref() != Some(first.as_str()))
+        .context("no second Pod")?;
+    let old_uid = pods_of(&kube_api, name)
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == victim.as_str())
+        .map(|p| p["metadata"]["uid"].clone())
+        .context("victim Pod")?;
+    let old_pid = agent
+        .pid("default", &victim)
+        .context("the victim runs no process")?;
+    Api::<Pod>::namespaced(kube_api.client()?, "default")
+        .delete(&victim, &DeleteParams::default())
+        .await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let back = pods_of(&kube_api, name)
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == victim.as_str());
+        if let Some(pod) = back
+            && pod["metadata"]["uid"] != old_uid
+            && ready(&pod)
+        {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "Pod {victim} was not created again and ready within {TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_ne!(
+        agent.pid("default", &victim),
+        Some(old_pid),
+        "the old process still runs"
+    );
+    wait_available(&op, name, 5, "5 members after the Pod came back", TIMEOUT).await;
+    assert_eq!(
+        member_list(&endpoint),
+        before,
+        "the same members, the same ids: its data was kept"
+    );
+    let victim_ip = agent.address("default", &victim).context("victim address")?;
+    assert_eq!(
+        etcdctl_ok(
+            &format!("http://{victim_ip}:2379"),
+            &["get", "kept", "--print-value-only"]
+        )
+        .trim(),
+        "across-everything"
+    );
+
+    // Rolling upgrade 3.5.16 -> 3.5.34.
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "etcdcluster",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"3.5.34"}}"#,
+        ],
+        None,
+    )?;
+    wait_for(
+        &op,
+        Watched::status("ec", name),
+        "rolled to 3.5.34",
+        TIMEOUT * 2,
+        |s| {
+            available(s, 5)
+                && s["currentVersion"] == "3.5.34"
+                && s["members"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().all(|m| m["version"] == "3.5.34"))
+        },
+    )
+    .await?;
+    let pods = pods_of(&kube_api, name);
+    assert!(
+        pods.iter().all(|p| p["spec"]["containers"][0]["image"]
+            .as_str()
+            .is_some_and(|i| i.ends_with(":v3.5.34"))),
+        "{pods:#?}"
+    );
+    assert_eq!(member_versions(&agent, &pods), vec!["3.5.34"; 5]);
+    assert_eq!(member_list(&endpoint), before, "the roll keeps every member");
+
+    // Deleting the EtcdCluster removes what the runtime created.
+    kubectl(
+        &op,
+        &["delete", "etcdcluster", name, "--wait=true", "--timeout=120s"],
+        None,
+    )?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !(pods_of(&kube_api, name).is_empty()
+        && kube_api.objects("persistentvolumeclaims").is_empty()
+        && kube_api.objects("services").is_empty()
+        && kube_api.objects("poddisruptionbudgets").is_empty())
+    {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "objects left after deleting the EtcdCluster: pods {:?}, pvcs {}, services {}",
+            pods_of(&kube_api, name).len(),
+            kube_api.objects("persistentvolumeclaims").len(),
+            kube_api.objects("services").len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        agent.pid("default", &victim),
+        None,
+        "the agent stopped the members"
+    );
+    Ok(())
+}
+
+/// A `--member-kubeconfig` that does not load stops local mode before it starts anything, saying
+/// which file and why.
+#[tokio::test]
+async fn a_member_kubeconfig_that_does_not_load_stops_local_mode() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let missing = dir.path().join("absent.kubeconfig");
+    let out = std::process::Command::new(etcd_operator_tests::operator::operator_binary()?)
+        .args(["local", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .arg("--member-kubeconfig")
+        .arg(&missing)
+        .output()?;
+    assert!(!out.status.success());
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        log.contains("build the client of the members' cluster from") && log.contains("absent.kubeconfig"),
+        "{log}"
+    );
+    assert!(
+        !dir.path().join("state").join("etcd").exists(),
+        "the backing etcd was started"
+    );
+    Ok(())
+}
