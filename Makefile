@@ -5,12 +5,13 @@ CARGO ?= cargo
 # cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
 TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
 
-.PHONY: help run test bench tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+.PHONY: help run test test-kube bench tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
 
 help:
 	@echo "make run    start etcd-operator locally (state in .local/)"
 	@echo "make test   install the test components, then fmt, clippy and every test"
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
+	@echo "make test-kube  the suite against a real kube-apiserver (KUBEBUILDER_ASSETS=DIR)"
 	@echo "make bench  run the benchmarks (release build) and print their figures"
 
 ## Components (pinned, checksummed, into .tools/; see tools/install.sh)
@@ -40,6 +41,8 @@ fmt:
 
 lint: tools-protoc
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The kube-apiserver suite is built only with its feature: linted (and so compiled) here too.
+	$(CARGO) clippy -p etcd-operator-tests --all-targets --features kube-apiserver -- -D warnings
 
 unit: tools
 	$(CARGO) $(TEST_RUNNER) --workspace
@@ -50,6 +53,11 @@ leftovers: tools
 
 doc-test: tools-protoc
 	$(CARGO) test --workspace --doc
+
+## The suite against a real kube-apiserver and kube-controller-manager, found through
+## KUBEBUILDER_ASSETS (envtest's convention); without them every test fails saying how to get them.
+test-kube: tools
+	$(CARGO) $(TEST_RUNNER) -p etcd-operator-tests --features kube-apiserver --test kube_apiserver
 
 ## Benchmarks: print figures, each beside a baseline measured in the same run (never timed tests).
 bench: tools

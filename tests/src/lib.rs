@@ -6,6 +6,7 @@
 //! where each one is. A missing component is an error naming the make target that installs it;
 //! nothing is skipped silently.
 
+pub mod envtest;
 pub mod etcd;
 pub mod fake_kube;
 pub mod kube;
