@@ -425,10 +425,7 @@ impl Agent {
                     .join("volumes")
                     .join(&volume.name);
                 std::fs::create_dir_all(&dir).map_err(|e| StartError::Failed(e.to_string()))?;
-                for (key, value) in secret.data.unwrap_or_default() {
-                    std::fs::write(dir.join(&key), &value.0)
-                        .map_err(|e| StartError::Failed(format!("write Secret key {key}: {e}")))?;
-                }
+                write_secret(&dir, &secret_name, secret.data.unwrap_or_default(), source)?;
                 dir
             } else {
                 return Err(StartError::Unsupported(format!(
@@ -619,6 +616,39 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// A Secret volume's files: the keys `items` maps (to their paths), else every key; with the
+/// item's or the volume's mode (0644 when neither says, as the kubelet does).
+fn write_secret(
+    dir: &Path,
+    secret_name: &str,
+    data: BTreeMap<String, k8s_openapi::ByteString>,
+    source: &k8s_openapi::api::core::v1::SecretVolumeSource,
+) -> Result<(), StartError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let files: Vec<(String, String, Option<i32>)> = match &source.items {
+        Some(items) => items
+            .iter()
+            .map(|i| (i.key.clone(), i.path.clone(), i.mode))
+            .collect(),
+        None => data.keys().map(|k| (k.clone(), k.clone(), None)).collect(),
+    };
+    for (key, path, mode) in files {
+        let value = data
+            .get(&key)
+            .ok_or_else(|| StartError::NotYet(format!("secret \"{secret_name}\" has no key {key:?}")))?;
+        let file = dir.join(&path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| StartError::Failed(e.to_string()))?;
+        }
+        std::fs::write(&file, &value.0)
+            .map_err(|e| StartError::Failed(format!("write Secret key {key}: {e}")))?;
+        let mode = mode.or(source.default_mode).unwrap_or(0o644);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode as u32 & 0o777))
+            .map_err(|e| StartError::Failed(format!("set the mode of {}: {e}", file.display())))?;
+    }
+    Ok(())
 }
 
 /// SIGTERM, then SIGKILL after [`MAX_STOP`].

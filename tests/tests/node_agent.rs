@@ -98,6 +98,44 @@ async fn wait_pods_ready(kube: &FakeKube, cluster: &str, count: usize) -> anyhow
     }
 }
 
+/// The fake API, the node agent on it and the operator running members there.
+struct Cluster {
+    kube_api: FakeKube,
+    agent: NodeAgent,
+    op: LocalOperator,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(hosts: std::path::PathBuf) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-operator-node-agent-")
+            .tempdir()?;
+        let kube_api = FakeKube::start().await?;
+        let kubeconfig = kube_api.write_kubeconfig(&dir.path().join("members.kubeconfig"))?;
+        let agent = NodeAgent::start(
+            kube_api.client()?,
+            NodeAgentOptions {
+                node: "node-1".into(),
+                root: dir.path().join("node"),
+                etcd_binaries: tools::tools_dir().join("etcd"),
+                hosts,
+            },
+        );
+        let op = LocalOperator::start_with(OperatorOptions {
+            env: Vec::new(),
+            args: vec!["--member-kubeconfig".into(), kubeconfig.display().to_string()],
+        })
+        .await?;
+        Ok(Self {
+            kube_api,
+            agent,
+            op,
+            _dir: dir,
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Result<()> {
     let Some(hosts) = private_hosts::enter("kubernetes_runtime_runs_members_through_the_node_agent")? else {
@@ -105,25 +143,12 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     };
     tools::etcd(EtcdVersion::V3_5_16)?;
     tools::etcd(EtcdVersion::V3_5_34)?;
-    let dir = tempfile::Builder::new()
-        .prefix("etcd-operator-node-agent-")
-        .tempdir()?;
-    let kube_api = FakeKube::start().await?;
-    let kubeconfig = kube_api.write_kubeconfig(&dir.path().join("members.kubeconfig"))?;
-    let agent = NodeAgent::start(
-        kube_api.client()?,
-        NodeAgentOptions {
-            node: "node-1".into(),
-            root: dir.path().join("node"),
-            etcd_binaries: tools::tools_dir().join("etcd"),
-            hosts,
-        },
-    );
-    let op = LocalOperator::start_with(OperatorOptions {
-        env: Vec::new(),
-        args: vec!["--member-kubeconfig".into(), kubeconfig.display().to_string()],
-    })
-    .await?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
     let name = "kr";
 
     // 3 members through the kubernetes runtime.
@@ -291,6 +316,81 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
         None,
         "the agent stopped the members"
     );
+    Ok(())
+}
+
+/// TLS on both planes through the kubernetes runtime: `auto` CA and member certificates in
+/// Secrets, mounted into the Pods (the node agent writes them out), members serving HTTPS for
+/// their `.svc` names and requiring client certificates; the operator reaches them with its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_serves_tls_members_from_secrets() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_serves_tls_members_from_secrets")? else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "secure";
+    apply(
+        &op,
+        &format!(
+            "{}  tls:\n    client: {{auto: {{}}}}\n    peer: {{auto: {{}}}}\n",
+            cluster_yaml(name, 3, "3.5.34")
+        ),
+    )?;
+    let status = wait_available(&op, name, 3, "3 TLS members Available", TIMEOUT).await;
+    let endpoints = etcd_operator_tests::local_cluster::endpoints(&status);
+    assert!(
+        endpoints.iter().all(|e| e.starts_with("https://")),
+        "{endpoints:?}"
+    );
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    for pod in &pods {
+        let command: Vec<&str> = pod["spec"]["containers"][0]["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(command.contains(&"--client-cert-auth=true"), "{command:?}");
+        assert!(command.contains(&"--peer-client-cert-auth=true"), "{command:?}");
+        assert!(
+            pod["spec"]["volumes"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v.get("secret").is_some())),
+            "{pod}"
+        );
+    }
+    let secrets = kube_api.objects("secrets");
+    assert!(secrets.len() >= 2, "CA and member Secrets: {}", secrets.len());
+    // A client without a certificate gets no answer from a member.
+    let ip = agent
+        .address(
+            "default",
+            pods[0]["metadata"]["name"].as_str().unwrap_or_default(),
+        )
+        .context("address")?;
+    let plain = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()?
+        .get(format!("https://{ip}:2379/version"))
+        .send()
+        .await;
+    assert!(
+        plain.is_err(),
+        "a member answered a client without a certificate: {plain:?}"
+    );
+
+    // A fourth member gets its certificate and joins over mutual TLS.
+    kubectl(&op, &["scale", "etcdcluster", name, "--replicas=4"], None)?;
+    wait_available(&op, name, 4, "4 TLS members", TIMEOUT).await;
+    wait_pods_ready(&kube_api, name, 4).await?;
     Ok(())
 }
 
