@@ -336,17 +336,21 @@ async fn authorization_is_delegated_and_forged_identities_are_refused() -> anyho
         "forged headers: {}",
         forged.status()
     );
-    let token = std::fs::read_to_string(&kubeconfig)?
+    // A ServiceAccount with no binding at all, claiming to be an admin through headers that only
+    // the front proxy may set.
+    ok(
+        &plane,
+        &["create", "serviceaccount", "stranger", "-n", "default"],
+        None,
+    )?;
+    let stranger =
+        plane.service_account_kubeconfig("default", "stranger", &plane.dir().join("stranger.kubeconfig"))?;
+    let token = std::fs::read_to_string(&stranger)?
         .lines()
         .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
         .context("token")?;
-    ok(
-        &plane,
-        &["delete", "rolebinding", "nobody-edit", "-n", "default"],
-        None,
-    )?;
     let forged_via_apiserver = http
-        .delete(format!(
+        .get(format!(
             "{}/apis/etcd.operator.dev/v1alpha2/namespaces/default/etcdclusters/by-sa",
             plane.url()
         ))

@@ -98,6 +98,27 @@ async fn wait_pods_ready(kube: &FakeKube, cluster: &str, count: usize) -> anyhow
     }
 }
 
+/// Durations of the phases of a test, printed as they end.
+struct Phase(std::time::Instant);
+
+impl Phase {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn restart(&mut self) {
+        self.0 = std::time::Instant::now();
+    }
+
+    fn done(&mut self, what: &str) {
+        eprintln!(
+            "node agent e2e: {what} in {:.1} s",
+            self.0.elapsed().as_secs_f64()
+        );
+        self.restart();
+    }
+}
+
 /// The fake API, the node agent on it and the operator running members there.
 struct Cluster {
     kube_api: FakeKube,
@@ -151,7 +172,9 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     } = Cluster::start(hosts).await?;
     let name = "kr";
 
-    // 3 members through the kubernetes runtime.
+    // 3 members through the kubernetes runtime. Each phase's duration is printed (figures for
+    // the record, never asserted).
+    let mut phase = Phase::start();
     apply(&op, &cluster_yaml(name, 3, "3.5.16"))?;
     let status = wait_available(
         &op,
@@ -164,6 +187,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     // The agent probes readiness on its own round, after etcd answers the operator.
     let pods = wait_pods_ready(&kube_api, name, 3).await?;
     assert_eq!(pods.len(), 3, "{pods:#?}");
+    phase.done("3 members Available and their Pods Ready");
     for pod in &pods {
         let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
         assert_eq!(pod["spec"]["nodeName"], "node-1", "{pod}");
@@ -194,6 +218,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     kubectl(&op, &["scale", "etcdcluster", name, "--replicas=5"], None)?;
     wait_available(&op, name, 5, "scaled to 5 members", TIMEOUT).await;
     wait_pods_ready(&kube_api, name, 5).await?;
+    phase.done("scaled 3 -> 5");
     let before = member_list(&endpoint);
     assert_eq!(before.len(), 5, "{before:?}");
 
@@ -212,6 +237,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     let old_pid = agent
         .pid("default", &victim)
         .context("the victim runs no process")?;
+    phase.restart();
     Api::<Pod>::namespaced(kube_api.client()?, "default")
         .delete(&victim, &DeleteParams::default())
         .await?;
@@ -238,6 +264,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
         "the old process still runs"
     );
     wait_available(&op, name, 5, "5 members after the Pod came back", TIMEOUT).await;
+    phase.done("a deleted Pod back and the cluster Available");
     assert_eq!(
         member_list(&endpoint),
         before,
@@ -280,6 +307,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
         },
     )
     .await?;
+    phase.done("rolled 5 members 3.5.16 -> 3.5.34");
     let pods = pods_of(&kube_api, name);
     assert!(
         pods.iter().all(|p| p["spec"]["containers"][0]["image"]
