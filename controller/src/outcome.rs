@@ -118,6 +118,7 @@ impl StepError {
             Self::Runtime(RuntimeError::CertificateNotReady { .. }) => "WaitingForCertificate",
             Self::Runtime(RuntimeError::Certificates { .. }) => "CertificatesFailed",
             Self::Runtime(RuntimeError::TlsUnsupported { .. }) => "TLSProviderUnsupported",
+            Self::Runtime(RuntimeError::Waiting { .. }) => "RuntimeWaiting",
             Self::Runtime(_) => "RuntimeFailed",
             Self::Member(MemberOpError::NotReadyYet { .. }) => "EtcdNotReady",
             Self::Member(MemberOpError::Timeout { .. }) => "EtcdTimeout",
@@ -166,6 +167,13 @@ mod tests {
             (
                 StepError::Runtime(RuntimeError::UnknownMember { name: "x".into() }),
                 "RuntimeFailed",
+            ),
+            (
+                StepError::Runtime(RuntimeError::Waiting {
+                    member: "m".into(),
+                    detail: "its Pod is stopping".into(),
+                }),
+                "RuntimeWaiting",
             ),
         ];
         for (e, code) in cases {

@@ -370,6 +370,18 @@ impl ApiServerVerifier {
         client.echo();
     }
 
+    /// `reserve` first looks for a member started with `--force-new-cluster` by a quorum
+    /// recovery (none here).
+    async fn no_recovery_to_settle(&mut self) {
+        self.expect(
+            Method::GET,
+            &format!("/api/v1/namespaces/{NS}/pods?&{SELECTOR}"),
+            None,
+        )
+        .await
+        .reply(StatusCode::OK, &list("PodList", vec![]));
+    }
+
     async fn list_members(&mut self, pods: Vec<Value>, pvcs: Vec<Value>) {
         self.expect(
             Method::GET,
@@ -564,6 +576,7 @@ async fn create_reserves_and_starts_the_first_member_of_a_new_cluster() {
     let got = scenario(
         async move |api: &mut ApiServerVerifier| {
             // reserve: Services, PDB for the desired 3 replicas, the PVC.
+            api.no_recovery_to_settle().await;
             api.apply_services().await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(2).await;
@@ -595,6 +608,7 @@ async fn reserving_again_returns_the_same_member_with_its_recorded_config() {
     let (a2, cfg2) = (a.clone(), cfg.clone());
     let got = scenario(
         async move |api: &mut ApiServerVerifier| {
+            api.no_recovery_to_settle().await;
             api.apply_services().await;
             api.list_members(
                 vec![pod(&a2, "Running", Some(&cfg2), false)],
@@ -1124,6 +1138,7 @@ async fn scale_up_reserves_and_starts_an_additional_member() {
     let (d2, boot2, join2) = (d.clone(), boot.clone(), join.clone());
     scenario(
         async move |api: &mut ApiServerVerifier| {
+            api.no_recovery_to_settle().await;
             api.apply_services().await;
             let running = [&a, &b, &c];
             api.list_members(
@@ -1533,6 +1548,7 @@ async fn memory_members_are_reserved_in_the_runtime_and_never_restarted_empty() 
     let (reserved_view, running_view, gone_view, err) = scenario(
         async move |api: &mut ApiServerVerifier| {
             // reserve: no PVC.
+            api.no_recovery_to_settle().await;
             api.apply_services().await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(2).await;
@@ -2040,6 +2056,7 @@ mod tls {
         let cap = &captured;
         let reserved_member = scenario(
             async move |api: &mut ApiServerVerifier| {
+                api.no_recovery_to_settle().await;
                 api.apply_services().await;
                 api.list_members(vec![], vec![]).await;
                 api.apply_pdb(2).await;
@@ -2932,4 +2949,235 @@ mod tls {
             ),
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quorum recovery: the survivor starts once with --force-new-cluster, and once more without it
+// before the first member is added back.
+
+/// A Pod that a quorum recovery started: `--force-new-cluster` noted on it, `Ready` or not.
+fn forced_pod(member: &str, config: &MemberConfig, ready: bool) -> Value {
+    let mut pod = pod(member, "Running", Some(config), false);
+    pod["metadata"]["annotations"]["etcd.operator.dev/force-new-cluster"] = json!("true");
+    pod["status"]["conditions"] = json!([{"type": "Ready", "status": if ready { "True" } else { "False" }}]);
+    pod
+}
+
+impl ApiServerVerifier {
+    async fn get_pvc(&mut self, member: &str, config: &MemberConfig) {
+        self.expect(
+            Method::GET,
+            &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{member}-data"),
+            None,
+        )
+        .await
+        .reply(StatusCode::OK, &pvc(member, Some(config), false));
+    }
+
+    /// `DELETE` of the member's Pod, then a `GET` that finds it (`still_there`) or not.
+    async fn delete_pod_and_look(&mut self, member: &str, config: &MemberConfig, still_there: bool) {
+        let path = format!("/api/v1/namespaces/{NS}/pods/{member}");
+        self.expect(Method::DELETE, &format!("{path}?"), Some(JSON))
+            .await
+            .reply(StatusCode::OK, &pod(member, "Running", Some(config), true));
+        let look = self.expect(Method::GET, &path, None).await;
+        if still_there {
+            look.reply(StatusCode::OK, &pod(member, "Running", Some(config), true));
+        } else {
+            look.not_found(&format!("pods \"{member}\""));
+        }
+    }
+
+    /// The member Pod applied; whether it carries `--force-new-cluster` (and says so).
+    async fn apply_pod_forced(&mut self, member: &str, forced: bool) {
+        let apply = self
+            .expect(
+                Method::PATCH,
+                &format!("/api/v1/namespaces/{NS}/pods/{member}?&{APPLY}"),
+                Some(APPLY_PATCH),
+            )
+            .await;
+        let command: Vec<String> =
+            serde_json::from_value(apply.body["spec"]["containers"][0]["command"].clone()).unwrap();
+        assert_eq!(
+            command.contains(&"--force-new-cluster".to_owned()),
+            forced,
+            "{command:?}"
+        );
+        assert_eq!(
+            apply.body["metadata"]["annotations"]
+                .get("etcd.operator.dev/force-new-cluster")
+                .is_some(),
+            forced
+        );
+        apply.echo();
+    }
+}
+
+#[tokio::test]
+async fn quorum_recovery_starts_the_survivor_with_force_new_cluster_and_says_so() {
+    let a = member("aaaaa");
+    let cfg = config(&[&a], InitialState::New);
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    let result = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.get_pvc(&a2, &cfg2).await;
+            api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await
+                .reply(StatusCode::OK, &pod(&a2, "Running", Some(&cfg2), false));
+            api.list_members(
+                vec![pod(&a2, "Running", Some(&cfg2), false)],
+                vec![pvc(&a2, Some(&cfg2), false)],
+            )
+            .await;
+            api.delete_pod_and_look(&a2, &cfg2, false).await;
+            api.apply_pod_forced(&a2, true).await;
+            api.event(
+                "MemberPodCreated",
+                &format!("Created member Pod {a2} (etcd 3.5.21)"),
+            )
+            .await;
+            let warning = api
+                .expect(
+                    Method::POST,
+                    &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"),
+                    Some(JSON),
+                )
+                .await;
+            assert_eq!(warning.body["reason"], "QuorumRecovered");
+            assert_eq!(warning.body["type"], "Warning");
+            let body = warning.body.clone();
+            warning.reply(StatusCode::CREATED, &body);
+        },
+        async |rt: KubernetesRuntime| rt.recover_quorum(&cluster_ref(), &disk_spec(3), &a).await,
+    )
+    .await;
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn quorum_recovery_waits_while_the_survivor_pod_stops() {
+    let a = member("aaaaa");
+    let cfg = config(&[&a], InitialState::New);
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    let result = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.get_pvc(&a2, &cfg2).await;
+            api.expect(Method::GET, &format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await
+                .reply(StatusCode::OK, &pod(&a2, "Running", Some(&cfg2), false));
+            api.list_members(
+                vec![pod(&a2, "Running", Some(&cfg2), false)],
+                vec![pvc(&a2, Some(&cfg2), false)],
+            )
+            .await;
+            api.delete_pod_and_look(&a2, &cfg2, true).await;
+        },
+        async |rt: KubernetesRuntime| {
+            rt.with_stop_wait(Duration::ZERO)
+                .recover_quorum(&cluster_ref(), &disk_spec(3), &a)
+                .await
+        },
+    )
+    .await;
+    assert!(
+        matches!(result, Err(RuntimeError::Waiting { ref member, .. }) if *member == a),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn quorum_recovery_refuses_a_survivor_without_data_to_recover_from() {
+    let a = member("aaaaa");
+    let memory = scenario(
+        async |_: &mut ApiServerVerifier| {},
+        async |rt: KubernetesRuntime| rt.recover_quorum(&cluster_ref(), &memory_spec(), &a).await,
+    )
+    .await;
+    assert!(
+        matches!(&memory, Err(RuntimeError::State { detail, .. }) if detail.contains("memory-backed")),
+        "{memory:?}"
+    );
+    let a2 = a.clone();
+    let no_claim = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a2}-data"),
+                None,
+            )
+            .await
+            .not_found("persistentvolumeclaims");
+        },
+        async |rt: KubernetesRuntime| rt.recover_quorum(&cluster_ref(), &disk_spec(3), &a).await,
+    )
+    .await;
+    assert!(
+        matches!(&no_claim, Err(RuntimeError::State { detail, .. }) if detail.contains("no volume claim")),
+        "{no_claim:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_member_is_added_back_before_the_recovered_one_serves() {
+    let a = member("aaaaa");
+    let b = member("bbbbb");
+    let cfg = config(&[&a], InitialState::New);
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    let result = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/pods?&{SELECTOR}"),
+                None,
+            )
+            .await
+            .reply(
+                StatusCode::OK,
+                &list("PodList", vec![forced_pod(&a2, &cfg2, false)]),
+            );
+        },
+        async |rt: KubernetesRuntime| rt.reserve(&cluster_ref(), &disk_spec(3), &b).await,
+    )
+    .await;
+    assert!(
+        matches!(&result, Err(RuntimeError::Waiting { member, detail }) if *member == a && detail.contains("does not serve yet")),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_recovered_member_starts_again_without_force_new_cluster_before_members_are_added() {
+    let a = member("aaaaa");
+    let b = member("bbbbb");
+    let cfg = config(&[&a], InitialState::New);
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    let result = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/pods?&{SELECTOR}"),
+                None,
+            )
+            .await
+            .reply(
+                StatusCode::OK,
+                &list("PodList", vec![forced_pod(&a2, &cfg2, true)]),
+            );
+            api.delete_pod_and_look(&a2, &cfg2, false).await;
+            api.get_pvc(&a2, &cfg2).await;
+            api.apply_pod_forced(&a2, false).await;
+            api.event(
+                "MemberPodCreated",
+                &format!("Created member Pod {a2} (etcd 3.5.21)"),
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| rt.reserve(&cluster_ref(), &disk_spec(3), &b).await,
+    )
+    .await;
+    assert!(
+        matches!(&result, Err(RuntimeError::Waiting { member, detail }) if *member == a && detail.contains("restarted without --force-new-cluster")),
+        "{result:?}"
+    );
 }

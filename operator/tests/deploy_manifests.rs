@@ -662,7 +662,8 @@ async fn drive_runtime(stub: &Stub) {
             .flat_map(|t| [("Disk", t.clone()), ("Memory", t.clone())]);
         for (medium, tls) in cases {
             let spec = spec_view(medium, tls);
-            let runtime = KubernetesRuntime::new(stub.client());
+            // A stub's Pods never go away: no waiting for them.
+            let runtime = KubernetesRuntime::new(stub.client()).with_stop_wait(std::time::Duration::ZERO);
             let _ = runtime.members(&cluster).await;
             let _ = runtime.client_tls(&cluster, &spec).await;
             let _ = runtime.reserve(&cluster, &spec, &member).await;

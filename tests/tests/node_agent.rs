@@ -422,6 +422,117 @@ async fn kubernetes_runtime_serves_tls_members_from_secrets() -> anyhow::Result<
     Ok(())
 }
 
+/// Quorum recovery through the kubernetes runtime: two of three members lose their data (killed,
+/// their data directories replaced by files, so they cannot start again). Nothing happens until
+/// people ask with the recover-quorum annotation; then the other members are removed with their
+/// volume claims released, the survivor starts with `--force-new-cluster`, starts again without
+/// it before members are added back, and the cluster grows back to three with the survivor's data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_rebuilds_a_cluster_that_lost_quorum_when_asked() -> anyhow::Result<()> {
+    let Some(hosts) =
+        private_hosts::enter("kubernetes_runtime_rebuilds_a_cluster_that_lost_quorum_when_asked")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "lost";
+    apply(&op, &cluster_yaml(name, 3, "3.5.34"))?;
+    let status = wait_available(&op, name, 3, "3 members", TIMEOUT).await;
+    let members = etcd_operator_tests::local_cluster::member_names(&status);
+    let (survivor, destroyed) = (members[0].clone(), members[1..].to_vec());
+    let survivor_ip = agent.address("default", &survivor).context("survivor address")?;
+    let survivor_endpoint = format!("http://{survivor_ip}:2379");
+    etcdctl_ok(&survivor_endpoint, &["put", "survives", "the-outage"]);
+
+    for member in &destroyed {
+        let data = _dir
+            .path()
+            .join("node/volumes/default")
+            .join(format!("{member}-data"))
+            .join("data");
+        let pid = agent.pid("default", member).context("a running member")?;
+        etcd_operator_tests::local_cluster::sigkill(pid);
+        std::fs::remove_dir_all(&data)?;
+        std::fs::write(&data, "not a data directory")?;
+    }
+    wait_for(
+        &op,
+        Watched::status("ec", name),
+        "the quorum loss reported",
+        TIMEOUT,
+        |s| etcd_operator_tests::kubectl::condition(s, "Available").is_some_and(|c| c["status"] == "False"),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        pods_of(&kube_api, name).len(),
+        3,
+        "members changed without a request"
+    );
+
+    kubectl(
+        &op,
+        &["annotate", "ec", name, "etcd.operator.dev/recover-quorum=auto"],
+        None,
+    )?;
+    let mut phase = Phase::start();
+    let status = wait_for(
+        &op,
+        Watched::status("ec", name),
+        "rebuilt and grown back to 3",
+        TIMEOUT * 2,
+        |s| available(s, 3) && s["recovery"].is_object(),
+    )
+    .await?;
+    phase.done("quorum recovered and grown back to 3 members");
+    assert_eq!(status["recovery"]["survivor"], survivor.as_str(), "{status}");
+    let names = etcd_operator_tests::local_cluster::member_names(&status);
+    assert!(names.contains(&survivor), "{names:?}");
+    assert!(
+        destroyed.iter().all(|d| !names.contains(d)),
+        "lost members are gone: {names:?}"
+    );
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    assert!(
+        pods.iter().all(|p| p["metadata"]["annotations"]
+            .get("etcd.operator.dev/force-new-cluster")
+            .is_none()),
+        "a Pod still runs with --force-new-cluster: {pods:#?}"
+    );
+    for pod in &pods {
+        let ip = agent
+            .address("default", pod["metadata"]["name"].as_str().unwrap_or_default())
+            .context("address")?;
+        let value = etcdctl_ok(
+            &format!("http://{ip}:2379"),
+            &["get", "survives", "--print-value-only"],
+        );
+        assert_eq!(value.trim(), "the-outage");
+    }
+    assert_eq!(member_list(&survivor_endpoint).len(), 3);
+    let events = kube_api.objects("events");
+    assert!(
+        events.iter().any(|e| e["reason"] == "QuorumRecovered"),
+        "no QuorumRecovered Event: {events:#?}"
+    );
+    // The lost members' volume claims were released, not deleted.
+    let claims: Vec<String> = kube_api
+        .objects("persistentvolumeclaims")
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    for member in &destroyed {
+        assert!(claims.contains(&format!("{member}-data")), "{member}: {claims:?}");
+    }
+    Ok(())
+}
+
 /// A `--member-kubeconfig` that does not load stops local mode before it starts anything, saying
 /// which file and why.
 #[tokio::test]

@@ -87,6 +87,32 @@ pub struct KubernetesRuntime {
     /// `namespace/name`): issued from the cluster's CA when needed and kept in memory only, so the
     /// credential never leaves the process; a restarted operator issues a new one.
     identities: Arc<Mutex<HashMap<String, crate::tls::member::ClientTls>>>,
+    /// How long a call waits for a Pod it deleted to be gone before it reports waiting (quorum
+    /// recovery and the restart after it).
+    stop_wait: std::time::Duration,
+}
+
+/// On the Pod of a member started with `--force-new-cluster` by [`Runtime::recover_quorum`]:
+/// it is started again without the flag before any member is added back (a container restart
+/// with the flag would drop them again).
+pub const FORCE_NEW_CLUSTER_ANNOTATION: &str = "etcd.operator.dev/force-new-cluster";
+
+/// The default of [`KubernetesRuntime::with_stop_wait`].
+pub const DEFAULT_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(45);
+
+/// Whether the Pod reports `Ready=True`.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether the Pod was started with `--force-new-cluster` (see [`FORCE_NEW_CLUSTER_ANNOTATION`]).
+fn forced_new_cluster(pod: &Pod) -> bool {
+    pod.annotations()
+        .get(FORCE_NEW_CLUSTER_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 impl fmt::Debug for KubernetesRuntime {
@@ -257,7 +283,94 @@ impl KubernetesRuntime {
             operator_image: std::env::var(resources::OPERATOR_IMAGE_ENV)
                 .ok()
                 .filter(|i| !i.is_empty()),
+            stop_wait: DEFAULT_STOP_WAIT,
         }
+    }
+
+    /// How long quorum recovery waits for a deleted Pod to be gone within one call (default
+    /// [`DEFAULT_STOP_WAIT`]); past it the call reports that it waits, and the next one goes on.
+    #[must_use]
+    pub fn with_stop_wait(mut self, wait: std::time::Duration) -> Self {
+        self.stop_wait = wait;
+        self
+    }
+
+    /// Deletes Pod `name` (if there) and waits up to `stop_wait` for it to be gone; `false`
+    /// when it is still there.
+    async fn stop_and_wait(&self, cluster: &ClusterRef, name: &str) -> Result<bool, RuntimeError> {
+        let pods = self.api::<Pod>(cluster);
+        ignore_not_found(
+            pods.delete(name, &DeleteParams::default()).await,
+            "delete the member Pod",
+        )?;
+        let deadline = tokio::time::Instant::now() + self.stop_wait;
+        loop {
+            let there = pods
+                .get_opt(name)
+                .await
+                .map_err(kube_error("read the member Pod"))?
+                .is_some();
+            if !there {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Before a member is added back after a quorum recovery: the survivor, started with
+    /// `--force-new-cluster`, is started again without it once it serves (its membership is a
+    /// one-member cluster by then). Waiting (an error that says so) until it serves, while its
+    /// old Pod stops, and while the new Pod starts.
+    async fn settle_recovery(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+    ) -> Result<(), RuntimeError> {
+        let params = ListParams::default().labels(&list_selector(cluster));
+        let pods = self
+            .api::<Pod>(cluster)
+            .list(&params)
+            .await
+            .map_err(kube_error("list the member Pods"))?;
+        // Only the survivor of a recovery carries the flag: there is at most one.
+        if let Some(pod) = pods.items.iter().find(|p| forced_new_cluster(p)) {
+            let name = pod.name_any();
+            let waiting = |detail: &str| RuntimeError::Waiting {
+                member: name.clone(),
+                detail: detail.to_owned(),
+            };
+            if !being_deleted(pod) && !pod_ready(pod) {
+                return Err(waiting(
+                    "it was started with --force-new-cluster and does not serve yet; members are added back once it does",
+                ));
+            }
+            if !self.stop_and_wait(cluster, &name).await? {
+                return Err(waiting("its Pod started with --force-new-cluster is stopping"));
+            }
+            let pvc = self
+                .api::<PersistentVolumeClaim>(cluster)
+                .get_opt(&naming::member_pvc_name(&name))
+                .await
+                .map_err(kube_error("read the member PersistentVolumeClaim"))?;
+            let config = pvc
+                .as_ref()
+                .map(|p| stored_config(p, &name))
+                .transpose()?
+                .flatten()
+                .ok_or_else(|| RuntimeError::State {
+                    member: name.clone(),
+                    detail: "its volume claim holds no configuration to restart it with".to_owned(),
+                })?;
+            self.create_pod(cluster, spec, &name, &config).await?;
+            info!(cluster = %cluster.key(), member = %name, "restarted the recovered member without --force-new-cluster");
+            return Err(waiting(
+                "it was restarted without --force-new-cluster; members are added back once it serves",
+            ));
+        }
+        Ok(())
     }
 
     /// Uses `image` (or none) as the operator's image in the restore init containers.
@@ -559,18 +672,21 @@ impl KubernetesRuntime {
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
         self.ensure_member_tls(cluster, spec, name).await?;
-        self.apply_pod(cluster, spec, name, config).await
+        self.apply_pod(cluster, spec, name, config, false).await
     }
 
-    /// Creates the member Pod (server-side apply) and reports an Event.
+    /// Creates the member Pod (server-side apply) and reports an Event; with
+    /// `force_new_cluster`, etcd starts with `--force-new-cluster` and the Pod carries
+    /// [`FORCE_NEW_CLUSTER_ANNOTATION`].
     async fn apply_pod(
         &self,
         cluster: &ClusterRef,
         spec: &ClusterSpecView,
         name: &str,
         config: &MemberConfig,
+        force_new_cluster: bool,
     ) -> Result<(), RuntimeError> {
-        let pod =
+        let mut pod =
             build_pod(cluster, spec, name, config, self.operator_image.as_deref()).map_err(|e| match e {
                 resources::ResourceError::Restore { member, source } => {
                     RuntimeError::Restore { member, source }
@@ -580,6 +696,16 @@ impl KubernetesRuntime {
                     detail: other.to_string(),
                 },
             })?;
+        if force_new_cluster {
+            pod.annotations_mut()
+                .insert(FORCE_NEW_CLUSTER_ANNOTATION.to_owned(), "true".to_owned());
+            if let Some(container) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+                container
+                    .command
+                    .get_or_insert_with(Vec::new)
+                    .push("--force-new-cluster".to_owned());
+            }
+        }
         let created = self
             .api::<Pod>(cluster)
             .patch(
@@ -695,6 +821,7 @@ impl Runtime for KubernetesRuntime {
         spec: &ClusterSpecView,
         name: &str,
     ) -> Result<RuntimeMember, RuntimeError> {
+        self.settle_recovery(cluster, spec).await?;
         self.apply_services(cluster).await?;
         let existing = self.list_members(cluster).await?;
         let counted = existing.iter().filter(|m| m.name != name).count() + 1;
@@ -891,7 +1018,7 @@ impl Runtime for KubernetesRuntime {
             .await
             .map_err(kube_error("read the member Pod"))?;
         let Some(pod) = pod else {
-            return self.apply_pod(cluster, spec, name, &config).await;
+            return self.apply_pod(cluster, spec, name, &config, false).await;
         };
         if being_deleted(&pod) {
             // Recreated by the next start, on the Secret as it is now.
@@ -937,16 +1064,68 @@ impl Runtime for KubernetesRuntime {
     }
 
     /// Not built for Pods yet: the survivor's Pod would need a one-time `--force-new-cluster`.
+    /// Every other member is removed with its volume claim released (kept, as `remove` with
+    /// data kept does), the survivor's Pod stops, and it starts again on its volume with
+    /// `--force-new-cluster`: a one-member cluster on its data. Before the first member is added
+    /// back, [`Runtime::reserve`] starts it once more without the flag.
     async fn recover_quorum(
         &self,
-        _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
-        _survivor: &str,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        survivor: &str,
     ) -> Result<(), RuntimeError> {
-        Err(RuntimeError::Unsupported {
-            operation: "quorum recovery",
-            runtime: "kubernetes",
-        })
+        let state = |detail: &str| RuntimeError::State {
+            member: survivor.to_owned(),
+            detail: detail.to_owned(),
+        };
+        if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
+            return Err(state(
+                "a memory-backed member loses its data when its Pod stops, so a cluster cannot be rebuilt from it",
+            ));
+        }
+        let pvc = self
+            .api::<PersistentVolumeClaim>(cluster)
+            .get_opt(&naming::member_pvc_name(survivor))
+            .await
+            .map_err(kube_error("read the member PersistentVolumeClaim"))?
+            .filter(|p| !being_deleted(p))
+            .ok_or_else(|| state("it has no volume claim to recover from"))?;
+        let config = stored_config(&pvc, survivor)?
+            .ok_or_else(|| state("its volume claim holds no configuration: it never started"))?;
+        let existing = self
+            .api::<Pod>(cluster)
+            .get_opt(survivor)
+            .await
+            .map_err(kube_error("read the member Pod"))?;
+        if existing
+            .as_ref()
+            .is_some_and(|p| forced_new_cluster(p) && !being_deleted(p))
+        {
+            // Called again after it already started with the flag: nothing more to do.
+            return Ok(());
+        }
+        for member in self.list_members(cluster).await? {
+            if member.name != survivor {
+                Runtime::remove(self, cluster, &member.name, true).await?;
+            }
+        }
+        if !self.stop_and_wait(cluster, survivor).await? {
+            return Err(RuntimeError::Waiting {
+                member: survivor.to_owned(),
+                detail: "its Pod is stopping before it starts again with --force-new-cluster".to_owned(),
+            });
+        }
+        self.ensure_member_tls(cluster, spec, survivor).await?;
+        self.apply_pod(cluster, spec, survivor, &config, true).await?;
+        self.publish_warning(
+            cluster,
+            "QuorumRecovered",
+            "ForceNewCluster",
+            format!("Rebuilt the cluster from member {survivor} with --force-new-cluster; the other members' volume claims were released, not deleted"),
+            None,
+        )
+        .await;
+        Ok(())
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {

@@ -113,6 +113,15 @@ pub enum RuntimeError {
         /// `local` or `kubernetes`.
         runtime: &'static str,
     },
+    /// An operation goes on in the next call: something it started takes time (a Pod
+    /// stopping, a member starting). Waiting, not a fault, unless it lasts.
+    #[error("member {member}: waiting: {detail}")]
+    Waiting {
+        /// The member.
+        member: String,
+        /// What is waited for.
+        detail: String,
+    },
     /// Stored member state could not be read or written.
     #[error("member state of {member}: {detail}")]
     State {
