@@ -7,8 +7,11 @@
 //! reports phase, Pod IP, restarts and readiness (the container's HTTP readiness probe), restarts
 //! exited containers, and honours deletion: SIGTERM, then the final delete with grace 0.
 //!
-//! Only what member Pods use is supported; anything else (init containers, other volume kinds,
-//! another program than etcd) is reported on the Pod as the container waiting with reason
+//! Init containers run once per Pod, in order, each to completion (their exit codes and the end
+//! of their output reported as `initContainerStatuses`, as `FallbackToLogsOnError` does); the
+//! operator's image runs this workspace's `etcd-operator`, an etcd image `etcd`, `etcdutl` or
+//! `etcdctl` of its version; environment values and Secret keys are passed. Anything else (other
+//! volume kinds, other programs) is reported on the Pod as the container waiting with reason
 //! `NodeAgentUnsupported`, never ignored. It polls the Pod list every 200 ms rather than watching
 //! (a test needs no more).
 
@@ -47,6 +50,8 @@ pub struct NodeAgentOptions {
     pub etcd_binaries: PathBuf,
     /// The hosts file the Pods' names are appended to (the one bind-mounted on /etc/hosts).
     pub hosts: PathBuf,
+    /// The operator's image and the binary its containers run (the restore init containers).
+    pub operator: Option<(String, PathBuf)>,
 }
 
 /// One container the agent runs.
@@ -62,6 +67,10 @@ struct Running {
     ip: String,
     started_at: String,
     reported: Option<serde_json::Value>,
+    /// The init containers ran to completion (they run once per Pod).
+    init_done: bool,
+    /// What they reported.
+    init_statuses: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Default)]
@@ -272,6 +281,8 @@ impl Agent {
                     ip,
                     started_at: now(),
                     reported: None,
+                    init_done: false,
+                    init_statuses: Vec::new(),
                 },
             );
         }
@@ -448,14 +459,6 @@ impl Agent {
         container: &Container,
     ) -> Result<TestProcess, StartError> {
         let spec = pod.spec.as_ref();
-        if spec
-            .and_then(|s| s.init_containers.as_ref())
-            .is_some_and(|c| !c.is_empty())
-        {
-            return Err(StartError::Unsupported(
-                "init containers are not run by the node agent".into(),
-            ));
-        }
         if spec.is_some_and(|s| s.containers.len() != 1) {
             return Err(StartError::Unsupported(
                 "the node agent runs Pods of one container".into(),
@@ -468,6 +471,98 @@ impl Agent {
             .unwrap_or_default();
         self.publish_names(pod, namespace, &ip)?;
         let volumes = self.volumes(pod, uid, namespace).await?;
+        let init_done = lock(&self.state).running.get(uid).is_some_and(|r| r.init_done);
+        if !init_done {
+            // Init containers run once per Pod, in order, each to completion.
+            let inits = spec.and_then(|s| s.init_containers.clone()).unwrap_or_default();
+            let mut statuses = Vec::new();
+            for init in &inits {
+                let mut process = self
+                    .spawn(pod, uid, namespace, init, &ip, &volumes, "init")
+                    .await?;
+                let code = loop {
+                    if let Some(status) = process.exited() {
+                        break status.code().unwrap_or(-1);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                // FallbackToLogsOnError: the end of its output is the termination message.
+                let message = process.log_tail(1024);
+                let (reason, ok) = if code == 0 {
+                    ("Completed", true)
+                } else {
+                    ("Error", false)
+                };
+                statuses.push(json!({
+                    "name": init.name, "image": init.image, "imageID": "", "ready": ok,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": code, "reason": reason, "message": message.trim()}},
+                }));
+                if !ok {
+                    if let Some(r) = lock(&self.state).running.get_mut(uid) {
+                        r.init_statuses = statuses;
+                    }
+                    return Err(StartError::Failed(format!(
+                        "init container {} exited with {code}",
+                        init.name
+                    )));
+                }
+            }
+            if let Some(r) = lock(&self.state).running.get_mut(uid) {
+                r.init_statuses = statuses;
+                r.init_done = true;
+            }
+        }
+        self.spawn(pod, uid, namespace, container, &ip, &volumes, "run")
+            .await
+    }
+
+    /// The program a container runs: the operator's image runs the `etcd-operator` binary of
+    /// this workspace; an etcd image runs `etcd`, `etcdutl` or `etcdctl` of its version.
+    fn program(&self, container: &Container) -> Result<(PathBuf, Vec<String>), StartError> {
+        let mut argv: Vec<String> = container.command.clone().unwrap_or_default();
+        argv.extend(container.args.clone().unwrap_or_default());
+        let image = container.image.clone().unwrap_or_default();
+        if let Some((operator_image, binary)) = &self.options.operator
+            && *operator_image == image
+        {
+            if argv.first().map(String::as_str) == Some("etcd-operator") {
+                argv.remove(0);
+            }
+            return Ok((binary.clone(), argv));
+        }
+        let tool = argv.first().cloned().unwrap_or_default();
+        if !matches!(tool.as_str(), "etcd" | "etcdutl" | "etcdctl") {
+            return Err(StartError::Unsupported(format!(
+                "the node agent runs etcd, etcdutl, etcdctl and the operator's image, not {tool:?} of {image:?}"
+            )));
+        }
+        let version = image_version(&image)
+            .ok_or_else(|| StartError::Unsupported(format!("image {image:?} has no version tag")))?;
+        let binary = self.options.etcd_binaries.join(&version).join(&tool);
+        if !binary.is_file() {
+            return Err(StartError::Failed(format!(
+                "no {tool} {version} at {} (run `make tools`)",
+                binary.display()
+            )));
+        }
+        argv.remove(0);
+        Ok((binary, argv))
+    }
+
+    /// Starts one container of the Pod: its program, its arguments on the Pod's address and the
+    /// host directories of its mounts, its environment (values and Secret keys).
+    #[allow(clippy::too_many_arguments)]
+    async fn spawn(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        namespace: &str,
+        container: &Container,
+        ip: &str,
+        volumes: &[(String, PathBuf)],
+        what: &str,
+    ) -> Result<TestProcess, StartError> {
         let mounts: Vec<(String, PathBuf)> = container
             .volume_mounts
             .iter()
@@ -481,25 +576,8 @@ impl Agent {
                 Some((m.mount_path.clone(), dir))
             })
             .collect();
-        let mut argv: Vec<String> = container.command.clone().unwrap_or_default();
-        argv.extend(container.args.clone().unwrap_or_default());
-        if argv.first().map(String::as_str) != Some("etcd") {
-            return Err(StartError::Unsupported(format!(
-                "the node agent runs etcd only, not {:?}",
-                argv.first()
-            )));
-        }
-        let image = container.image.clone().unwrap_or_default();
-        let version = image_version(&image)
-            .ok_or_else(|| StartError::Unsupported(format!("image {image:?} has no version tag")))?;
-        let binary = self.options.etcd_binaries.join(&version).join("etcd");
-        if !binary.is_file() {
-            return Err(StartError::Failed(format!(
-                "no etcd {version} at {} (run `make tools`)",
-                binary.display()
-            )));
-        }
-        let args = rewrite_args(&argv[1..], &ip, &mounts);
+        let (binary, argv) = self.program(container)?;
+        let args = rewrite_args(&argv, ip, &mounts);
         let logs = self.options.root.join("pods").join(uid);
         std::fs::create_dir_all(&logs).map_err(|e| StartError::Failed(e.to_string()))?;
         let restarts = lock(&self.state).running.get(uid).map_or(0, |r| r.restarts);
@@ -508,12 +586,27 @@ impl Agent {
         for env in container.env.iter().flatten() {
             if let Some(value) = &env.value {
                 cmd.env(&env.name, value);
+            } else if let Some(key) = env.value_from.as_ref().and_then(|f| f.secret_key_ref.as_ref()) {
+                let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+                let secret = secrets
+                    .get_opt(&key.name)
+                    .await
+                    .map_err(|e| StartError::NotYet(format!("read Secret {}: {e}", key.name)))?
+                    .ok_or_else(|| StartError::NotYet(format!("secret \"{}\" not found", key.name)))?;
+                let value = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(&key.key))
+                    .ok_or_else(|| {
+                        StartError::NotYet(format!("secret \"{}\" has no key {}", key.name, key.key))
+                    })?;
+                cmd.env(&env.name, String::from_utf8_lossy(&value.0).as_ref());
             }
         }
         TestProcess::spawn(
-            format!("{namespace}/{}", pod.name_any()),
+            format!("{namespace}/{}/{}", pod.name_any(), container.name),
             cmd,
-            &logs.join(format!("{}-{restarts}.log", container.name)),
+            &logs.join(format!("{}-{what}-{restarts}.log", container.name)),
         )
         .map_err(|e| StartError::Failed(e.to_string()))
     }
@@ -568,8 +661,15 @@ impl Agent {
                 .map(|code| json!({"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}}))
                 .unwrap_or_else(|| json!({}));
             let truth = if r.ready { "True" } else { "False" };
+            let init_statuses = r.init_statuses.clone();
+            let phase = if r.init_done || r.process.is_some() {
+                "Running"
+            } else {
+                "Pending"
+            };
             json!({
-                "phase": "Running",
+                "phase": phase,
+                "initContainerStatuses": init_statuses,
                 "podIP": r.ip,
                 "podIPs": [{"ip": r.ip}],
                 "hostIP": "127.0.0.1",

@@ -546,6 +546,7 @@ async fn members_run_through_the_node_agent_and_the_real_api() -> anyhow::Result
             root: plane.dir().join("node"),
             etcd_binaries: tools::tools_dir().join("etcd"),
             hosts,
+            operator: None,
         },
     );
     let name = "real";

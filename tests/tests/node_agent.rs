@@ -24,6 +24,8 @@ use kube::api::{Api, DeleteParams};
 use serde_json::Value;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// The operator's image as the member Pods name it; the node agent runs this workspace's binary.
+const OPERATOR_IMAGE: &str = "ghcr.io/etcd-operator/etcd-operator:e2e";
 
 fn cluster_yaml(name: &str, replicas: u32, version: &str) -> String {
     format!(
@@ -129,6 +131,12 @@ struct Cluster {
 
 impl Cluster {
     async fn start(hosts: std::path::PathBuf) -> anyhow::Result<Self> {
+        Self::start_with(hosts, Vec::new()).await
+    }
+
+    /// With extra environment for the operator (S3 keys, its image for restores); the node agent
+    /// runs the operator's image as this workspace's binary.
+    async fn start_with(hosts: std::path::PathBuf, env: Vec<(String, String)>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("etcd-operator-node-agent-")
             .tempdir()?;
@@ -141,10 +149,16 @@ impl Cluster {
                 root: dir.path().join("node"),
                 etcd_binaries: tools::tools_dir().join("etcd"),
                 hosts,
+                operator: Some((
+                    OPERATOR_IMAGE.to_owned(),
+                    etcd_operator_tests::operator::operator_binary()?,
+                )),
             },
         );
+        let mut env = env;
+        env.push(("ETCD_OPERATOR_IMAGE".to_owned(), OPERATOR_IMAGE.to_owned()));
         let op = LocalOperator::start_with(OperatorOptions {
-            env: Vec::new(),
+            env,
             args: vec!["--member-kubeconfig".into(), kubeconfig.display().to_string()],
         })
         .await?;
@@ -531,6 +545,134 @@ async fn kubernetes_runtime_rebuilds_a_cluster_that_lost_quorum_when_asked() -> 
         assert!(claims.contains(&format!("{member}-data")), "{member}: {claims:?}");
     }
     Ok(())
+}
+
+/// Backup and restore through the kubernetes runtime: an EtcdBackup of a cluster whose members
+/// run as Pods goes to S3; a new cluster restored from it starts its members with the restore
+/// init containers (`etcd-operator fetch-snapshot` with the S3 keys from a Secret, the etcd
+/// image's `etcdutl snapshot restore`, `etcd-operator finish-restore`) and serves the data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_restores_from_s3_through_init_containers() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_restores_from_s3_through_init_containers")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_16)?;
+    tools::etcdutl(EtcdVersion::V3_5_16)?;
+    let s3 = etcd_operator_tests::S3Server::start().await?;
+    s3.create_bucket("restores").await?;
+    let keys = vec![
+        (
+            "AWS_ACCESS_KEY_ID".to_owned(),
+            etcd_operator_tests::s3::ACCESS_KEY.to_owned(),
+        ),
+        (
+            "AWS_SECRET_ACCESS_KEY".to_owned(),
+            etcd_operator_tests::s3::SECRET_KEY.to_owned(),
+        ),
+    ];
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start_with(hosts, keys).await?;
+    // The member Pods' fetch step reads the keys from this Secret.
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s3-keys", "namespace": "default"},
+        "data": {
+            "AWS_ACCESS_KEY_ID": base64_of(etcd_operator_tests::s3::ACCESS_KEY),
+            "AWS_SECRET_ACCESS_KEY": base64_of(etcd_operator_tests::s3::SECRET_KEY),
+        },
+    }))?;
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(kube_api.client()?, "default")
+        .create(&Default::default(), &secret)
+        .await?;
+
+    apply(&op, &cluster_yaml("src", 1, "3.5.16"))?;
+    let src = wait_available(&op, "src", 1, "the source cluster", TIMEOUT).await;
+    let src_endpoint = etcd_operator_tests::local_cluster::endpoints(&src)[0].clone();
+    for i in 0..20 {
+        etcdctl_ok(&src_endpoint, &["put", &format!("k{i:02}"), &format!("v{i}")]);
+    }
+    apply(
+        &op,
+        &format!(
+            "apiVersion: etcd.operator.dev/v1alpha2\nkind: EtcdBackup\nmetadata:\n  name: b1\n  namespace: default\nspec:\n  clusterName: src\n  destination:\n    s3:\n      bucket: restores\n      endpoint: {}\n      region: {}\n      forcePathStyle: true\n      credentialsSecret: s3-keys\n",
+            s3.endpoint(),
+            etcd_operator_tests::s3::REGION
+        ),
+    )?;
+    wait_for(
+        &op,
+        Watched::object("etcdbackup", "b1"),
+        "the backup in S3",
+        TIMEOUT,
+        |o| o["status"]["phase"] == "Succeeded",
+    )
+    .await?;
+    etcdctl_ok(&src_endpoint, &["put", "after", "the-backup"]);
+
+    let mut phase = Phase::start();
+    apply(
+        &op,
+        &format!(
+            "{}  bootstrap:\n    restore:\n      backupName: b1\n",
+            cluster_yaml("dst", 3, "3.5.16")
+        ),
+    )?;
+    let dst = wait_available(&op, "dst", 3, "the restored cluster", TIMEOUT).await;
+    phase.done("3 members restored from S3 and Available");
+    for endpoint in etcd_operator_tests::local_cluster::endpoints(&dst) {
+        for i in [0, 7, 19] {
+            let value = etcdctl_ok(&endpoint, &["get", &format!("k{i:02}"), "--print-value-only"]);
+            assert_eq!(value.trim(), format!("v{i}"), "{endpoint}");
+        }
+        let after = etcdctl_ok(&endpoint, &["get", "after", "--print-value-only"]);
+        assert_eq!(after.trim(), "", "{endpoint}: a key written after the backup");
+    }
+    // The restore ran in the Pods' init containers, each to completion.
+    for pod in pods_of(&kube_api, "dst") {
+        let inits: Vec<(String, i64)> = pod["status"]["initContainerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap_or_default().to_owned(),
+                    s["state"]["terminated"]["exitCode"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        let bootstrap_member = !inits.is_empty();
+        if bootstrap_member {
+            assert_eq!(
+                inits,
+                vec![
+                    ("restore-fetch".to_owned(), 0),
+                    ("restore".to_owned(), 0),
+                    ("restore-finish".to_owned(), 0)
+                ],
+                "{pod}"
+            );
+        }
+    }
+    assert!(
+        pods_of(&kube_api, "dst")
+            .iter()
+            .any(|p| p["status"]["initContainerStatuses"]
+                .as_array()
+                .is_some_and(|i| !i.is_empty())),
+        "no member was restored through init containers"
+    );
+    drop(agent);
+    Ok(())
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 /// A `--member-kubeconfig` that does not load stops local mode before it starts anything, saying
