@@ -3181,3 +3181,34 @@ async fn the_recovered_member_starts_again_without_force_new_cluster_before_memb
         "{result:?}"
     );
 }
+
+/// A restore that failed in a member's init container (its Pod stays Pending while the kubelet
+/// retries) is what observing the cluster reports, with the container's message: it is not
+/// waited out as a slow bootstrap.
+#[tokio::test]
+async fn a_restore_failed_in_an_init_container_is_reported_when_members_are_listed() {
+    let a = member("aaaaa");
+    let cfg = config(&[&a], InitialState::New);
+    let (a2, cfg2) = (a.clone(), cfg.clone());
+    let result = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            let mut failing = pod(&a2, "Pending", Some(&cfg2), false);
+            failing["status"]["initContainerStatuses"] = json!([{
+                "name": "restore-fetch", "image": "op", "imageID": "", "ready": false, "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 1, "message": "checksum mismatch: want abc, got def"}},
+            }]);
+            api.list_members(vec![failing], vec![pvc(&a2, Some(&cfg2), false)])
+                .await;
+        },
+        async |rt: KubernetesRuntime| rt.members(&cluster_ref()).await,
+    )
+    .await;
+    match result {
+        Err(RuntimeError::Restore { member, source }) => {
+            assert_eq!(member, a);
+            assert!(source.to_string().contains("checksum mismatch"), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

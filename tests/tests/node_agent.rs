@@ -666,6 +666,61 @@ async fn kubernetes_runtime_restores_from_s3_through_init_containers() -> anyhow
                 .is_some_and(|i| !i.is_empty())),
         "no member was restored through init containers"
     );
+
+    // A snapshot changed in the bucket after the backup: the fetch step refuses it, its init
+    // container exits with the reason, and the operator reports it; nothing starts empty.
+    let backup = etcd_operator_tests::kubectl::get(&op, "etcdbackup", "b1")?;
+    let location = backup["status"]["lastBackup"]["location"]
+        .as_str()
+        .or_else(|| backup["status"]["location"].as_str())
+        .context(format!("no location in {backup}"))?
+        .to_owned();
+    let key = location
+        .strip_prefix("s3://restores/")
+        .context(format!("not in the bucket: {location}"))?;
+    use object_store::ObjectStoreExt as _;
+    s3.store("restores")?
+        .put(
+            &object_store::path::Path::from(key),
+            b"not the snapshot".to_vec().into(),
+        )
+        .await?;
+    apply(
+        &op,
+        &format!(
+            "{}  bootstrap:\n    restore:\n      backupName: b1\n",
+            cluster_yaml("bad", 1, "3.5.16")
+        ),
+    )?;
+    let status = wait_for(
+        &op,
+        Watched::status("ec", "bad"),
+        "the restore refused",
+        TIMEOUT,
+        |s| {
+            etcd_operator_tests::kubectl::condition(s, "Degraded").is_some_and(|c| {
+                c["reason"] == "RestoreFailed"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("SHA-256") && m.contains("restore-fetch"))
+            })
+        },
+    )
+    .await?;
+    let message = etcd_operator_tests::kubectl::condition(&status, "Degraded")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !message.contains('\u{1b}'),
+        "terminal colours in a termination message: {message:?}"
+    );
+    let pods = pods_of(&kube_api, "bad");
+    assert!(
+        pods.iter()
+            .all(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_null()),
+        "etcd started without its data: {pods:#?} {status}"
+    );
     drop(agent);
     Ok(())
 }

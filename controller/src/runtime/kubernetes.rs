@@ -520,6 +520,22 @@ impl KubernetesRuntime {
     /// Every member, with memory members seen running remembered.
     async fn list_members(&self, cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
         let mut objects = self.list_objects(cluster).await?;
+        // A restore that failed in a member's init containers (its Pod stays Pending while the
+        // kubelet retries them): reported as the local runtime reports a failed restore, as
+        // `RestoreFailed` with the container's message, rather than waited out as a slow start.
+        for (name, member) in &objects {
+            if let Some(source) = member
+                .pod
+                .as_ref()
+                .filter(|p| !being_deleted(*p))
+                .and_then(failed_restore)
+            {
+                return Err(RuntimeError::Restore {
+                    member: name.clone(),
+                    source: Box::new(source),
+                });
+            }
+        }
         let memory = self.with_memory(cluster, |remembered| {
             // Adopt running memory members (e.g. after an operator restart), so that their Pod
             // disappearing later is reported as `Gone`.
