@@ -730,6 +730,74 @@ fn base64_of(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
+/// Replacement through the kubernetes runtime: a member whose database is garbage cannot start;
+/// the node agent restarts its container with back-off (the Pod's restartCount grows), and after
+/// `crashLoopAfter` the controller announces it (Warning Event `MemberReplacing`), removes it
+/// and adds a fresh member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_replaces_a_member_whose_pod_cannot_start() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_replaces_a_member_whose_pod_cannot_start")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "crashy";
+    apply(
+        &op,
+        &format!(
+            "{}  replacement:\n    policy: Automatic\n    crashLoopAfter: 10s\n",
+            cluster_yaml(name, 3, "3.5.34")
+        ),
+    )?;
+    let status = wait_available(&op, name, 3, "3 members", TIMEOUT).await;
+    let broken = etcd_operator_tests::local_cluster::member_names(&status)[1].clone();
+    let db = _dir
+        .path()
+        .join("node/volumes/default")
+        .join(format!("{broken}-data"))
+        .join("data/member/snap/db");
+    anyhow::ensure!(db.is_file(), "no database at {}", db.display());
+    let pid = agent.pid("default", &broken).context("the member runs")?;
+    etcd_operator_tests::local_cluster::sigkill(pid);
+    std::fs::write(&db, vec![0xAB; 64 * 1024])?;
+    let mut phase = Phase::start();
+    let status = wait_for(
+        &op,
+        Watched::status("ec", name),
+        "the broken member replaced by a fresh one",
+        TIMEOUT,
+        |s| available(s, 3) && !etcd_operator_tests::local_cluster::member_names(s).contains(&broken),
+    )
+    .await?;
+    phase.done("a member that cannot start replaced (crashLoopAfter 10 s)");
+    assert!(
+        !pods_of(&kube_api, name)
+            .iter()
+            .any(|p| p["metadata"]["name"] == broken.as_str()),
+        "the broken member's Pod is still there"
+    );
+    let events = kube_api.objects("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "MemberReplacing"
+                && e["note"].as_str().is_some_and(|n| n.contains(&broken))),
+        "no MemberReplacing Event for {broken}: {events:#?}"
+    );
+    assert_eq!(
+        etcd_operator_tests::kubectl::condition(&status, "Degraded").map(|c| c["status"].clone()),
+        Some(serde_json::json!("False")),
+        "{status}"
+    );
+    Ok(())
+}
+
 /// A `--member-kubeconfig` that does not load stops local mode before it starts anything, saying
 /// which file and why.
 #[tokio::test]
