@@ -213,6 +213,27 @@ async fn controller_client(
     kube::Client::try_from(config).map_err(|e| err(&e))
 }
 
+/// The member controller of local mode on `runtime` (local processes, or Pods with
+/// `--member-kubeconfig`), until `stopped`.
+fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
+    runtime: R,
+    client: &kube::Client,
+    members: &etcd_operator_controller::member_ops::EtcdClient,
+    credentials: &etcd_operator_controller::backup::Credentials,
+    metrics: &etcd_operator_controller::metrics::ControllerMetrics,
+    stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
+        client.clone(),
+        runtime,
+        Default::default(),
+        members.clone(),
+    )
+    .with_backup_credentials(credentials.clone())
+    .with_metrics(metrics.clone());
+    tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
+}
+
 async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     let LocalArgs {
         state_dir,
@@ -298,31 +319,25 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         let _ = controller_stopped.await;
     };
     let controller = match member_kubeconfig {
-        None => {
-            let runtime = etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
-                .with_restore_credentials(credentials.clone());
-            let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
-                controller_client.clone(),
-                runtime,
-                Default::default(),
-                members.clone(),
-            )
-            .with_backup_credentials(credentials.clone())
-            .with_metrics(controller_metrics.clone());
-            tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
-        }
+        None => spawn_member_controller(
+            etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
+                .with_restore_credentials(credentials.clone()),
+            &controller_client,
+            &members,
+            &credentials,
+            &controller_metrics,
+            stopped,
+        ),
         Some((path, kube)) => {
             tracing::info!(kubeconfig = %path.display(), "members run as Pods of the cluster of this kubeconfig");
-            let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube);
-            let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
-                controller_client.clone(),
-                runtime,
-                Default::default(),
-                members.clone(),
+            spawn_member_controller(
+                etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube),
+                &controller_client,
+                &members,
+                &credentials,
+                &controller_metrics,
+                stopped,
             )
-            .with_backup_credentials(credentials.clone())
-            .with_metrics(controller_metrics.clone());
-            tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
         }
     };
     // The backup controllers (scheduled snapshots, EtcdBackups) run beside the member controller.
