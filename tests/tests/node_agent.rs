@@ -332,6 +332,28 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     assert_eq!(member_versions(&agent, &pods), vec!["3.5.34"; 5]);
     assert_eq!(member_list(&endpoint), before, "the roll keeps every member");
 
+    // Scale 5 -> 3: two members leave etcd, their Pods go, the PDB follows.
+    phase.restart();
+    kubectl(&op, &["scale", "etcdcluster", name, "--replicas=3"], None)?;
+    let status = wait_available(&op, name, 3, "scaled down to 3 members", TIMEOUT).await;
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    phase.done("scaled 5 -> 3");
+    let kept = etcd_operator_tests::local_cluster::member_names(&status);
+    let any = agent
+        .address("default", &kept[0])
+        .context("a remaining member's address")?;
+    assert_eq!(member_list(&format!("http://{any}:2379")).len(), 3, "{status}");
+    let mut pod_names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    pod_names.sort();
+    let mut kept_sorted = kept.clone();
+    kept_sorted.sort();
+    assert_eq!(pod_names, kept_sorted, "the Pods are the members");
+    let pdb = kube_api.objects("poddisruptionbudgets");
+    assert_eq!(pdb[0]["spec"]["minAvailable"], 2, "{pdb:#?}");
+
     // Deleting the EtcdCluster removes what the runtime created.
     kubectl(
         &op,
