@@ -3211,4 +3211,29 @@ async fn a_restore_failed_in_an_init_container_is_reported_when_members_are_list
         }
         other => panic!("{other:?}"),
     }
+
+    // Once a member serves, a Pod stuck in its init containers is a member that does not
+    // start, listed as running (its Pod exists) for the planner to judge like any other.
+    let b = member("bbbbb");
+    let (a3, b3, cfg3) = (a.clone(), b.clone(), cfg.clone());
+    let listed = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            let mut failing = pod(&a3, "Pending", Some(&cfg3), false);
+            failing["status"]["initContainerStatuses"] = json!([{
+                "name": "restore-fetch", "image": "op", "imageID": "", "ready": false, "restartCount": 2,
+                "state": {"terminated": {"exitCode": 1, "message": "checksum mismatch"}},
+            }]);
+            let mut serving = pod(&b3, "Running", Some(&cfg3), false);
+            serving["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+            api.list_members(
+                vec![failing, serving],
+                vec![pvc(&a3, Some(&cfg3), false), pvc(&b3, Some(&cfg3), false)],
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| rt.members(&cluster_ref()).await,
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
 }

@@ -521,9 +521,14 @@ impl KubernetesRuntime {
     async fn list_members(&self, cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
         let mut objects = self.list_objects(cluster).await?;
         // A restore that failed in a member's init containers (its Pod stays Pending while the
-        // kubelet retries them): reported as the local runtime reports a failed restore, as
-        // `RestoreFailed` with the container's message, rather than waited out as a slow start.
-        for (name, member) in &objects {
+        // kubelet retries them) while no member serves: reported as the local runtime reports a
+        // failed restore, as `RestoreFailed` with the container's message, rather than waited out
+        // as a slow bootstrap. Once a member serves, such a member is only one that does not
+        // start, and is treated as any other.
+        let serving = objects
+            .values()
+            .any(|m| m.pod.as_ref().is_some_and(|p| !being_deleted(p) && pod_ready(p)));
+        for (name, member) in objects.iter().filter(|_| !serving) {
             if let Some(source) = member
                 .pod
                 .as_ref()
@@ -1079,7 +1084,6 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
-    /// Not built for Pods yet: the survivor's Pod would need a one-time `--force-new-cluster`.
     /// Every other member is removed with its volume claim released (kept, as `remove` with
     /// data kept does), the survivor's Pod stops, and it starts again on its volume with
     /// `--force-new-cluster`: a one-member cluster on its data. Before the first member is added
