@@ -454,7 +454,54 @@ async fn kubernetes_runtime_serves_tls_members_from_secrets() -> anyhow::Result<
     // A fourth member gets its certificate and joins over mutual TLS.
     kubectl(&op, &["scale", "etcdcluster", name, "--replicas=4"], None)?;
     wait_available(&op, name, 4, "4 TLS members", TIMEOUT).await;
-    wait_pods_ready(&kube_api, name, 4).await?;
+    let before: Vec<Value> = wait_pods_ready(&kube_api, name, 4)
+        .await?
+        .iter()
+        .map(|p| p["metadata"]["uid"].clone())
+        .collect();
+
+    // Rotation on demand: every member's certificates are issued again under the new value and
+    // its Pod is recreated on them, one member at a time.
+    let mut phase = Phase::start();
+    kubectl(
+        &op,
+        &[
+            "annotate",
+            "ec",
+            name,
+            "etcd.operator.dev/rotate-certificates=r1",
+            "--overwrite",
+        ],
+        None,
+    )?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT * 2;
+    loop {
+        let secrets = kube_api.objects("secrets");
+        let member_secrets: Vec<&Value> = secrets
+            .iter()
+            .filter(|s| s["metadata"]["labels"].get("etcd.operator.dev/member").is_some())
+            .collect();
+        let rotated = member_secrets.len() == 4
+            && member_secrets
+                .iter()
+                .all(|s| s["metadata"]["annotations"]["etcd.operator.dev/certificate-rotation"] == "r1");
+        let pods = pods_of(&kube_api, name);
+        let restarted = pods.len() == 4
+            && pods
+                .iter()
+                .all(|p| ready(p) && !before.contains(&p["metadata"]["uid"]));
+        let status = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+        if rotated && restarted && available(&status, 4) {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "rotation r1 not done: {} member Secrets, rotated {rotated}, Pods restarted {restarted}; {status}",
+            member_secrets.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    phase.done("rotated the certificates of 4 TLS members");
     Ok(())
 }
 
