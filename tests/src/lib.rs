@@ -5,6 +5,11 @@
 //! Binaries come from `.tools/`, filled by `make tools`; [`tools`] is the one place that knows
 //! where each one is. A missing component is an error naming the make target that installs it;
 //! nothing is skipped silently.
+//!
+//! For the kubernetes runtime: an in-memory Kubernetes API ([`fake_kube`]), a test node agent
+//! that runs member Pods as local etcd processes ([`node_agent`]) in a private mount namespace
+//! whose `/etc/hosts` names them ([`private_hosts`]), and a real control plane from
+//! `KUBEBUILDER_ASSETS` for `make test-kube` ([`envtest`]).
 
 pub mod envtest;
 pub mod etcd;
