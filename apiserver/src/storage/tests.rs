@@ -1043,9 +1043,18 @@ async fn watch_from_compacted_or_evicted_revision_is_expired() {
     })
     .await;
     let a = f.storage.create("ns", "a", object("ns", "a", 0)).await.unwrap();
+    let mut last = a.clone();
     for i in 1..=10 {
-        set_replicas(&f.storage, "ns", "a", i).await;
+        last = set_replicas(&f.storage, "ns", "a", i).await;
     }
+    // The cache follows etcd's watch: until it has seen the last write, its ring buffer may still
+    // hold the creation (this raced on a loaded machine).
+    assert!(
+        f.storage
+            .inner
+            .wait_for_rev(rv_of(&last), Duration::from_secs(5), false)
+            .await
+    );
     // Older than the ring buffer of 5 events.
     let err = f
         .storage
