@@ -35,14 +35,30 @@ pub const RELEASE: &str = "etcd-operator";
 
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The kube-controller-manager controllers the suite needs: namespace deletion (through our
+/// discovery and deletecollection), garbage collection of what EtcdClusters own, the chart's
+/// aggregated ClusterRoles, PVC protection (as a cluster has it) and the `default`
+/// ServiceAccount of new namespaces.
+pub const KCM_CONTROLLERS: [&str; 5] = [
+    "namespace-controller",
+    "garbage-collector-controller",
+    "clusterrole-aggregation-controller",
+    "persistentvolumeclaim-protection-controller",
+    "serviceaccount-controller",
+];
+
 /// The control-plane binaries are missing.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "the kube-apiserver suite needs {missing}: put kube-apiserver and kube-controller-manager \
-     (built from the Kubernetes source: `make WHAT='cmd/kube-apiserver cmd/kube-controller-manager'`, \
-     or downloaded by `setup-envtest use 1.35 --bin-dir DIR`) in a directory and run \
-     `KUBEBUILDER_ASSETS=DIR make test-kube`; kubectl is taken from there too when it is there, \
-     else from .tools (`make tools`)"
+     in one directory and run `KUBEBUILDER_ASSETS=DIR make test-kube`. Both come from a \
+     Kubernetes build from a git checkout (`make WHAT='cmd/kube-apiserver \
+     cmd/kube-controller-manager'`, then `_output/bin`; without git metadata it reports \
+     v0.0.0, which the chart's kubeVersion refuses) or from the release's server tarball \
+     (kubernetes-server-linux-amd64.tar.gz, `kubernetes/server/bin`). setup-envtest \
+     (`setup-envtest use 1.35 --bin-dir DIR -p path`) brings kube-apiserver but not \
+     kube-controller-manager: copy that one beside it. kubectl is taken from there too when \
+     it is there, else from .tools (`make tools`)"
 )]
 pub struct AssetsError {
     missing: String,
@@ -82,6 +98,9 @@ impl Assets {
                 })
             }
         };
+        // The two the directory must have first: their absence is the message that helps.
+        let kube_apiserver = binary("kube-apiserver")?;
+        let kube_controller_manager = binary("kube-controller-manager")?;
         let kubectl = match binary("kubectl") {
             Ok(path) => path,
             Err(_) => tools::kubectl().map_err(|e| AssetsError {
@@ -89,8 +108,8 @@ impl Assets {
             })?,
         };
         Ok(Self {
-            kube_apiserver: binary("kube-apiserver")?,
-            kube_controller_manager: binary("kube-controller-manager")?,
+            kube_apiserver,
+            kube_controller_manager,
             kubectl,
         })
     }
@@ -143,7 +162,8 @@ pub struct ControlPlane {
     assets: Assets,
     port: u16,
     ca_pem: String,
-    controller_manager: TestProcess,
+    // Started once kube-apiserver is ready; dropped (stopped) before it.
+    controller_manager: Option<TestProcess>,
     apiserver: TestProcess,
     _etcd: TestEtcd,
     // Declared last: removed after the processes are gone.
@@ -309,9 +329,33 @@ impl ControlPlane {
             // Route to the Service's endpoints (there is no kube-proxy for its ClusterIP).
             "--enable-aggregator-routing=true".to_owned(),
         ]);
+        // Proxy settings of the machine must not send kube-apiserver's calls to the operator (on
+        // this host's address) anywhere else.
+        for var in [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            cmd.env_remove(var);
+        }
         let apiserver = TestProcess::spawn("kube-apiserver", cmd, &d.join("kube-apiserver.log"))?;
+        let mut plane = Self {
+            assets,
+            port,
+            ca_pem: ca.pem().cert_pem.clone(),
+            controller_manager: None,
+            apiserver,
+            _etcd: etcd,
+            dir,
+        };
+        plane.wait_apiserver_ready().await?;
 
-        let mut cmd = Command::new(&assets.kube_controller_manager);
+        // Only now: kube-controller-manager reads the extension-apiserver-authentication
+        // ConfigMap as it starts and exits when kube-apiserver does not answer yet.
+        let mut cmd = Command::new(&plane.assets.kube_controller_manager);
         cmd.args([
             format!("--kubeconfig={}", p(&admin_kubeconfig)),
             format!("--authentication-kubeconfig={}", p(&admin_kubeconfig)),
@@ -319,45 +363,26 @@ impl ControlPlane {
             "--bind-address=127.0.0.1".to_owned(),
             format!("--secure-port={kcm_port}"),
             "--leader-elect=false".to_owned(),
-            "--controllers=namespace,garbagecollector,clusterrole-aggregation,pvc-protection,serviceaccount"
-                .to_owned(),
-            format!("--root-ca-file={}", p(&ca_file)),
-            format!("--service-account-private-key-file={}", p(&sa_key)),
+            // The names 1.35 prints in its help; older releases take them too (with the short
+            // aliases `namespace`, `garbagecollector`, ...).
+            format!("--controllers={}", KCM_CONTROLLERS.join(",")),
         ]);
-        let controller_manager = TestProcess::spawn(
+        plane.controller_manager = Some(TestProcess::spawn(
             "kube-controller-manager",
             cmd,
-            &d.join("kube-controller-manager.log"),
-        )?;
-
-        let mut plane = Self {
-            assets,
-            port,
-            ca_pem: ca.pem().cert_pem.clone(),
-            controller_manager,
-            apiserver,
-            _etcd: etcd,
-            dir,
-        };
-        plane.wait_ready().await?;
+            &plane.dir.path().join("kube-controller-manager.log"),
+        )?);
+        plane.wait_controller_manager_ready(kcm_port).await?;
         Ok(plane)
     }
 
-    async fn wait_ready(&mut self) -> Result<(), ControlPlaneError> {
+    async fn wait_apiserver_ready(&mut self) -> Result<(), ControlPlaneError> {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut last = String::from("no attempt yet");
         while Instant::now() < deadline {
             if let Some(status) = self.apiserver.exited() {
                 last = format!("kube-apiserver exited ({status})");
                 break;
-            }
-            if let Some(status) = self.controller_manager.exited() {
-                return Err(ControlPlaneError::NotReady {
-                    what: "kube-controller-manager".into(),
-                    timeout: START_TIMEOUT,
-                    last: format!("exited ({status})"),
-                    log: self.controller_manager.log_tail(6000),
-                });
             }
             match self.kubectl().args(["get", "--raw", "/readyz"]).output() {
                 Ok(out) if out.status.success() => return Ok(()),
@@ -372,6 +397,21 @@ impl ControlPlane {
             last,
             log: self.apiserver.log_tail(6000),
         })
+    }
+
+    /// Until kube-controller-manager answers `/healthz` on its own port.
+    async fn wait_controller_manager_ready(&mut self, port: u16) -> Result<(), ControlPlaneError> {
+        let Some(kcm) = self.controller_manager.as_mut() else {
+            return Err(ControlPlaneError::Unexpected(
+                "kube-controller-manager was not started".into(),
+            ));
+        };
+        wait_answering(
+            "kube-controller-manager",
+            kcm,
+            &format!("https://127.0.0.1:{port}/healthz"),
+        )
+        .await
     }
 
     /// `https://127.0.0.1:<port>`.
@@ -403,6 +443,11 @@ impl ControlPlane {
     pub fn kubectl_as(&self, kubeconfig: &Path) -> Command {
         let mut cmd = Command::new(&self.assets.kubectl);
         cmd.env("KUBECONFIG", kubeconfig);
+        // Its discovery cache in this control plane's directory, not the machine's ~/.kube.
+        cmd.arg(format!(
+            "--cache-dir={}",
+            self.dir.path().join("kube-cache").display()
+        ));
         cmd
     }
 
@@ -556,6 +601,14 @@ pub async fn deploy_operator(plane: &ControlPlane) -> Result<DeployedOperator, C
         .arg(&kubeconfig)
         .env("RUST_LOG", "info");
     let mut process = TestProcess::spawn("etcd-operator serve", cmd, &dir.join("operator.log"))?;
+    // Serving before its endpoints appear: kube-apiserver backs off (up to tens of seconds) after
+    // a failed availability check, so it should not see one.
+    wait_answering(
+        "etcd-operator serve",
+        &mut process,
+        &format!("https://{listen}/readyz"),
+    )
+    .await?;
 
     // The Service's endpoints: this process (no Pod of the Deployment runs).
     let endpoints = format!(
@@ -605,6 +658,38 @@ pub async fn deploy_operator(plane: &ControlPlane) -> Result<DeployedOperator, C
     })
 }
 
+/// Until `process` answers `url` (a health path, always allowed) with a success; its
+/// certificate is not checked (self-signed, or naming a Service rather than this address): only
+/// the answer matters here.
+async fn wait_answering(what: &str, process: &mut TestProcess, url: &str) -> Result<(), ControlPlaneError> {
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .map_err(|e| ControlPlaneError::Unexpected(format!("build an HTTP client: {e}")))?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut last = String::from("no attempt yet");
+    while Instant::now() < deadline {
+        if let Some(status) = process.exited() {
+            last = format!("exited ({status})");
+            break;
+        }
+        match http.get(url).send().await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) => last = format!("{url}: {}", r.status()),
+            Err(e) => last = format!("{url}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(ControlPlaneError::NotReady {
+        what: what.to_owned(),
+        timeout: START_TIMEOUT,
+        last,
+        log: process.log_tail(6000),
+    })
+}
+
 /// `kubectl apply -f -` of one JSON object as the admin.
 pub fn apply_json(plane: &ControlPlane, json: &str) -> Result<(), ControlPlaneError> {
     crate::kubectl::run_with_stdin(plane.kubectl(), &["apply", "-f", "-"], Some(json))
@@ -633,6 +718,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = Assets::find_in(Some(dir.path())).unwrap_err().to_string();
         assert!(empty.contains("kube-apiserver in KUBEBUILDER_ASSETS="), "{empty}");
+        // Where each binary comes from, including the one setup-envtest does not bring.
+        assert!(empty.contains("server tarball"), "{empty}");
+        assert!(empty.contains("but not kube-controller-manager"), "{empty}");
         std::fs::write(dir.path().join("kube-apiserver"), "").unwrap();
         let half = Assets::find_in(Some(dir.path())).unwrap_err().to_string();
         assert!(

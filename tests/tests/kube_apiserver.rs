@@ -86,28 +86,45 @@ async fn apiservices_discovery_and_kubectl_through_the_aggregator() -> anyhow::R
             "{name} not Available"
         );
     }
-    let resources = ok(
-        &plane,
-        &["api-resources", "--api-group=etcd.operator.dev", "-o", "name"],
-        None,
-    )?;
-    assert!(
-        resources.contains("etcdclusters.etcd.operator.dev"),
-        "{resources}"
-    );
-    assert!(resources.contains("etcdbackups.etcd.operator.dev"), "{resources}");
+    // kube-apiserver merges an aggregated group's discovery and OpenAPI in the background (and
+    // backs off after the 503s it got before the operator served): Available comes first.
+    let mut resources = String::new();
+    eventually(
+        "our resources in kubectl api-resources",
+        Duration::from_secs(60),
+        || {
+            resources = ok(
+                &plane,
+                &["api-resources", "--api-group=etcd.operator.dev", "-o", "name"],
+                None,
+            )?;
+            Ok(resources.contains("etcdclusters.etcd.operator.dev")
+                && resources.contains("etcdbackups.etcd.operator.dev"))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last listing:\n{resources}"))?;
     for version in ["v1alpha1", "v1alpha2"] {
         let field = if version == "v1alpha1" { "size" } else { "replicas" };
-        let explained = ok(
-            &plane,
-            &[
-                "explain",
-                &format!("etcdclusters.spec.{field}"),
-                &format!("--api-version=etcd.operator.dev/{version}"),
-            ],
-            None,
-        )?;
-        assert!(explained.contains(field), "{explained}");
+        let mut explained = String::new();
+        eventually(
+            &format!("kubectl explain etcdclusters.spec.{field} in {version}"),
+            Duration::from_secs(60),
+            || {
+                explained = ok(
+                    &plane,
+                    &[
+                        "explain",
+                        &format!("etcdclusters.spec.{field}"),
+                        &format!("--api-version=etcd.operator.dev/{version}"),
+                    ],
+                    None,
+                )?;
+                Ok(explained.contains(&format!("FIELD: {field}")))
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}; last output:\n{explained}"))?;
     }
 
     // Written in v1alpha1, read in v1alpha2 (and back), through kube-apiserver.
