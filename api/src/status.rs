@@ -116,6 +116,34 @@ pub struct MaintenanceStatus {
     /// absent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub defragmentations: Vec<DefragmentationStatus>,
+
+    /// The latest reclaim of space after a NOSPACE alarm: the history compacted, every member
+    /// that answered defragmented, the alarms disarmed. A NOSPACE alarm that comes straight back
+    /// after it (the data alone fills the quota) is not reclaimed again for a while, also
+    /// across operator restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_space_reclaim: Option<SpaceReclaimStatus>,
+}
+
+/// A reclaim of space after a NOSPACE alarm.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceReclaimStatus {
+    /// When it finished (the alarms disarmed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+
+    /// The revision the history was compacted to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted_revision: Option<i64>,
+
+    /// The members that were defragmented, one at a time, leader last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defragmented: Vec<String>,
+
+    /// The members whose NOSPACE alarm was disarmed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disarmed: Vec<String>,
 }
 
 string_enum! {

@@ -1,11 +1,14 @@
 //! When members are due for defragmentation, decided from the record in `status.maintenance`,
-//! the schedule and the clock, so the planner stays free of time; and how that record changes
-//! when a member was defragmented. Pure.
+//! the schedule and the clock, so the planner stays free of time; how long since the latest
+//! NOSPACE reclaim; and how that record changes when a member was defragmented or space was
+//! reclaimed. Pure.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use etcd_operator_api::status::{DefragmentationStatus, DefragmentationTrigger, MaintenanceStatus};
+use etcd_operator_api::status::{
+    DefragmentationStatus, DefragmentationTrigger, MaintenanceStatus, SpaceReclaimStatus,
+};
 
 use crate::backup::{from_time, to_time};
 use crate::plan::DefragTrigger;
@@ -91,6 +94,15 @@ pub fn merge(a: Option<&MaintenanceStatus>, b: Option<&MaintenanceStatus>) -> Op
         }
     }
     merged.defragmentations.sort_by(|a, b| a.member.cmp(&b.member));
+    let reclaimed = |r: &SpaceReclaimStatus| r.time.as_ref().and_then(from_time);
+    if let Some(theirs) = &other.last_space_reclaim
+        && merged
+            .last_space_reclaim
+            .as_ref()
+            .is_none_or(|ours| reclaimed(ours) < reclaimed(theirs))
+    {
+        merged.last_space_reclaim = Some(theirs.clone());
+    }
     merged.last_defragmentation = merged
         .defragmentations
         .iter()
@@ -126,6 +138,32 @@ pub fn record(
     status.defragmentations.sort_by(|a, b| a.member.cmp(&b.member));
     status.last_defragmentation = Some(to_time(now));
     status
+}
+
+/// The record after space was reclaimed for NOSPACE at `now` (`reclaim` without its time).
+pub fn record_reclaim(
+    previous: Option<&MaintenanceStatus>,
+    reclaim: SpaceReclaimStatus,
+    now: DateTime<Utc>,
+) -> MaintenanceStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.last_space_reclaim = Some(SpaceReclaimStatus {
+        time: Some(to_time(now)),
+        ..reclaim
+    });
+    status
+}
+
+/// How long ago the record's latest NOSPACE reclaim finished (`None`: none recorded; a time in
+/// the future, a clock stepped back, counts as just now).
+pub fn since_reclaim(record: Option<&MaintenanceStatus>, now: DateTime<Utc>) -> Option<Duration> {
+    let at = record?
+        .last_space_reclaim
+        .as_ref()?
+        .time
+        .as_ref()
+        .and_then(from_time)?;
+    Some((now - at).to_std().unwrap_or(Duration::ZERO))
 }
 
 /// The record without members that are gone (`members`: the current ones).
@@ -199,5 +237,43 @@ mod tests {
         assert_eq!(kept.defragmentations.len(), 1);
         assert_eq!(kept.defragmentations[0].member, "b");
         assert_eq!(retain_members(None, &names(&["b"])), None);
+    }
+
+    #[test]
+    fn a_reclaim_is_recorded_kept_when_newer_and_counted_from() {
+        let reclaim = |rev: i64| SpaceReclaimStatus {
+            compacted_revision: Some(rev),
+            defragmented: names(&["b", "a"]),
+            disarmed: names(&["a"]),
+            ..SpaceReclaimStatus::default()
+        };
+        assert_eq!(since_reclaim(None, at(3, 0)), None);
+        let defrag = record(None, "a", DefragTrigger::Schedule, 10, 5, at(2, 0));
+        assert_eq!(since_reclaim(Some(&defrag), at(3, 0)), None);
+        // Recorded beside the defragmentations, stamped with the caller's time.
+        let first = record_reclaim(Some(&defrag), reclaim(7), at(3, 0));
+        assert_eq!(first.defragmentations, defrag.defragmentations);
+        let r = first.last_space_reclaim.clone().unwrap();
+        assert_eq!(r.time, Some(to_time(at(3, 0))));
+        assert_eq!(
+            (r.compacted_revision, r.disarmed.clone()),
+            (Some(7), names(&["a"]))
+        );
+        assert_eq!(
+            since_reclaim(Some(&first), at(3, 5)),
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(since_reclaim(Some(&first), at(2, 55)), Some(Duration::ZERO));
+        // Merging keeps the newer reclaim whichever side has it; defragmentations still merge.
+        let second = record_reclaim(None, reclaim(9), at(3, 10));
+        let merged = merge(Some(&first), Some(&second)).unwrap();
+        assert_eq!(merged.last_space_reclaim, second.last_space_reclaim);
+        assert_eq!(merged.defragmentations, defrag.defragmentations);
+        let merged = merge(Some(&second), Some(&first)).unwrap();
+        assert_eq!(merged.last_space_reclaim, second.last_space_reclaim);
+        // Gone members do not take the reclaim record with them.
+        let kept = retain_members(Some(merged), &names(&["z"])).unwrap();
+        assert!(kept.defragmentations.is_empty());
+        assert_eq!(kept.last_space_reclaim, second.last_space_reclaim);
     }
 }

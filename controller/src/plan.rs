@@ -160,8 +160,8 @@ pub struct Timing {
     pub defrag_scheduled: Vec<String>,
     /// Members (by name) defragmented so recently that the size trigger leaves them alone.
     pub defragmented_recently: Vec<String>,
-    /// How long since this process last reclaimed space for NOSPACE (compacted, defragmented,
-    /// disarmed), if it did.
+    /// How long since space was last reclaimed for NOSPACE (compacted, defragmented, disarmed),
+    /// as `status.maintenance.lastSpaceReclaim` records it, if it was.
     pub since_reclaim: Option<Duration>,
 }
 

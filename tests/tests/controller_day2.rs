@@ -166,6 +166,33 @@ async fn a_cluster_past_its_quota_is_reclaimed_and_takes_writes_again_losing_not
     .await
     .unwrap();
     println!("members after reclaiming: {}", s["members"]);
+    // The reclaim is in status: every member defragmented (the leader last), the alarmed
+    // members disarmed, the compaction's revision; it holds off another reclaim for a while,
+    // across operator restarts too.
+    let reclaim = &s["maintenance"]["lastSpaceReclaim"];
+    let names: Vec<&str> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    let mut defragmented: Vec<&str> = reclaim["defragmented"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no reclaim recorded: {s:#}"))
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    defragmented.sort_unstable();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(defragmented, sorted, "{reclaim:#}");
+    let disarmed = reclaim["disarmed"].as_array().unwrap();
+    assert!(
+        !disarmed.is_empty() && disarmed.iter().all(|m| names.contains(&m.as_str().unwrap())),
+        "{reclaim:#}"
+    );
+    assert!(reclaim["compactedRevision"].as_i64().unwrap() > 0, "{reclaim:#}");
+    assert!(reclaim["time"].as_str().is_some(), "{reclaim:#}");
 }
 
 #[tokio::test]

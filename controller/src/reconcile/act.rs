@@ -1,6 +1,8 @@
 //! Carrying out one planned step through the runtime and the member operations; a failure is a
 //! typed [`StepError`]. The pre-upgrade snapshot lives here too.
 
+use etcd_operator_api::status::SpaceReclaimStatus;
+
 use crate::member_ops::MemberOps;
 use crate::model::{ClusterRef, Liveness, is_healthy};
 use crate::outcome::StepError;
@@ -8,6 +10,16 @@ use crate::plan::{Observed, RollRecord, Step};
 use crate::runtime::{ClusterSpecView, Runtime, RuntimeError};
 
 use super::Context;
+
+/// What a carried-out step did that status records (beyond what the next observation shows).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) enum Acted {
+    /// Nothing more to record.
+    #[default]
+    Done,
+    /// Space was reclaimed for NOSPACE (`time` is left to the caller's clock).
+    Reclaimed(SpaceReclaimStatus),
+}
 
 /// Carries out one step.
 pub(super) async fn act<R: Runtime, M: MemberOps>(
@@ -17,7 +29,7 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
     observed: &Observed,
     ctx: &Context<R, M>,
     roll: &mut Option<RollRecord>,
-) -> Result<(), StepError> {
+) -> Result<Acted, StepError> {
     let running: Vec<String> = observed
         .runtime
         .iter()
@@ -153,7 +165,7 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             tracing::info!(cluster = %cluster.key(), revision, "compacted the history for NOSPACE");
             // One member at a time, followers first and the leader last: a member being
             // defragmented serves nothing, the others keep quorum.
-            let mut order: Vec<(bool, String)> = observed
+            let mut order: Vec<(bool, String, String)> = observed
                 .etcd
                 .as_ref()
                 .map(|view| {
@@ -163,19 +175,39 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                     view.members
                         .iter()
                         .filter(|m| m.status.is_some())
-                        .filter_map(|m| Some((m.id == view.leader, m.client_urls.first()?.clone())))
+                        .filter_map(|m| {
+                            Some((
+                                m.id == view.leader,
+                                m.client_urls.first()?.clone(),
+                                m.name.clone(),
+                            ))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
             order.sort();
-            for (_, url) in &order {
+            let mut record = SpaceReclaimStatus {
+                compacted_revision: Some(revision),
+                ..SpaceReclaimStatus::default()
+            };
+            for (_, url, name) in &order {
                 ctx.members.defragment(url).await?;
                 tracing::info!(cluster = %cluster.key(), member = %url, "defragmented");
+                record.defragmented.push(name.clone());
             }
             for alarm in alarms {
                 ctx.members.disarm(&endpoints, *alarm).await?;
                 tracing::info!(cluster = %cluster.key(), member = format!("{:x}", alarm.member), "disarmed NOSPACE");
+                let name = observed
+                    .etcd
+                    .as_ref()
+                    .and_then(|v| v.members.iter().find(|m| m.id == alarm.member))
+                    .map(|m| m.name.clone())
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| format!("{:x}", alarm.member));
+                record.disarmed.push(name);
             }
+            return Ok(Acted::Reclaimed(record));
         }
         Step::Defragment {
             name,
@@ -220,7 +252,7 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
         }
         Step::Wait { .. } | Step::Idle => {}
     }
-    Ok(())
+    Ok(Acted::Done)
 }
 
 /// Why a roll has no pre-upgrade snapshot in a runtime without a place beside the data.
@@ -411,7 +443,7 @@ mod tests {
         )
     }
 
-    async fn run(ctx: &Ctx, step: Step) -> (Result<(), StepError>, Option<RollRecord>) {
+    async fn run(ctx: &Ctx, step: Step) -> (Result<Acted, StepError>, Option<RollRecord>) {
         run_with(ctx, step, &spec(), None).await
     }
 
@@ -420,7 +452,7 @@ mod tests {
         step: Step,
         spec: &ClusterSpecView,
         mut roll: Option<RollRecord>,
-    ) -> (Result<(), StepError>, Option<RollRecord>) {
+    ) -> (Result<Acted, StepError>, Option<RollRecord>) {
         let result = act(&step, &cluster(), spec, &observed(Some(view())), ctx, &mut roll).await;
         (result, roll)
     }
@@ -1105,7 +1137,9 @@ mod tests {
             alarm: AlarmKind::NoSpace,
         };
         let (result, _) = run(&ctx, Step::ReclaimSpace { alarms: vec![alarm] }).await;
-        assert!(result.is_ok(), "{result:?}");
+        let Ok(Acted::Reclaimed(record)) = &result else {
+            panic!("a reclaim is recorded: {result:?}")
+        };
         let calls = ctx.members.calls();
         let Some(Call::Compact(_)) = calls.first() else {
             panic!("compaction first: {calls:?}")
@@ -1130,6 +1164,21 @@ mod tests {
             matches!(calls.last(), Some(Call::Disarm(_, a)) if *a == alarm),
             "{calls:?}"
         );
+        // What status records: the compaction's revision, the members in the order they were
+        // defragmented (by name), the member whose alarm was disarmed.
+        assert_eq!(record.compacted_revision, Some(100), "the fake compacts at 100");
+        let name_of = |url: &str| {
+            view.members
+                .iter()
+                .find(|m| m.client_urls.first().map(String::as_str) == Some(url))
+                .map(|m| m.name.clone())
+                .unwrap()
+        };
+        let names: Vec<String> = defragmented.iter().map(|u| name_of(u)).collect();
+        assert_eq!(record.defragmented, names);
+        let alarmed = view.members.iter().find(|m| m.id == 1).unwrap();
+        assert_eq!(record.disarmed, vec![alarmed.name.clone()]);
+        assert_eq!(record.time, None, "the caller stamps it");
 
         // A failed maintenance call stops the step before anything is disarmed.
         let ctx = setup();

@@ -99,8 +99,6 @@ struct Memory {
     roll: Option<RollRecord>,
     /// The maintenance record as this process last left it (same reason as `roll`).
     maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
-    /// When space was last reclaimed for NOSPACE.
-    reclaimed_at: Option<Instant>,
 }
 
 /// See [`Memory::failed_starts`].
@@ -545,12 +543,8 @@ async fn apply<R: Runtime, M: MemberOps>(
         );
         observed.timing.defrag_scheduled = due.scheduled;
         observed.timing.defragmented_recently = due.recent;
-        observed.timing.since_reclaim = ctx
-            .memory
-            .lock()
-            .ok()
-            .and_then(|all| all.get(&cluster.key()).and_then(|m| m.reclaimed_at))
-            .map(|at| at.elapsed());
+        observed.timing.since_reclaim =
+            crate::maintenance::since_reclaim(maintenance.as_ref(), chrono::Utc::now());
         let mut taken = Vec::new();
         let step = plan::plan(&desired, &observed, &ctx.thresholds, &mut || {
             fresh_name(cluster, &observed, &mut taken)
@@ -559,6 +553,14 @@ async fn apply<R: Runtime, M: MemberOps>(
         let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
         ctx.metrics.stepped(&step);
         let acted = step.is_action();
+        // A reclaim goes to status (it holds off the next one, across restarts too).
+        if let Ok(act::Acted::Reclaimed(reclaim)) = &result {
+            maintenance = Some(crate::maintenance::record_reclaim(
+                maintenance.as_ref(),
+                reclaim.clone(),
+                chrono::Utc::now(),
+            ));
+        }
         outcome = Outcome {
             step,
             error: result.err(),
@@ -567,11 +569,6 @@ async fn apply<R: Runtime, M: MemberOps>(
         };
         if outcome.error.is_some() || !acted {
             break;
-        }
-        if matches!(outcome.step, Step::ReclaimSpace { .. })
-            && let Ok(mut all) = ctx.memory.lock()
-        {
-            all.entry(cluster.key()).or_default().reclaimed_at = Some(Instant::now());
         }
         // Each defragmentation goes to status before the next member's.
         if let Step::Defragment {
