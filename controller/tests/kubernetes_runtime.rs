@@ -551,6 +551,63 @@ impl ApiServerVerifier {
             None => delete.not_found(path),
         }
     }
+
+    /// The member's claim set aside (relabelled, stamped with the time), answered with `answer`
+    /// (`None`: 404, there is no claim); the set-aside claims are then listed (`listed`) and all
+    /// but the newest three deleted (`pruned`).
+    async fn set_aside(&mut self, member: &str, answer: Option<Value>, listed: Vec<Value>, pruned: &[&str]) {
+        let path = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{member}-data");
+        let patch = self
+            .expect(Method::PATCH, &format!("{path}?"), Some(MERGE_PATCH))
+            .await;
+        let at = patch.body["metadata"]["annotations"]["etcd.operator.dev/removed-at"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(chrono::DateTime::parse_from_rfc3339(&at).is_ok(), "{at}");
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {
+                "labels": {"etcd.operator.dev/member": null, "etcd.operator.dev/removed-member": member},
+                "annotations": {"etcd.operator.dev/removed-at": at}
+            }})
+        );
+        let Some(answer) = answer else {
+            patch.not_found(&path);
+            return;
+        };
+        patch.reply(StatusCode::OK, &answer);
+        self.expect(
+            Method::GET,
+            &format!(
+                "/api/v1/namespaces/{NS}/persistentvolumeclaims?&{SELECTOR}%2Cetcd.operator.dev%2Fremoved-member"
+            ),
+            None,
+        )
+        .await
+        .reply(StatusCode::OK, &list("PersistentVolumeClaimList", listed));
+        for claim in pruned {
+            self.delete(
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{claim}"),
+                Some(
+                    json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1", "metadata": {"name": claim}}),
+                ),
+            )
+            .await;
+        }
+    }
+}
+
+/// A claim set aside when `member` was removed at `at`.
+fn set_aside_pvc(member: &str, at: &str) -> Value {
+    let mut claim = pvc(member, None, false);
+    claim["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("etcd.operator.dev/member");
+    claim["metadata"]["labels"]["etcd.operator.dev/removed-member"] = json!(member);
+    claim["metadata"]["annotations"]["etcd.operator.dev/removed-at"] = json!(at);
+    claim
 }
 
 fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
@@ -1170,7 +1227,7 @@ async fn scale_up_reserves_and_starts_an_additional_member() {
 }
 
 #[tokio::test]
-async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
+async fn scale_down_and_replace_delete_the_pod_and_set_its_volume_claim_aside() {
     let [a, b, c] = ["bbbbb", "ccccc", "ddddd"].map(member);
     let boot = config(&[&a, &b, &c], InitialState::New);
     let (c2, boot2) = (c.clone(), boot.clone());
@@ -1181,11 +1238,15 @@ async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
                 Some(pod(&c2, "Running", Some(&boot2), true)),
             )
             .await;
-            api.delete(
-                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{c2}-data"),
-                Some(pvc(&c2, Some(&boot2), true)),
-            )
-            .await;
+            // Its claim set aside; with three older ones already, the oldest goes.
+            let listed = vec![
+                set_aside_pvc("old1", "2026-11-20T10:00:00.000Z"),
+                set_aside_pvc("old2", "2026-11-21T10:00:00.000Z"),
+                set_aside_pvc("old3", "2026-11-22T10:00:00.000Z"),
+                set_aside_pvc(&c2, "2099-01-01T00:00:00.000Z"),
+            ];
+            api.set_aside(&c2, Some(set_aside_pvc(&c2, "2099-01-01T00:00:00.000Z")), listed, &["old1-data"])
+                .await;
             api.delete_member_certificates(&c2, true).await;
             // The PDB follows the members that remain: two, quorum 2.
             api.list_members(
@@ -1202,7 +1263,11 @@ async fn scale_down_and_replace_delete_the_pod_then_its_volume_claim() {
             )
             .await;
             api.apply_pdb(2).await;
-            api.event("MemberRemoved", &format!("Removed member {c2}")).await;
+            api.event(
+                "MemberRemoved",
+                &format!("Removed member {c2}, set its volume claim {c2}-data aside (the newest 3 removed members' claims stay until the cluster is deleted)"),
+            )
+            .await;
         },
         async |rt: KubernetesRuntime| rt.remove(&cluster_ref(), &c, false).await.unwrap(),
     )
@@ -1289,11 +1354,8 @@ async fn removing_an_already_removed_member_succeeds() {
         async move |api: &mut ApiServerVerifier| {
             api.delete(&format!("/api/v1/namespaces/{NS}/pods/{c2}"), None)
                 .await;
-            api.delete(
-                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{c2}-data"),
-                None,
-            )
-            .await;
+            // No claim to set aside: nothing listed, nothing pruned.
+            api.set_aside(&c2, None, vec![], &[]).await;
             api.delete_member_certificates(&c2, false).await;
             api.list_members(vec![], vec![]).await;
             api.apply_pdb(1).await;

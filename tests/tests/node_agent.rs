@@ -6,8 +6,9 @@
 //! `.svc` names (`private_hosts`), so the operator reaches members by the names it gives them.
 //!
 //! A 3-member cluster becomes Available, scales 3→5, gets back a member whose Pod is deleted
-//! (same member, same data: its PVC outlives the Pod) and rolls 3.5.16→3.5.34; deleting the
-//! EtcdCluster removes every Pod, PVC, Service and the PDB. The same flow against a real
+//! (same member, same data: its PVC outlives the Pod), rolls 3.5.16→3.5.34 and scales 5→3 (the
+//! removed members' PVCs set aside); deleting the EtcdCluster removes every Pod, PVC (set-aside
+//! ones too), Service and the PDB. The same flow against a real
 //! kube-apiserver is in the `make test-kube` suite.
 
 use std::time::Duration;
@@ -353,8 +354,35 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     assert_eq!(pod_names, kept_sorted, "the Pods are the members");
     let pdb = kube_api.objects("poddisruptionbudgets");
     assert_eq!(pdb[0]["spec"]["minAvailable"], 2, "{pdb:#?}");
+    // The two removed members' claims are set aside (still the cluster's, no member's); the
+    // remaining members keep theirs.
+    let claims = kube_api.objects("persistentvolumeclaims");
+    let label = |c: &Value, key: &str| c["metadata"]["labels"][key].as_str().map(str::to_owned);
+    let mut set_aside: Vec<String> = claims
+        .iter()
+        .filter_map(|c| label(c, "etcd.operator.dev/removed-member"))
+        .collect();
+    set_aside.sort();
+    assert_eq!(set_aside.len(), 2, "{claims:#?}");
+    assert!(
+        set_aside.iter().all(|m| !kept.contains(m)),
+        "{set_aside:?} vs {kept:?}"
+    );
+    assert!(
+        claims
+            .iter()
+            .all(|c| label(c, "etcd.operator.dev/cluster").as_deref() == Some(name)),
+        "{claims:#?}"
+    );
+    let mut members_claims: Vec<String> = claims
+        .iter()
+        .filter_map(|c| label(c, "etcd.operator.dev/member"))
+        .collect();
+    members_claims.sort();
+    assert_eq!(members_claims, kept_sorted, "{claims:#?}");
 
     // Deleting the EtcdCluster removes what the runtime created.
+    phase.restart();
     kubectl(
         &op,
         &["delete", "etcdcluster", name, "--wait=true", "--timeout=120s"],
@@ -375,6 +403,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    phase.done("deleted the EtcdCluster and every object of its members");
     assert_eq!(
         agent.pid("default", &victim),
         None,

@@ -34,6 +34,12 @@ pub const MEMBER_CONFIG_ANNOTATION: &str = "etcd.operator.dev/member-config";
 /// Annotation on a PVC that was released (kept) when its member or cluster was removed:
 /// `<namespace>/<cluster>/<member>` it belonged to.
 pub const RELEASED_FROM_ANNOTATION: &str = "etcd.operator.dev/released-from";
+/// Label on a PVC set aside when its member was removed without keeping its data (scale-down,
+/// replacement): the member's name. The claim keeps the cluster label and owner reference; only
+/// the newest [`crate::runtime::RETAINED_REMOVED_LIMIT`] are kept.
+pub const REMOVED_MEMBER_LABEL: &str = "etcd.operator.dev/removed-member";
+/// Annotation on such a PVC: when it was set aside (RFC 3339), the order pruning goes by.
+pub const REMOVED_AT_ANNOTATION: &str = "etcd.operator.dev/removed-at";
 
 /// Name of the etcd container.
 pub const CONTAINER_NAME: &str = "etcd";

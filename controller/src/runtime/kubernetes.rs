@@ -23,6 +23,10 @@
 //! - no Pod and no configuration: `Reserved`.
 //!
 //! A member whose every object is being deleted (after [`Runtime::remove`]) is not reported.
+//! A member removed without keeping its data has its PVC set aside rather than deleted: the
+//! member label gives way to [`resources::REMOVED_MEMBER_LABEL`] (so no member adopts it), the
+//! cluster's label and owner reference stay (so it goes with the cluster), and only the newest
+//! [`RETAINED_REMOVED_LIMIT`] such claims of a cluster are kept.
 //!
 //! A member started from a snapshot (`MemberConfig::restore`) gets restore init containers (see
 //! [`crate::resources::build_pod`]) that run the operator's own image, named by
@@ -53,12 +57,13 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{ClusterSpecView, Runtime, RuntimeError};
+use super::{ClusterSpecView, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 use crate::resources::tls::{TLS_ANNOTATION, TlsSchemes, certificate_resource, client_url_for, peer_url_for};
 use crate::resources::{
-    self, FIELD_MANAGER, MEMBER_CONFIG_ANNOTATION, RELEASED_FROM_ANNOTATION, build_client_service, build_pdb,
-    build_peer_service, build_pod, build_pvc, cluster_object_reference, list_selector,
+    self, FIELD_MANAGER, MEMBER_CONFIG_ANNOTATION, RELEASED_FROM_ANNOTATION, REMOVED_AT_ANNOTATION,
+    REMOVED_MEMBER_LABEL, build_client_service, build_pdb, build_peer_service, build_pod, build_pvc,
+    cluster_object_reference, list_selector,
 };
 
 /// A `medium: Memory` member as this runtime remembers it.
@@ -142,9 +147,14 @@ fn is_already_exists(error: &kube::Error) -> bool {
 
 /// Treats "not found" as done (deletes are idempotent).
 fn ignore_not_found<T>(result: Result<T, kube::Error>, op: &'static str) -> Result<(), RuntimeError> {
+    found(result, op).map(|_| ())
+}
+
+/// The object, `None` for a 404.
+fn found<T>(result: Result<T, kube::Error>, op: &'static str) -> Result<Option<T>, RuntimeError> {
     match result {
-        Ok(_) => Ok(()),
-        Err(error) if is_not_found(&error) => Ok(()),
+        Ok(value) => Ok(Some(value)),
+        Err(error) if is_not_found(&error) => Ok(None),
         Err(source) => Err(RuntimeError::Kube { op, source }),
     }
 }
@@ -270,6 +280,36 @@ fn release_patch(cluster: &ClusterRef, member: &str) -> serde_json::Value {
     })
 }
 
+/// The merge patch that sets a removed member's claim aside at `now`: no longer the member's
+/// (so nothing adopts it), still the cluster's.
+fn set_aside_patch(member: &str, now: &str) -> serde_json::Value {
+    json!({
+        "metadata": {
+            "labels": { MEMBER_LABEL: null, REMOVED_MEMBER_LABEL: member },
+            "annotations": { REMOVED_AT_ANNOTATION: now },
+        }
+    })
+}
+
+/// The set-aside claims to delete so that only the `keep` newest remain (by their
+/// [`REMOVED_AT_ANNOTATION`]; a claim without a readable time counts as the oldest).
+fn set_aside_to_prune(claims: &[PersistentVolumeClaim], keep: usize) -> Vec<String> {
+    let mut dated: Vec<(Option<chrono::DateTime<chrono::FixedOffset>>, String)> = claims
+        .iter()
+        .filter(|c| !being_deleted(*c))
+        .map(|c| {
+            let at = c
+                .annotations()
+                .get(REMOVED_AT_ANNOTATION)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            (at, c.name_any())
+        })
+        .collect();
+    // Newest first; equal times by name, so the choice is stable.
+    dated.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    dated.into_iter().skip(keep).map(|(_, name)| name).collect()
+}
+
 impl KubernetesRuntime {
     /// A runtime acting through `client`; Events are reported as `etcd-operator`. The operator's
     /// image (for restores) is taken from [`resources::OPERATOR_IMAGE_ENV`] when set.
@@ -285,6 +325,25 @@ impl KubernetesRuntime {
                 .filter(|i| !i.is_empty()),
             stop_wait: DEFAULT_STOP_WAIT,
         }
+    }
+
+    /// Deletes the cluster's set-aside claims beyond the newest [`RETAINED_REMOVED_LIMIT`].
+    async fn prune_set_aside(&self, cluster: &ClusterRef) -> Result<(), RuntimeError> {
+        let pvcs = self.api::<PersistentVolumeClaim>(cluster);
+        let params =
+            ListParams::default().labels(&format!("{},{REMOVED_MEMBER_LABEL}", list_selector(cluster)));
+        let claims = pvcs
+            .list(&params)
+            .await
+            .map_err(kube_error("list set-aside PersistentVolumeClaims"))?;
+        for name in set_aside_to_prune(&claims.items, RETAINED_REMOVED_LIMIT) {
+            ignore_not_found(
+                pvcs.delete(&name, &DeleteParams::default()).await,
+                "delete the oldest set-aside PersistentVolumeClaim",
+            )?;
+            info!(cluster = %cluster.key(), claim = %name, "deleted the oldest set-aside member volume claim");
+        }
+        Ok(())
     }
 
     /// How long quorum recovery waits for a deleted Pod to be gone within one call (default
@@ -1198,7 +1257,7 @@ impl Runtime for KubernetesRuntime {
         )?;
         let pvcs = self.api::<PersistentVolumeClaim>(cluster);
         let pvc_name = naming::member_pvc_name(name);
-        if keep_data {
+        let set_aside = if keep_data {
             ignore_not_found(
                 pvcs.patch(
                     &pvc_name,
@@ -1208,12 +1267,23 @@ impl Runtime for KubernetesRuntime {
                 .await,
                 "release the member PersistentVolumeClaim",
             )?;
+            false
         } else {
-            ignore_not_found(
-                pvcs.delete(&pvc_name, &DeleteParams::default()).await,
-                "delete the member PersistentVolumeClaim",
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            let patched = found(
+                pvcs.patch(
+                    &pvc_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&set_aside_patch(name, &now)),
+                )
+                .await,
+                "set the member PersistentVolumeClaim aside",
             )?;
-        }
+            if patched.is_some() {
+                self.prune_set_aside(cluster).await?;
+            }
+            patched.is_some()
+        };
         // Its certificates: cert-manager's Certificates first (else their Secrets come back),
         // then every Secret of the member (`auto`, cert-manager's, labelled with the member).
         // Without cert-manager installed there is no Certificate resource: nothing to delete.
@@ -1245,6 +1315,10 @@ impl Runtime for KubernetesRuntime {
         self.apply_pdb(cluster, remaining).await?;
         let kept = if keep_data {
             format!(", kept its volume claim {pvc_name}")
+        } else if set_aside {
+            format!(
+                ", set its volume claim {pvc_name} aside (the newest {RETAINED_REMOVED_LIMIT} removed members' claims stay until the cluster is deleted)"
+            )
         } else {
             String::new()
         };
@@ -1302,7 +1376,12 @@ impl Runtime for KubernetesRuntime {
                 .await
                 .map_err(kube_error("list member PersistentVolumeClaims"))?;
             for pvc in kept.items {
-                let member = pvc.labels().get(MEMBER_LABEL).cloned().unwrap_or_default();
+                let member = pvc
+                    .labels()
+                    .get(MEMBER_LABEL)
+                    .or_else(|| pvc.labels().get(REMOVED_MEMBER_LABEL))
+                    .cloned()
+                    .unwrap_or_default();
                 ignore_not_found(
                     pvcs.patch(
                         &pvc.name_any(),
@@ -1358,6 +1437,41 @@ impl Runtime for KubernetesRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_newest_set_aside_claims_are_kept() {
+        let claim = |name: &str, at: Option<&str>, deleting: bool| -> PersistentVolumeClaim {
+            let mut meta = json!({"name": name, "annotations": {}});
+            if let Some(at) = at {
+                meta["annotations"][REMOVED_AT_ANNOTATION] = json!(at);
+            }
+            if deleting {
+                meta["deletionTimestamp"] = json!("2026-11-25T10:00:00Z");
+            }
+            serde_json::from_value(json!({ "metadata": meta })).unwrap()
+        };
+        let claims = vec![
+            claim("a-data", Some("2026-11-25T10:00:00.000Z"), false),
+            claim("b-data", Some("2026-11-25T12:00:00.000Z"), false),
+            claim("c-data", None, false),
+            claim("d-data", Some("2026-11-25T11:00:00.000+01:00"), false), // 10:00Z, as a
+            claim("e-data", Some("2026-11-25T13:00:00.000Z"), false),
+            claim("f-data", Some("2026-11-25T14:00:00.000Z"), true),
+        ];
+        // Newest b, e and one of a/d (same instant: by name, a); c has no time: oldest. f is
+        // already going and neither counts nor is deleted again.
+        assert_eq!(set_aside_to_prune(&claims, 3), vec!["d-data", "c-data"]);
+        assert_eq!(set_aside_to_prune(&claims, 5), Vec::<String>::new());
+        assert_eq!(set_aside_to_prune(&claims, 0).len(), 5);
+        // The patch: no longer the member's, still the cluster's (labels and owners untouched).
+        assert_eq!(
+            set_aside_patch("m1", "2026-11-25T10:00:00.000Z"),
+            json!({"metadata": {
+                "labels": {"etcd.operator.dev/member": null, "etcd.operator.dev/removed-member": "m1"},
+                "annotations": {"etcd.operator.dev/removed-at": "2026-11-25T10:00:00.000Z"}
+            }})
+        );
+    }
 
     fn pod_with_init(statuses: serde_json::Value) -> Pod {
         serde_json::from_value(json!({

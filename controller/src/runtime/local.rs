@@ -15,7 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::{ClusterSpecView, Runtime, RuntimeError};
+use super::{ClusterSpecView, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, RENEW_BEFORE};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
@@ -574,10 +574,6 @@ fn proc_state(pid: u32) -> Option<(char, u64)> {
     let start = rest.nth(18)?.parse().ok()?;
     Some((state, start))
 }
-
-/// How many removed members' data directories the local runtime keeps under
-/// `<cluster>/.retained/removed/` (the newest by removal time).
-pub const RETAINED_REMOVED_LIMIT: usize = 3;
 
 /// `dir/name`, or `dir/name.<n>` for the first `n` not taken.
 fn unused_path(dir: &Path, name: &str) -> PathBuf {

@@ -132,6 +132,9 @@ pub enum RuntimeError {
     },
 }
 
+/// How many removed members' data each cluster keeps set aside (the newest by removal time).
+pub const RETAINED_REMOVED_LIMIT: usize = 3;
+
 /// Places and runs etcd members. Every operation is idempotent, so a reconcile that is
 /// interrupted at any point can simply run again.
 pub trait Runtime: Send + Sync + 'static {
@@ -227,10 +230,13 @@ pub trait Runtime: Send + Sync + 'static {
         note: &str,
     ) -> impl Future<Output = ()> + Send;
 
-    /// Stops the member and removes it. Its data is kept (set aside) when `keep_data`; otherwise
-    /// it is given up: the Kubernetes runtime deletes the volume claim; the local runtime sets the
-    /// data directory aside under `<cluster>/.retained/removed/`, where only the newest
-    /// [`local::RETAINED_REMOVED_LIMIT`] are kept.
+    /// Stops the member and removes it. Its data is kept (released from the cluster) when
+    /// `keep_data`; otherwise it is given up but set aside, and only the newest
+    /// [`RETAINED_REMOVED_LIMIT`] of the cluster's set-aside members are kept (a member removed
+    /// by mistake can still be looked at; repeated replacements do not fill the disk): the local
+    /// runtime moves the data directory under `<cluster>/.retained/removed/`, the Kubernetes
+    /// runtime relabels the volume claim as a removed member's (still owned by the cluster, so it
+    /// goes with it).
     fn remove(
         &self,
         cluster: &ClusterRef,
