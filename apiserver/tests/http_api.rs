@@ -2596,6 +2596,64 @@ async fn a_watch_from_a_resource_version_reports_changes_and_selector_exits(back
     assert!(events(from_zero).is_empty());
 }
 
+/// The bookmark ending the initial events of a watch-list, in the representation negotiated
+/// (client-go's metadata client decodes only `meta.k8s.io` kinds: a bookmark of another kind
+/// ends its watch, which is how the garbage collector and the namespace controller watch).
+async fn watch_list_bookmarks_come_in_the_negotiated_representation(backing: Backing) {
+    let h = Api::start(backing).await;
+    h.create("bm1").await;
+    h.post(&backups(NS), &backup("b1", "bm1")).await.expect(201);
+    let watch_list = "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1";
+    let metadata = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+    let cases = [
+        (
+            format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters"),
+            "application/json",
+            "EtcdCluster",
+            "etcd.operator.dev/v1alpha1",
+        ),
+        (
+            coll(NS),
+            "application/json",
+            "EtcdCluster",
+            "etcd.operator.dev/v1alpha2",
+        ),
+        (
+            backups(NS),
+            "application/json",
+            "EtcdBackup",
+            "etcd.operator.dev/v1alpha2",
+        ),
+        (coll(NS), metadata, "PartialObjectMetadata", "meta.k8s.io/v1"),
+        (backups(NS), metadata, "PartialObjectMetadata", "meta.k8s.io/v1"),
+        (coll(NS), TABLE, "Table", "meta.k8s.io/v1"),
+    ];
+    for (path, accept, kind, api_version) in cases {
+        let r = h.get_accept(&format!("{path}?{watch_list}"), accept).await;
+        assert_eq!(r.status, StatusCode::OK, "{path} {accept}");
+        let events: Vec<Value> = String::from_utf8_lossy(&r.body)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(events.len() >= 2, "{path} {accept}: {events:#?}");
+        let (added, bookmark) = (&events[0], &events[1]);
+        assert_eq!(added["type"], "ADDED", "{events:#?}");
+        assert_eq!(added["object"]["kind"], kind, "{path} {accept}");
+        assert_eq!(bookmark["type"], "BOOKMARK", "{events:#?}");
+        let object = &bookmark["object"];
+        assert_eq!(
+            (object["kind"].as_str(), object["apiVersion"].as_str()),
+            (Some(kind), Some(api_version)),
+            "{path} {accept}: {object:#}"
+        );
+        assert_eq!(
+            object["metadata"]["annotations"]["k8s.io/initial-events-end"], "true",
+            "{object:#}"
+        );
+        assert!(object["metadata"]["resourceVersion"].is_string(), "{object:#}");
+    }
+}
+
 fn backups(ns: &str) -> String {
     format!("{GROUP_PATH}/v1alpha2/namespaces/{ns}/etcdbackups")
 }
@@ -3546,6 +3604,7 @@ both_backings!(
     discovery_and_openapi_are_cacheable,
     odd_input_gets_a_client_error_never_a_server_error,
     a_watch_from_a_resource_version_reports_changes_and_selector_exits,
+    watch_list_bookmarks_come_in_the_negotiated_representation,
     etcdbackups_are_served_with_every_verb_status_and_validation,
     every_patch_type_the_openapi_documents_list_is_served,
     labels_and_annotations_are_validated_like_kube_apiserver,

@@ -282,6 +282,10 @@ impl ControlPlane {
         let proxy_cert = write(d, "front-proxy-client.crt", &proxy.cert_pem)?;
         let proxy_key = write(d, "front-proxy-client.key", &proxy.key_pem)?;
         let sa_key = write(d, "sa.key", &sa.pem().key_pem)?;
+        // The verifying side as a certificate: kube-apiserver's key-file reader takes PKCS#8 only
+        // for RSA (an EC key must be SEC1 or a public key or certificate), and rcgen writes
+        // PKCS#8; the signing key file takes PKCS#8 of any kind.
+        let sa_verify = write(d, "sa.crt", &sa.pem().cert_pem)?;
 
         let ports = crate::ports::free_ports(2)?;
         let (port, kcm_port) = (ports[0], ports[1]);
@@ -315,7 +319,7 @@ impl ControlPlane {
             // As envtest: Pods need no token Secret of a ServiceAccount controller.
             "--disable-admission-plugins=ServiceAccount".to_owned(),
             format!("--service-account-issuer={server}"),
-            format!("--service-account-key-file={}", p(&sa_key)),
+            format!("--service-account-key-file={}", p(&sa_verify)),
             format!("--service-account-signing-key-file={}", p(&sa_key)),
             // The aggregator: front-proxy identity and request-header authentication for the
             // extension servers (the extension-apiserver-authentication ConfigMap carries these).

@@ -4,7 +4,6 @@
 //! driven through kube-apiserver. Built only with the `kube-apiserver` feature, so `make test`
 //! neither runs nor needs it; without the binaries every test fails saying how to provide them.
 
-use std::io::Read as _;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -162,7 +161,21 @@ async fn apiservices_discovery_and_kubectl_through_the_aggregator() -> anyhow::R
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its lines as they come; the changes are made only once it printed the current state (so
+    // its GET cannot land after them).
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let stdout = watch.stdout.take().context("kubectl -w stdout")?;
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = line_rx
+        .recv_timeout(Duration::from_secs(30))
+        .context("kubectl get -w printed nothing within 30 s")?;
     ok(
         &plane,
         &[
@@ -186,16 +199,21 @@ async fn apiservices_discovery_and_kubectl_through_the_aggregator() -> anyhow::R
         ],
         None,
     )?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = watch.kill();
-    let mut seen = String::new();
-    if let Some(mut out) = watch.stdout.take() {
-        out.read_to_string(&mut seen)?;
+    let mut lines = vec![first];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !lines.iter().any(|l| l == "5") && Instant::now() < deadline {
+        if let Ok(line) = line_rx.recv_timeout(Duration::from_millis(500)) {
+            lines.push(line);
+        }
     }
+    let _ = watch.kill();
     let _ = watch.wait();
-    let lines: Vec<&str> = seen.lines().collect();
+    let _ = reader.join();
+    lines.extend(line_rx.try_iter());
     assert!(
-        lines.starts_with(&["3"]) && lines.contains(&"4") && lines.contains(&"5"),
+        lines.first().map(String::as_str) == Some("3")
+            && lines.iter().any(|l| l == "4")
+            && lines.iter().any(|l| l == "5"),
         "{lines:?}"
     );
 

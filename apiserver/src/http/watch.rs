@@ -90,6 +90,28 @@ impl Encoder {
         })
     }
 
+    /// A bookmark's object in the representation this watch negotiated, as kube-apiserver
+    /// transforms it like any event's: the watched kind in the requested version, or a
+    /// `PartialObjectMetadata` for a metadata-only watch (client-go's metadata client, which the
+    /// garbage collector and namespace controller use, decodes nothing else and would end the
+    /// watch on every bookmark), or a Table without rows.
+    fn bookmark_object(&self, meta: Value) -> Value {
+        match self.target.output {
+            Output::Json | Output::Yaml => json!({
+                "kind": self.target.kind.info().kind,
+                "apiVersion": format!("{}/{}", etcd_operator_api::GROUP, self.target.version),
+                "metadata": meta,
+            }),
+            Output::Metadata => table::partial_metadata(&json!({ "metadata": meta })),
+            Output::Table(v) => json!({
+                "kind": "Table",
+                "apiVersion": format!("meta.k8s.io/{v}"),
+                "metadata": meta,
+                "rows": [],
+            }),
+        }
+    }
+
     fn line(kind: &str, object: Value) -> Option<bytes::Bytes> {
         let mut line = json!({"type": kind, "object": object}).to_string().into_bytes();
         line.push(b'\n');
@@ -159,12 +181,7 @@ impl Encoder {
                 if initial_events_end {
                     meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
                 }
-                Ok(Line::Json(
-                    "BOOKMARK",
-                    json!({"kind": etcd_operator_api::KIND,
-                           "apiVersion": format!("{}/{}", etcd_operator_api::GROUP, self.target.version),
-                           "metadata": meta}),
-                ))
+                Ok(Line::Json("BOOKMARK", self.bookmark_object(meta)))
             }
             WatchEvent::Error(e) => Err(storage_error(e, "")),
         };

@@ -200,7 +200,9 @@ pub(crate) struct Inner {
     state: RwLock<CacheState>,
     /// The cache revision; every state change notifies (watchers wake on it).
     rev_tx: tokio_watch::Sender<u64>,
-    /// The highest revision of the prefix this process wrote or saw in an etcd response.
+    /// The highest revision of the prefix this process wrote or saw in an etcd response: always
+    /// a revision of the prefix's own keys (a write, or an object's mod revision), so the cache
+    /// reaches it through the prefix's events without help.
     observed_rev: AtomicU64,
     /// Whether etcd orders progress notifications after pending events (etcd >= 3.5.13 or
     /// 3.4.31 <= v < 3.5; older ones may announce a revision before sending its events).
@@ -238,6 +240,14 @@ impl Inner {
     fn observe(&self, rev: i64) {
         if rev > 0 {
             self.observed_rev.fetch_max(rev as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// Observes the newest of the prefix's objects an etcd read returned (a header revision is
+    /// etcd's, not the prefix's: see `observed_rev`).
+    fn observe_newest(&self, kvs: &[KeyValue]) {
+        if let Some(newest) = kvs.iter().map(|kv| kv.mod_revision).max() {
+            self.observe(newest as i64);
         }
     }
 
@@ -329,7 +339,10 @@ impl Inner {
             .await
             .map_err(|e| StorageError::backend("list", e))?;
         let rev = resp.revision;
-        self.observe(rev as i64);
+        // What this read shows of the prefix: its newest object. Not the header revision, which
+        // may belong to another prefix's write: the cache never sees that one as an event, and a
+        // wait for it would last the whole consistent-read timeout.
+        self.observe_newest(&resp.kvs);
         let items = resp
             .kvs
             .iter()
@@ -970,7 +983,8 @@ impl Storage {
                 _ => e,
             })?;
         let list_rev = revision.unwrap_or(resp.revision);
-        self.inner.observe(list_rev as i64);
+        // The newest object listed, not `list_rev` (see `Inner::observe_newest`).
+        self.inner.observe_newest(&resp.kvs);
         let mut items = Vec::with_capacity(resp.kvs.len());
         let mut last = None;
         for kv in &resp.kvs {
