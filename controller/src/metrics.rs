@@ -168,6 +168,8 @@ pub struct ControllerMetrics {
     member_db_in_use: Family<MemberLabels, Gauge>,
     backup_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     backup_failures: Family<ReasonLabels, Counter>,
+    etcdbackup_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    etcdbackup_failures: Family<ReasonLabels, Counter>,
     /// The members each cluster's series were last recorded for, to remove departed ones.
     recorded_members: Arc<Mutex<HashMap<ClusterLabels, BTreeSet<String>>>>,
 }
@@ -189,6 +191,8 @@ impl Default for ControllerMetrics {
             member_db_in_use: Family::default(),
             backup_last_success: Family::default(),
             backup_failures: Family::default(),
+            etcdbackup_last_success: Family::default(),
+            etcdbackup_failures: Family::default(),
             recorded_members: Arc::default(),
         }
     }
@@ -264,6 +268,16 @@ impl ControllerMetrics {
             "backup_failures",
             "Scheduled backups that failed, by reason",
             m.backup_failures.clone(),
+        );
+        r.register(
+            "etcdbackup_last_success_timestamp_seconds",
+            "When the newest snapshot an EtcdBackup of the cluster stored was taken (Unix time)",
+            m.etcdbackup_last_success.clone(),
+        );
+        r.register(
+            "etcdbackup_failures",
+            "EtcdBackups that failed for good (after their retries), by reason",
+            m.etcdbackup_failures.clone(),
         );
         m
     }
@@ -374,6 +388,29 @@ impl ControllerMetrics {
         }
     }
 
+    /// Records a snapshot an EtcdBackup of the cluster stored, taken at `taken` (an older one
+    /// finishing late does not move the series back).
+    pub fn record_etcdbackup(&self, namespace: &str, cluster: &str, taken: chrono::DateTime<chrono::Utc>) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        // Milliseconds are plenty; the f64 holds them exactly for millennia.
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = taken.timestamp_millis() as f64 / 1000.0;
+        let gauge = self.etcdbackup_last_success.get_or_create(&labels);
+        if gauge.get() < seconds {
+            gauge.set(seconds);
+        }
+    }
+
+    /// Counts an EtcdBackup that failed for good.
+    pub fn etcdbackup_failed(&self, reason: &'static str) {
+        self.etcdbackup_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
     /// Counts a failed scheduled backup.
     pub fn backup_failed(&self, reason: &'static str) {
         self.backup_failures.get_or_create(&ReasonLabels { reason }).inc();
@@ -392,6 +429,7 @@ impl ControllerMetrics {
             self.alarms.remove(&self.alarm_labels(&labels, kind));
         }
         self.backup_last_success.remove(&labels);
+        self.etcdbackup_last_success.remove(&labels);
         let members = self
             .recorded_members
             .lock()
@@ -601,6 +639,11 @@ mod tests {
             "x",
             chrono::DateTime::from_timestamp(1_700_000_000, 500_000_000),
         );
+        // EtcdBackups: the newest snapshot counts, one finishing late with an older one does not
+        // move it back.
+        let at = |s: i64| chrono::DateTime::from_timestamp(s, 0).unwrap();
+        m.record_etcdbackup("ns", "x", at(1_700_000_100));
+        m.record_etcdbackup("ns", "x", at(1_700_000_050));
         let text = scrape(&registry);
         for line in [
             r#"etcd_operator_cluster_desired_members{namespace="ns",cluster="x"} 3"#,
@@ -611,6 +654,7 @@ mod tests {
             r#"etcd_operator_member_db_size_bytes{namespace="ns",cluster="x",member="c"} 4096"#,
             r#"etcd_operator_member_db_size_in_use_bytes{namespace="ns",cluster="x",member="c"} 2048"#,
             r#"etcd_operator_backup_last_success_timestamp_seconds{namespace="ns",cluster="x"} 1700000000.5"#,
+            r#"etcd_operator_etcdbackup_last_success_timestamp_seconds{namespace="ns",cluster="x"} 1700000100.0"#,
         ] {
             assert!(has(&text, line), "missing {line:?} in\n{text}");
         }
@@ -656,6 +700,7 @@ mod tests {
         m.reconcile_failed("EtcdTimeout");
         m.reconcile_failed("EtcdTimeout");
         m.backup_failed("NoHealthyMember");
+        m.etcdbackup_failed("ClusterNotFound");
         let text = scrape(&registry);
         for line in [
             "etcd_operator_reconcile_duration_seconds_count 2",
@@ -664,6 +709,7 @@ mod tests {
             r#"etcd_operator_reconcile_waits_total{reason="NoQuorum"} 1"#,
             r#"etcd_operator_reconcile_errors_total{reason="EtcdTimeout"} 2"#,
             r#"etcd_operator_backup_failures_total{reason="NoHealthyMember"} 1"#,
+            r#"etcd_operator_etcdbackup_failures_total{reason="ClusterNotFound"} 1"#,
         ] {
             assert!(has(&text, line), "missing {line:?} in\n{text}");
         }

@@ -132,6 +132,21 @@ async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
         s["startTime"].is_string() && s["completionTime"].is_string(),
         "{s:#}"
     );
+    // Its snapshot's time is in the metrics, for alerts on backup age whoever takes them.
+    let metrics = kubectl(&op, &["get", "--raw", "/metrics"], None).unwrap();
+    let series =
+        r#"etcd_operator_etcdbackup_last_success_timestamp_seconds{namespace="default",cluster="one"}"#;
+    let taken: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(taken > now - 60.0 && taken <= now + 1.0, "{taken} vs now {now}");
     // kubectl get shows the columns.
     let table = kubectl(&op, &["get", "etcdbackups"], None).unwrap();
     assert!(
@@ -156,6 +171,13 @@ async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
             .unwrap()
             .contains("NoDestination"),
         "{failed:#}"
+    );
+    let metrics = kubectl(&op, &["get", "--raw", "/metrics"], None).unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"etcd_operator_etcdbackup_failures_total{reason="NoDestination"} 1"#),
+        "{metrics}"
     );
     // A cluster that does not exist: retried with the reason in the message.
     apply(&op, &backup_yaml("b3", "ghost", Some(dir.path()))).unwrap();

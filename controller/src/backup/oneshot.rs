@@ -140,7 +140,8 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
                     format!("EtcdCluster {namespace}/{cluster_name} does not exist"),
                 )),
             );
-            return retry_or_stop(&api, &name, &ctx, &key, s).await;
+            let ended = Ended::Failed("ClusterNotFound");
+            return retry_or_stop(&api, &name, &ctx, &key, s, (&namespace, &cluster_name), ended).await;
         }
         Ok(Some(cluster)) => {
             let destination = obj
@@ -158,7 +159,8 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
                         ),
                     )),
                 );
-                return retry_or_stop(&api, &name, &ctx, &key, s).await;
+                let ended = Ended::Failed("NoDestination");
+                return retry_or_stop(&api, &name, &ctx, &key, s, (&namespace, &cluster_name), ended).await;
             };
             let endpoints = cluster
                 .status
@@ -187,11 +189,31 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
             taken
         }
     };
-    let status = match &outcome {
-        Ok(record) => finish(&current, Ok(record)),
-        Err(e) => finish(&current, Err((e.reason(), e.to_string()))),
+    let (status, ended) = match &outcome {
+        Ok(record) => (finish(&current, Ok(record)), Ended::Taken(record.taken)),
+        Err(e) => (
+            finish(&current, Err((e.reason(), e.to_string()))),
+            Ended::Failed(e.reason()),
+        ),
     };
-    retry_or_stop(&api, &name, &ctx, &key, status).await
+    retry_or_stop(
+        &api,
+        &name,
+        &ctx,
+        &key,
+        status,
+        (&namespace, &cluster_name),
+        ended,
+    )
+    .await
+}
+
+/// How an attempt ended, for the metrics once the backup is finished.
+enum Ended {
+    /// A snapshot taken at this time was stored.
+    Taken(chrono::DateTime<chrono::Utc>),
+    /// It failed for this reason.
+    Failed(&'static str),
 }
 
 fn finish(
@@ -207,9 +229,15 @@ async fn retry_or_stop(
     ctx: &BackupContext,
     key: &str,
     status: EtcdBackupStatus,
+    (namespace, cluster): (&str, &str),
+    ended: Ended,
 ) -> Result<Action, BackupError> {
     write_status(api, name, &status).await?;
     if status.phase.as_ref().is_some_and(BackupPhase::is_finished) {
+        match ended {
+            Ended::Taken(taken) => ctx.metrics.record_etcdbackup(namespace, cluster, taken),
+            Ended::Failed(reason) => ctx.metrics.etcdbackup_failed(reason),
+        }
         ctx.succeeded(key);
         Ok(Action::await_change())
     } else {
