@@ -11,6 +11,14 @@ pub const CONDITION_AVAILABLE: &str = "Available";
 pub const CONDITION_PROGRESSING: &str = "Progressing";
 /// Condition type: some members are unhealthy or missing, or the last step failed.
 pub const CONDITION_DEGRADED: &str = "Degraded";
+/// Condition type (kstatus, for Flux health checks and dependency ordering, Argo CD, `kubectl
+/// wait`): the cluster serves at the spec, nothing in progress, nothing degraded.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type (kstatus, abnormal-true): the controller is still working towards the spec.
+pub const CONDITION_RECONCILING: &str = "Reconciling";
+/// Condition type (kstatus, abnormal-true): the controller cannot reach the spec without a
+/// person (a halted roll, corrupt or over-quota data, a failed restore, ...).
+pub const CONDITION_STALLED: &str = "Stalled";
 /// Condition type: the last scheduled backup succeeded (`True`) or failed (`False`).
 pub const CONDITION_BACKUP_SUCCEEDED: &str = "BackupSucceeded";
 

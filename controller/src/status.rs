@@ -1,11 +1,12 @@
 //! Status of an EtcdCluster from what was observed and decided: members, counts, leader,
-//! conditions (`Available`, `Progressing`, `Degraded`) with stable reasons, upgrade progress, and
+//! conditions (`Available`, `Progressing`, `Degraded`, and kstatus's `Ready`, `Reconciling`,
+//! `Stalled` derived from them) with stable reasons, upgrade progress, and
 //! `observedGeneration`. Conditions of other types (written by other parts of the operator, e.g.
 //! `BackupSucceeded`) are kept as they are. Pure.
 
 use etcd_operator_api::status::{
-    CONDITION_AVAILABLE, CONDITION_DEGRADED, CONDITION_PROGRESSING, ClusterPhase, EtcdClusterStatus,
-    MemberStatus, UpgradePhase, UpgradeStatus,
+    CONDITION_AVAILABLE, CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_RECONCILING,
+    CONDITION_STALLED, ClusterPhase, EtcdClusterStatus, MemberStatus, UpgradePhase, UpgradeStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -16,7 +17,83 @@ use crate::spec::ClusterSpecView;
 pub use crate::outcome::Outcome;
 
 /// The condition types this module writes; every other type in the old status is kept.
-const OWNED_CONDITIONS: [&str; 3] = [CONDITION_AVAILABLE, CONDITION_PROGRESSING, CONDITION_DEGRADED];
+const OWNED_CONDITIONS: [&str; 6] = [
+    CONDITION_AVAILABLE,
+    CONDITION_PROGRESSING,
+    CONDITION_DEGRADED,
+    CONDITION_READY,
+    CONDITION_RECONCILING,
+    CONDITION_STALLED,
+];
+
+/// `Degraded` reasons no amount of waiting or retrying clears: a person must act (change the
+/// spec, raise the quota, delete data, fix a Secret or a snapshot, ask for a replacement or a
+/// recovery). They make the cluster `Stalled` (kstatus: Failed).
+const NEEDS_A_PERSON: [&str; 9] = [
+    "UpgradeHalted",
+    "CorruptAlarm",
+    "NoSpace",
+    "DataLost",
+    "RecoveryImpossible",
+    crate::outcome::REASON_RESTORE_FAILED,
+    "ReplacementAwaitingRequest",
+    "VersionUnavailable",
+    "TLSSecretInvalid",
+];
+
+/// kstatus's conditions from the cluster's own (sigs.k8s.io/cli-utils kstatus, which Flux's
+/// health checks and `dependsOn` use): `Ready` True only when the cluster is available,
+/// nothing is in progress and nothing degraded; `Stalled` True when a person must act;
+/// `Reconciling` True otherwise while not Ready (not while paused: nothing is being done).
+fn kstatus_conditions(
+    paused: bool,
+    (available, available_reason, available_message): (bool, &str, &str),
+    (progressing, progress_reason, progress_message): (bool, &str, &str),
+    degraded: Option<(&str, &str)>,
+    stalled: Option<(&str, &str)>,
+    generation: Option<i64>,
+) -> [Condition; 3] {
+    let (ready, why, message) = if paused {
+        (false, "Paused", "spec.paused is true: no changes are made")
+    } else if let Some((reason, message)) = stalled {
+        (false, reason, message)
+    } else if !available {
+        (false, available_reason, available_message)
+    } else if progressing {
+        (false, progress_reason, progress_message)
+    } else if let Some((reason, message)) = degraded {
+        (false, reason, message)
+    } else {
+        (true, "Reconciled", "the cluster is available at its spec")
+    };
+    let reconciling = !ready && !paused && stalled.is_none();
+    [
+        condition(CONDITION_READY, ready, why, message.to_owned(), generation),
+        condition(
+            CONDITION_RECONCILING,
+            reconciling,
+            if reconciling { why } else { "Idle" },
+            if reconciling {
+                message.to_owned()
+            } else {
+                "nothing in progress".to_owned()
+            },
+            generation,
+        ),
+        match stalled {
+            Some((reason, message)) => {
+                condition(CONDITION_STALLED, true, reason, message.to_owned(), generation)
+            }
+            None => condition(
+                CONDITION_STALLED,
+                false,
+                "NothingBlocks",
+                "nothing needs a person".into(),
+                generation,
+            ),
+        },
+    ]
+}
 
 /// The roll remembered in a status (the inverse of what [`compute`] writes).
 pub fn roll_record(status: Option<&EtcdClusterStatus>) -> Option<RollRecord> {
@@ -405,6 +482,28 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
 
     let (progress_reason, progress_message) = step_reason(&outcome.step);
     let progressing = (!matches!(outcome.step, Step::Idle) || rolling) && !paused;
+    // What needs a person, by the kind of the problem (never its text).
+    let stalled: Option<(&str, String)> = match (&outcome.error, &outcome.step) {
+        (Some(error), _) if NEEDS_A_PERSON.contains(&error.code()) => Some((error.code(), error.to_string())),
+        (
+            None,
+            Step::Wait {
+                reason: reason @ plan::WaitReason::ReplacementAwaitingRequest { .. },
+            },
+        ) => Some(("ReplacementAwaitingRequest", reason.to_string())),
+        _ => degraded
+            .as_ref()
+            .filter(|(reason, _)| NEEDS_A_PERSON.contains(reason))
+            .map(|(reason, message)| (*reason, message.clone())),
+    };
+    let kstatus = kstatus_conditions(
+        paused,
+        (available, available_reason, &available_message),
+        (progressing, progress_reason, &progress_message),
+        degraded.as_ref().map(|(r, m)| (*r, m.as_str())),
+        stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
+        generation,
+    );
     let mut conditions = vec![
         condition(
             CONDITION_AVAILABLE,
@@ -433,6 +532,7 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
             ),
         },
     ];
+    conditions.extend(kstatus);
     // Keep the transition time of a condition whose status did not change.
     for c in &mut conditions {
         if let Some(old) = previous.conditions.iter().flatten().find(|o| o.type_ == c.type_)
@@ -556,6 +656,55 @@ mod tests {
         c
     }
 
+    /// (status, reason) of `Ready`, `Reconciling`, `Stalled`.
+    fn kstatus(s: &EtcdClusterStatus) -> [(&str, &str); 3] {
+        ["Ready", "Reconciling", "Stalled"].map(|t| {
+            let c = get(s, t);
+            (c.status.as_str(), c.reason.as_str())
+        })
+    }
+
+    #[test]
+    fn kstatus_conditions_while_forming_and_paused() {
+        let nothing = Observed {
+            runtime: vec![],
+            etcd: None,
+            timing: Timing::default(),
+        };
+        let forming = Outcome {
+            step: Step::ReserveForBootstrap {
+                names: vec!["a".into()],
+            },
+            error: None,
+            roll: None,
+            maintenance: None,
+        };
+        let s = compute(&cluster(), &nothing, &forming);
+        assert_eq!(
+            kstatus(&s),
+            [
+                ("False", "Bootstrapping"),
+                ("True", "Bootstrapping"),
+                ("False", "NothingBlocks")
+            ]
+        );
+        let mut paused = cluster();
+        paused.spec.paused = Some(true);
+        let s = compute(&paused, &nothing, &Outcome::idle());
+        assert_eq!(
+            kstatus(&s),
+            [("False", "Paused"), ("False", "Idle"), ("False", "NothingBlocks")]
+        );
+        // Written again unchanged, a condition keeps its transition time.
+        let mut again = paused.clone();
+        again.status = Some(s.clone());
+        let later = compute(&again, &nothing, &Outcome::idle());
+        assert_eq!(
+            get(&later, "Ready").last_transition_time,
+            get(&s, "Ready").last_transition_time
+        );
+    }
+
     fn get<'a>(s: &'a EtcdClusterStatus, t: &str) -> &'a Condition {
         s.conditions
             .as_ref()
@@ -588,6 +737,15 @@ mod tests {
         assert_eq!(get(&s, "Available").status, "True");
         assert_eq!(get(&s, "Progressing").status, "False");
         assert_eq!(get(&s, "Degraded").status, "False");
+        assert_eq!(
+            kstatus(&s),
+            [
+                ("True", "Reconciled"),
+                ("False", "Idle"),
+                ("False", "NothingBlocks")
+            ]
+        );
+        assert_eq!(get(&s, "Ready").observed_generation, Some(4));
         assert_eq!(s.ready_replicas, Some(3));
         assert_eq!(s.leader.as_deref(), Some("a"));
         assert_eq!(s.cluster_id.as_deref(), Some("abc"));
@@ -624,6 +782,15 @@ mod tests {
         };
         let s = compute(&cluster(), &observed, &announce);
         assert_eq!(get(&s, "Progressing").reason, "ReplacementPending");
+        // Automatic: the controller is on it.
+        assert_eq!(
+            kstatus(&s),
+            [
+                ("False", "ReplacementPending"),
+                ("True", "ReplacementPending"),
+                ("False", "NothingBlocks")
+            ]
+        );
         let degraded = get(&s, "Degraded");
         assert_eq!(
             (degraded.status.as_str(), degraded.reason.as_str()),
@@ -652,6 +819,20 @@ mod tests {
         };
         let s = compute(&cluster(), &observed, &wait);
         assert_eq!(get(&s, "Degraded").reason, "ReplacementPending");
+        // Manual: stalled until someone asks, and says how.
+        assert_eq!(
+            kstatus(&s),
+            [
+                ("False", "ReplacementAwaitingRequest"),
+                ("False", "Idle"),
+                ("True", "ReplacementAwaitingRequest")
+            ]
+        );
+        assert!(
+            get(&s, "Stalled")
+                .message
+                .contains("etcd.operator.dev/replace-member=c")
+        );
         assert!(
             get(&s, "Degraded")
                 .message
@@ -721,6 +902,18 @@ mod tests {
         );
         assert_eq!(get(&refused, "Degraded").reason, "RestoreFailed");
         assert!(get(&refused, "Degraded").message.contains("b1 was not found"));
+        // A restore that cannot work needs a person; a failed step is retried.
+        assert_eq!(get(&refused, "Stalled").status, "True");
+        assert_eq!(get(&refused, "Stalled").reason, "RestoreFailed");
+        // Retried, so not stalled; Ready names the bigger problem first: no quorum.
+        assert_eq!(
+            kstatus(&failed),
+            [
+                ("False", "NoQuorum"),
+                ("True", "NoQuorum"),
+                ("False", "NothingBlocks")
+            ]
+        );
     }
 
     #[test]
@@ -896,7 +1089,18 @@ mod tests {
         assert_eq!(get(&s, "BackupSucceeded"), &backup);
         assert_eq!(get(&s, "Available").status, "True");
         let types: Vec<&str> = s.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-        assert_eq!(types, ["Available", "Progressing", "Degraded", "BackupSucceeded"]);
+        assert_eq!(
+            types,
+            [
+                "Available",
+                "Progressing",
+                "Degraded",
+                "Ready",
+                "Reconciling",
+                "Stalled",
+                "BackupSucceeded"
+            ]
+        );
     }
 
     #[test]
@@ -982,6 +1186,14 @@ mod tests {
         );
         assert!(degraded.message.contains("within 20s"), "{}", degraded.message);
         assert_eq!(get(&s, "Available").status, "True");
+        assert_eq!(
+            kstatus(&s),
+            [
+                ("False", "UpgradeHalted"),
+                ("False", "Idle"),
+                ("True", "UpgradeHalted")
+            ]
+        );
         let u = s.upgrade.clone().unwrap();
         assert_eq!(u.phase, Some(UpgradePhase::Halted));
         assert_eq!(u.current_member.as_deref(), Some("a"));
@@ -991,6 +1203,7 @@ mod tests {
         let s = compute(&c, &three_on("3.5.1"), &outcome);
         assert_eq!(s.upgrade, None);
         assert_eq!(get(&s, "Degraded").status, "False");
+        assert_eq!(get(&s, "Ready").status, "True");
     }
 
     fn backup_condition(status: &str) -> Condition {
@@ -1050,7 +1263,18 @@ mod tests {
         assert_eq!(s.ready_replicas, ours.ready_replicas);
         assert_eq!(s.members, ours.members);
         let types: Vec<&str> = s.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-        assert_eq!(types, ["Available", "Progressing", "Degraded", "BackupSucceeded"]);
+        assert_eq!(
+            types,
+            [
+                "Available",
+                "Progressing",
+                "Degraded",
+                "Ready",
+                "Reconciling",
+                "Stalled",
+                "BackupSucceeded"
+            ]
+        );
         // Nothing stored yet: ours as is.
         assert_eq!(rebase(&ours, None), ours);
         // A foreign condition that went away in the fresh status stays away.

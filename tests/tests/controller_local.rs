@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_operator_tests::kubectl::{Watched, apply, kubectl, wait_for};
+use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, wait_for};
 use etcd_operator_tests::local_cluster::{
     self, cluster_yaml, endpoints, etcdctl, etcdctl_ok, kill_member, member_dir,
     running_member_pids as member_pids,
@@ -69,6 +69,28 @@ async fn three_members_become_available_and_serve_from_every_member() {
     let list = etcdctl_ok(&eps[1], &["member", "list", "-w", "json"]);
     let members: Value = serde_json::from_str(&list).unwrap();
     assert_eq!(members["members"].as_array().unwrap().len(), 3);
+    // kstatus's conditions, as Flux's health checks and `kubectl wait` read them: Ready once
+    // settled, neither reconciling nor stalled.
+    kubectl(
+        &op,
+        &["wait", "ec/alpha", "--for=condition=Ready", "--timeout=60s"],
+        None,
+    )
+    .unwrap();
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "alpha"),
+        "Reconciling and Stalled False",
+        Duration::from_secs(10),
+        |s| {
+            ["Reconciling", "Stalled"]
+                .iter()
+                .all(|t| condition(s, t).is_some_and(|c| c["status"] == "False"))
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(condition(&s, "Ready").unwrap()["reason"], "Reconciled");
 }
 
 #[tokio::test]
