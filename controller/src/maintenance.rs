@@ -154,8 +154,12 @@ pub fn record_reclaim(
     status
 }
 
-/// How long ago the record's latest NOSPACE reclaim finished (`None`: none recorded; a time in
-/// the future, a clock stepped back, counts as just now).
+/// How far ahead of this clock a recorded time may be (another replica's clock) and still count.
+const CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
+
+/// How long ago the record's latest NOSPACE reclaim finished (`None`: none recorded, or
+/// recorded more than a minute in this clock's future, which no skew explains: it would hold
+/// reclaims off for as long; a time a little ahead counts as just now).
 pub fn since_reclaim(record: Option<&MaintenanceStatus>, now: DateTime<Utc>) -> Option<Duration> {
     let at = record?
         .last_space_reclaim
@@ -163,6 +167,9 @@ pub fn since_reclaim(record: Option<&MaintenanceStatus>, now: DateTime<Utc>) -> 
         .time
         .as_ref()
         .and_then(from_time)?;
+    if at > now + CLOCK_SKEW {
+        return None;
+    }
     Some((now - at).to_std().unwrap_or(Duration::ZERO))
 }
 
@@ -263,7 +270,10 @@ mod tests {
             since_reclaim(Some(&first), at(3, 5)),
             Some(Duration::from_secs(300))
         );
-        assert_eq!(since_reclaim(Some(&first), at(2, 55)), Some(Duration::ZERO));
+        // A little ahead (another replica's clock): just now. Far ahead: not believed.
+        let just_before = at(3, 0) - chrono::Duration::seconds(30);
+        assert_eq!(since_reclaim(Some(&first), just_before), Some(Duration::ZERO));
+        assert_eq!(since_reclaim(Some(&first), at(2, 55)), None);
         // Merging keeps the newer reclaim whichever side has it; defragmentations still merge.
         let second = record_reclaim(None, reclaim(9), at(3, 10));
         let merged = merge(Some(&first), Some(&second)).unwrap();

@@ -271,7 +271,7 @@ impl ControllerMetrics {
         );
         r.register(
             "etcdbackup_last_success_timestamp_seconds",
-            "When the newest snapshot an EtcdBackup of the cluster stored was taken (Unix time)",
+            "When the newest successful EtcdBackup of the cluster completed (Unix time)",
             m.etcdbackup_last_success.clone(),
         );
         r.register(
@@ -388,16 +388,21 @@ impl ControllerMetrics {
         }
     }
 
-    /// Records a snapshot an EtcdBackup of the cluster stored, taken at `taken` (an older one
-    /// finishing late does not move the series back).
-    pub fn record_etcdbackup(&self, namespace: &str, cluster: &str, taken: chrono::DateTime<chrono::Utc>) {
+    /// Records an EtcdBackup of the cluster that succeeded at `completed` (an older one seen
+    /// later does not move the series back).
+    pub fn record_etcdbackup(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        completed: chrono::DateTime<chrono::Utc>,
+    ) {
         let labels = ClusterLabels {
             namespace: namespace.to_owned(),
             cluster: cluster.to_owned(),
         };
         // Milliseconds are plenty; the f64 holds them exactly for millennia.
         #[allow(clippy::cast_precision_loss)]
-        let seconds = taken.timestamp_millis() as f64 / 1000.0;
+        let seconds = completed.timestamp_millis() as f64 / 1000.0;
         let gauge = self.etcdbackup_last_success.get_or_create(&labels);
         if gauge.get() < seconds {
             gauge.set(seconds);
@@ -448,6 +453,7 @@ impl ControllerMetrics {
         }
         self.alarms.clear();
         self.backup_last_success.clear();
+        self.etcdbackup_last_success.clear();
         for family in [&self.member_healthy, &self.member_db_size, &self.member_db_in_use] {
             family.clear();
         }

@@ -94,6 +94,29 @@ pub const REASON_CERTIFICATES_UNAVAILABLE: &str = "CertificatesUnavailable";
 pub const REASON_STEP_FAILED: &str = "StepFailed";
 
 impl StepError {
+    /// Whether retrying cannot help and only a person can (the spec names a version that is not
+    /// installed, a snapshot is corrupt or not the one backed up, a restore tool or the
+    /// operator's image is missing). Failures that may clear by themselves (a destination
+    /// unreachable, an EtcdBackup not finished yet, a Secret not created yet) are not.
+    pub fn needs_a_person(&self) -> bool {
+        use crate::restore::RestoreError as R;
+        let permanent_restore = |e: &R| {
+            matches!(
+                e,
+                R::ChecksumMismatch { .. }
+                    | R::Corrupt { .. }
+                    | R::ToolMissing { .. }
+                    | R::OperatorImageUnknown(_)
+            )
+        };
+        match self {
+            Self::Restore(e) => permanent_restore(e),
+            Self::Runtime(RuntimeError::Restore { source, .. }) => permanent_restore(source),
+            Self::Runtime(RuntimeError::VersionUnavailable { .. }) => true,
+            _ => false,
+        }
+    }
+
     /// The `Degraded` condition's reason: `RestoreFailed` for a cluster that cannot start from
     /// its snapshot, `StepFailed` for everything else (the documented, stable pair).
     pub fn reason(&self) -> &'static str {

@@ -26,25 +26,23 @@ const OWNED_CONDITIONS: [&str; 6] = [
     CONDITION_STALLED,
 ];
 
-/// `Degraded` reasons no amount of waiting or retrying clears: a person must act (change the
-/// spec, raise the quota, delete data, fix a Secret or a snapshot, ask for a replacement or a
-/// recovery). They make the cluster `Stalled` (kstatus: Failed).
-const NEEDS_A_PERSON: [&str; 9] = [
+/// `Degraded` reasons no amount of waiting clears: a person must act (change the spec, raise
+/// the quota, delete data, ask for a recovery). They make the cluster `Stalled` (kstatus:
+/// Failed), as do failed steps that [`StepError::needs_a_person`](crate::outcome::StepError)
+/// and a replacement awaiting its request.
+const NEEDS_A_PERSON: [&str; 5] = [
     "UpgradeHalted",
     "CorruptAlarm",
     "NoSpace",
     "DataLost",
     "RecoveryImpossible",
-    crate::outcome::REASON_RESTORE_FAILED,
-    "ReplacementAwaitingRequest",
-    "VersionUnavailable",
-    "TLSSecretInvalid",
 ];
 
 /// kstatus's conditions from the cluster's own (sigs.k8s.io/cli-utils kstatus, which Flux's
 /// health checks and `dependsOn` use): `Ready` True only when the cluster is available,
 /// nothing is in progress and nothing degraded; `Stalled` True when a person must act;
-/// `Reconciling` True otherwise while not Ready (not while paused: nothing is being done).
+/// `Reconciling` True otherwise while not Ready (not while paused: nothing is being done; a
+/// paused cluster is Ready when it serves).
 fn kstatus_conditions(
     paused: bool,
     (available, available_reason, available_message): (bool, &str, &str),
@@ -54,7 +52,17 @@ fn kstatus_conditions(
     generation: Option<i64>,
 ) -> [Condition; 3] {
     let (ready, why, message) = if paused {
-        (false, "Paused", "spec.paused is true: no changes are made")
+        // The user's choice, not a state to wait out: ready when it serves (a health check
+        // must not wait for a cluster someone paused on purpose).
+        match (available, degraded) {
+            (false, _) => (false, available_reason, available_message),
+            (true, Some((reason, message))) => (false, reason, message),
+            (true, None) => (
+                true,
+                "Paused",
+                "spec.paused is true: no changes are made; the cluster serves",
+            ),
+        }
     } else if let Some((reason, message)) = stalled {
         (false, reason, message)
     } else if !available {
@@ -484,7 +492,7 @@ pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -
     let progressing = (!matches!(outcome.step, Step::Idle) || rolling) && !paused;
     // What needs a person, by the kind of the problem (never its text).
     let stalled: Option<(&str, String)> = match (&outcome.error, &outcome.step) {
-        (Some(error), _) if NEEDS_A_PERSON.contains(&error.code()) => Some((error.code(), error.to_string())),
+        (Some(error), _) if error.needs_a_person() => Some((error.code(), error.to_string())),
         (
             None,
             Step::Wait {
@@ -690,10 +698,31 @@ mod tests {
         );
         let mut paused = cluster();
         paused.spec.paused = Some(true);
+        // Paused before it formed: not ready (nothing serves), but nobody is working on it.
         let s = compute(&paused, &nothing, &Outcome::idle());
         assert_eq!(
             kstatus(&s),
-            [("False", "Paused"), ("False", "Idle"), ("False", "NothingBlocks")]
+            [
+                ("False", "Bootstrapping"),
+                ("False", "Idle"),
+                ("False", "NothingBlocks")
+            ]
+        );
+        // Paused while serving: ready, so health checks do not wait on a deliberate pause.
+        let serving = Observed {
+            runtime: vec![],
+            etcd: Some(EtcdView {
+                cluster_id: 1,
+                members: vec![member(1, "a", true)],
+                leader: 1,
+                alarms: Vec::new(),
+            }),
+            timing: Timing::default(),
+        };
+        let held = compute(&paused, &serving, &Outcome::idle());
+        assert_eq!(
+            kstatus(&held),
+            [("True", "Paused"), ("False", "Idle"), ("False", "NothingBlocks")]
         );
         // Written again unchanged, a condition keeps its transition time.
         let mut again = paused.clone();
@@ -902,9 +931,36 @@ mod tests {
         );
         assert_eq!(get(&refused, "Degraded").reason, "RestoreFailed");
         assert!(get(&refused, "Degraded").message.contains("b1 was not found"));
-        // A restore that cannot work needs a person; a failed step is retried.
-        assert_eq!(get(&refused, "Stalled").status, "True");
-        assert_eq!(get(&refused, "Stalled").reason, "RestoreFailed");
+        // A backup that is not there (yet) may come: retried, not stalled. A snapshot that is
+        // not the one backed up never gets better: stalled.
+        assert_eq!(get(&refused, "Stalled").status, "False");
+        assert_eq!(get(&refused, "Reconciling").status, "True");
+        let tampered = crate::runtime::RuntimeError::Restore {
+            member: "m".into(),
+            source: Box::new(crate::restore::RestoreError::ChecksumMismatch {
+                location: "s3://b/k".into(),
+                expected: "aa".into(),
+                actual: "bb".into(),
+            }),
+        };
+        let stalled = compute(
+            &cluster(),
+            &observed,
+            &Outcome {
+                step: Step::Idle,
+                error: Some(crate::outcome::StepError::Runtime(tampered)),
+                roll: None,
+                maintenance: None,
+            },
+        );
+        assert_eq!(
+            kstatus(&stalled),
+            [
+                ("False", "RestoreFailed"),
+                ("False", "Idle"),
+                ("True", "RestoreFailed")
+            ]
+        );
         // Retried, so not stalled; Ready names the bigger problem first: no quorum.
         assert_eq!(
             kstatus(&failed),

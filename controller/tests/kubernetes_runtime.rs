@@ -598,9 +598,9 @@ impl ApiServerVerifier {
     }
 }
 
-/// A claim set aside when `member` was removed at `at`.
-fn set_aside_pvc(member: &str, at: &str) -> Value {
-    let mut claim = pvc(member, None, false);
+/// A claim set aside when `member` (started with `config`, if it was) was removed at `at`.
+fn set_aside_pvc(member: &str, at: &str, config: Option<&MemberConfig>) -> Value {
+    let mut claim = pvc(member, config, false);
     claim["metadata"]["labels"]
         .as_object_mut()
         .unwrap()
@@ -695,6 +695,75 @@ async fn reserving_again_returns_the_same_member_with_its_recorded_config() {
     )
     .await;
     assert_eq!(got, reserved(&member("bbbbb"), Some(cfg)));
+}
+
+#[tokio::test]
+async fn a_removed_member_s_claim_is_never_taken_over_by_a_new_member() {
+    let a = member("bbbbb");
+    let a2 = a.clone();
+    let err = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.no_recovery_to_settle().await;
+            api.apply_services().await;
+            api.list_members(vec![], vec![]).await;
+            api.apply_pdb(1).await;
+            api.expect(
+                Method::POST,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?"),
+                Some(JSON),
+            )
+            .await
+            .reply(
+                StatusCode::CONFLICT,
+                &status(409, "AlreadyExists", "already exists"),
+            );
+            api.expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{a2}-data"),
+                None,
+            )
+            .await
+            .reply(
+                StatusCode::OK,
+                &set_aside_pvc(&a2, "2026-11-25T10:00:00.000Z", None),
+            );
+        },
+        async |rt: KubernetesRuntime| rt.reserve(&cluster_ref(), &disk_spec(1), &a).await.unwrap_err(),
+    )
+    .await;
+    assert!(
+        matches!(&err, RuntimeError::State { detail, .. } if detail.contains("holds the data of removed member") && detail.contains("bbbbb")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn removing_a_member_that_never_started_deletes_its_claim() {
+    let c = member("ddddd");
+    let c2 = c.clone();
+    scenario(
+        async move |api: &mut ApiServerVerifier| {
+            api.delete(&format!("/api/v1/namespaces/{NS}/pods/{c2}"), None)
+                .await;
+            let path = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{c2}-data");
+            let patch = api
+                .expect(Method::PATCH, &format!("{path}?"), Some(MERGE_PATCH))
+                .await;
+            // Answered without a configuration: it never started. Deleted, not set aside
+            // (nothing listed, nothing pruned).
+            patch.reply(
+                StatusCode::OK,
+                &set_aside_pvc(&c2, "2026-11-25T10:00:00.000Z", None),
+            );
+            api.delete(&path, Some(pvc(&c2, None, true))).await;
+            api.delete_member_certificates(&c2, false).await;
+            api.list_members(vec![], vec![]).await;
+            api.apply_pdb(1).await;
+            api.event("MemberRemoved", &format!("Removed member {c2}")).await;
+        },
+        async |rt: KubernetesRuntime| rt.remove(&cluster_ref(), &c, false).await.unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -1240,13 +1309,14 @@ async fn scale_down_and_replace_delete_the_pod_and_set_its_volume_claim_aside() 
             .await;
             // Its claim set aside; with three older ones already, the oldest goes.
             let listed = vec![
-                set_aside_pvc("old1", "2026-11-20T10:00:00.000Z"),
-                set_aside_pvc("old2", "2026-11-21T10:00:00.000Z"),
-                set_aside_pvc("old3", "2026-11-22T10:00:00.000Z"),
-                set_aside_pvc(&c2, "2099-01-01T00:00:00.000Z"),
+                set_aside_pvc("old1", "2026-11-20T10:00:00.000Z", None),
+                set_aside_pvc("old2", "2026-11-21T10:00:00.000Z", None),
+                set_aside_pvc("old3", "2026-11-22T10:00:00.000Z", None),
+                set_aside_pvc(&c2, "2099-01-01T00:00:00.000Z", Some(&boot2)),
             ];
-            api.set_aside(&c2, Some(set_aside_pvc(&c2, "2099-01-01T00:00:00.000Z")), listed, &["old1-data"])
-                .await;
+            // The member had started: its configuration is on the claim.
+            let answered = set_aside_pvc(&c2, "2099-01-01T00:00:00.000Z", Some(&boot2));
+            api.set_aside(&c2, Some(answered), listed, &["old1-data"]).await;
             api.delete_member_certificates(&c2, true).await;
             // The PDB follows the members that remain: two, quorum 2.
             api.list_members(

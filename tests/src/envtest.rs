@@ -367,8 +367,8 @@ impl ControlPlane {
             "--bind-address=127.0.0.1".to_owned(),
             format!("--secure-port={kcm_port}"),
             "--leader-elect=false".to_owned(),
-            // The names 1.35 prints in its help; older releases take them too (with the short
-            // aliases `namespace`, `garbagecollector`, ...).
+            // The names 1.28 and later print in their help (they still take the short aliases
+            // `namespace`, `garbagecollector`, ... too); releases before 1.28 know only those.
             format!("--controllers={}", KCM_CONTROLLERS.join(",")),
         ]);
         plane.controller_manager = Some(TestProcess::spawn(

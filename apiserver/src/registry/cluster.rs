@@ -151,7 +151,14 @@ impl Strategy for ClusterStrategy {
     }
 
     fn prepare_for_create(&self, obj: &mut hub::EtcdCluster) {
-        obj.status = None;
+        // Whatever status the request carried is dropped. What is left says that no generation
+        // was observed yet: kstatus (Flux's health checks and `dependsOn`) takes an object
+        // without `status.observedGeneration` as reconciled, so without this a new cluster
+        // would count as healthy before the controller ever looked at it.
+        obj.status = Some(etcd_operator_api::status::EtcdClusterStatus {
+            observed_generation: Some(0),
+            ..Default::default()
+        });
     }
 
     fn prepare_for_update(&self, obj: &mut hub::EtcdCluster, old: &hub::EtcdCluster) {
@@ -374,7 +381,15 @@ mod tests {
         assert_eq!(m.generation, Some(1));
         assert!(m.uid.as_deref().is_some_and(|u| u.len() == 36));
         assert!(m.creation_timestamp.is_some());
-        assert!(admitted.object.status.is_none());
+        let status = admitted.object.status.as_ref().unwrap();
+        assert_eq!(
+            status,
+            &etcd_operator_api::status::EtcdClusterStatus {
+                observed_generation: Some(0),
+                ..Default::default()
+            },
+            "the request's status is dropped; no generation is observed yet"
+        );
     }
 
     #[test]
@@ -500,13 +515,16 @@ mod tests {
     fn main_resource_ignores_status_and_status_ignores_spec() {
         let old = created();
         let mut new = old.clone();
-        new.status = Some(Default::default());
+        new.status = Some(etcd_operator_api::status::EtcdClusterStatus {
+            observed_generation: Some(9),
+            ..Default::default()
+        });
         let UpdateDecision::Store(a) =
             prepare_update(VersionedCluster::V1alpha2(new), &old, "a", "ns", true).unwrap()
         else {
             panic!("expected store")
         };
-        assert_eq!(a.object.status, None);
+        assert_eq!(a.object.status, old.status, "the stored status stays");
 
         let mut new = old.clone();
         new.spec.replicas = Some(7);

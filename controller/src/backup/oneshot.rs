@@ -92,6 +92,7 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
         return Ok(Action::await_change());
     };
     if settled(&obj) {
+        seed_metric(&obj, &namespace, &ctx).await;
         return Ok(Action::await_change());
     }
     let key = format!("backup:{namespace}/{name}");
@@ -190,7 +191,7 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
         }
     };
     let (status, ended) = match &outcome {
-        Ok(record) => (finish(&current, Ok(record)), Ended::Taken(record.taken)),
+        Ok(record) => (finish(&current, Ok(record)), Ended::Succeeded),
         Err(e) => (
             finish(&current, Err((e.reason(), e.to_string()))),
             Ended::Failed(e.reason()),
@@ -210,10 +211,35 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
 
 /// How an attempt ended, for the metrics once the backup is finished.
 enum Ended {
-    /// A snapshot taken at this time was stored.
-    Taken(chrono::DateTime<chrono::Utc>),
+    /// The snapshot was stored.
+    Succeeded,
     /// It failed for this reason.
     Failed(&'static str),
+}
+
+/// A backup that succeeded before this controller started (an operator restart, a new leader)
+/// still counts for its cluster's last-success series, while the cluster exists (a deleted
+/// cluster's series stays gone).
+async fn seed_metric(obj: &EtcdBackup, namespace: &str, ctx: &BackupContext) {
+    let Some(completed) = obj
+        .status
+        .as_ref()
+        .filter(|s| s.phase == Some(BackupPhase::Succeeded))
+        .and_then(|s| s.completion_time.as_ref())
+        .and_then(super::from_time)
+    else {
+        return;
+    };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let cluster = &obj.spec.cluster_name;
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), namespace);
+    match clusters.get_opt(cluster).await {
+        Ok(Some(_)) => ctx.metrics.record_etcdbackup(namespace, cluster, completed),
+        Ok(None) => {}
+        Err(error) => tracing::debug!(%error, cluster, "EtcdBackup metric: the cluster could not be read"),
+    }
 }
 
 fn finish(
@@ -235,7 +261,11 @@ async fn retry_or_stop(
     write_status(api, name, &status).await?;
     if status.phase.as_ref().is_some_and(BackupPhase::is_finished) {
         match ended {
-            Ended::Taken(taken) => ctx.metrics.record_etcdbackup(namespace, cluster, taken),
+            Ended::Succeeded => {
+                if let Some(completed) = status.completion_time.as_ref().and_then(super::from_time) {
+                    ctx.metrics.record_etcdbackup(namespace, cluster, completed);
+                }
+            }
             Ended::Failed(reason) => ctx.metrics.etcdbackup_failed(reason),
         }
         ctx.succeeded(key);

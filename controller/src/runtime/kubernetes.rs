@@ -690,6 +690,16 @@ impl KubernetesRuntime {
                     .get(&pvc.name_any())
                     .await
                     .map_err(kube_error("read the member PersistentVolumeClaim"))?;
+                // A removed member's claim is kept to be looked at, never started on.
+                if let Some(removed) = existing.labels().get(REMOVED_MEMBER_LABEL) {
+                    return Err(RuntimeError::State {
+                        member: name.to_owned(),
+                        detail: format!(
+                            "PersistentVolumeClaim {} holds the data of removed member {removed} (set aside); a new member is not started on it",
+                            pvc.name_any()
+                        ),
+                    });
+                }
                 stored_config(&existing, name)
             }
             Err(source) => Err(RuntimeError::Kube {
@@ -1279,10 +1289,22 @@ impl Runtime for KubernetesRuntime {
                 .await,
                 "set the member PersistentVolumeClaim aside",
             )?;
-            if patched.is_some() {
-                self.prune_set_aside(cluster).await?;
+            match patched {
+                // A member that never started (no configuration recorded) has nothing to look
+                // at: its claim goes, rather than pushing a removed member's data out.
+                Some(claim) if !claim.annotations().contains_key(MEMBER_CONFIG_ANNOTATION) => {
+                    ignore_not_found(
+                        pvcs.delete(&pvc_name, &DeleteParams::default()).await,
+                        "delete the member PersistentVolumeClaim",
+                    )?;
+                    false
+                }
+                Some(_) => {
+                    self.prune_set_aside(cluster).await?;
+                    true
+                }
+                None => false,
             }
-            patched.is_some()
         };
         // Its certificates: cert-manager's Certificates first (else their Secrets come back),
         // then every Secret of the member (`auto`, cert-manager's, labelled with the member).
