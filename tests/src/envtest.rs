@@ -6,15 +6,17 @@
 //!
 //! [`deploy_operator`] then installs the chart with helm (APIServices, RBAC, Service, the serving
 //! certificate), runs `etcd-operator serve` from this workspace as a process with the chart's
-//! ServiceAccount identity and serving certificate, and points the chart's Service at it with an
-//! EndpointSlice on this machine's own non-loopback address (the aggregator refuses loopback
-//! endpoints). No Deployment or StatefulSet Pod runs: the controller manager runs only the
+//! ServiceAccount identity and serving certificate on loopback, and points the chart's Service at
+//! it as an `ExternalName` Service for `localhost` with the APIServices on its port: kube-apiserver's
+//! default service resolver dials an ExternalName Service's name (Endpoints and EndpointSlices may
+//! not hold loopback addresses), and it verifies the server as `<service>.<namespace>.svc`, which
+//! the chart's certificate names. No traffic leaves loopback. No Deployment or StatefulSet Pod runs: the controller manager runs only the
 //! namespace, garbage-collector, clusterrole-aggregation, pvc-protection and serviceaccount
 //! controllers, and the test node agent runs the etcd member Pods.
 //!
 //! Without the binaries, [`Assets::find`] fails saying how to provide them.
 
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -330,8 +332,6 @@ impl ControlPlane {
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
             format!("--proxy-client-cert-file={}", p(&proxy_cert)),
             format!("--proxy-client-key-file={}", p(&proxy_key)),
-            // Route to the Service's endpoints (there is no kube-proxy for its ClusterIP).
-            "--enable-aggregator-routing=true".to_owned(),
         ]);
         // Proxy settings of the machine must not send kube-apiserver's calls to the operator (on
         // this host's address) anywhere else.
@@ -492,22 +492,6 @@ impl ControlPlane {
     }
 }
 
-/// This machine's own non-loopback IPv4 address (the source address of a route out; no packet
-/// is sent). The aggregator refuses Endpoints on 127.0.0.0/8.
-pub fn host_address() -> Result<Ipv4Addr, ControlPlaneError> {
-    let none = |why: String| {
-        ControlPlaneError::Unexpected(format!(
-            "no non-loopback IPv4 address to serve the APIServices on ({why}); the aggregator refuses loopback endpoints"
-        ))
-    };
-    let socket = UdpSocket::bind("0.0.0.0:0").map_err(|e| none(e.to_string()))?;
-    socket.connect("192.0.2.1:9").map_err(|e| none(e.to_string()))?;
-    match socket.local_addr().map_err(|e| none(e.to_string()))?.ip() {
-        IpAddr::V4(ip) if !ip.is_loopback() && !ip.is_unspecified() => Ok(ip),
-        other => Err(none(format!("the route out uses {other}"))),
-    }
-}
-
 /// `etcd-operator serve`, installed by the chart and running here as the chart's ServiceAccount.
 #[derive(Debug)]
 pub struct DeployedOperator {
@@ -592,9 +576,8 @@ pub async fn deploy_operator(plane: &ControlPlane) -> Result<DeployedOperator, C
     let backing = TestEtcd::start(EtcdVersion::V3_5_34)
         .await
         .map_err(|e| ControlPlaneError::Etcd(e.to_string()))?;
-    let address = host_address()?;
     let port = crate::ports::free_ports(1)?[0];
-    let listen = format!("{address}:{port}");
+    let listen = format!("127.0.0.1:{port}");
     let mut cmd = Command::new(crate::operator::operator_binary()?);
     cmd.args(["serve", "--listen", &listen, "--etcd-servers", backing.endpoint()])
         .arg("--tls-cert-file")
@@ -605,8 +588,8 @@ pub async fn deploy_operator(plane: &ControlPlane) -> Result<DeployedOperator, C
         .arg(&kubeconfig)
         .env("RUST_LOG", "info");
     let mut process = TestProcess::spawn("etcd-operator serve", cmd, &dir.join("operator.log"))?;
-    // Serving before its endpoints appear: kube-apiserver backs off (up to tens of seconds) after
-    // a failed availability check, so it should not see one.
+    // Serving before the Service points at it: kube-apiserver backs off (up to tens of seconds)
+    // after a failed availability check, so it should not see one.
     wait_answering(
         "etcd-operator serve",
         &mut process,
@@ -614,15 +597,32 @@ pub async fn deploy_operator(plane: &ControlPlane) -> Result<DeployedOperator, C
     )
     .await?;
 
-    // The Service's endpoints: this process (no Pod of the Deployment runs).
-    let endpoints = format!(
-        r#"{{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{{"name":"{RELEASE}-here","namespace":"{OPERATOR_NAMESPACE}","labels":{{"kubernetes.io/service-name":"{RELEASE}","endpointslice.kubernetes.io/managed-by":"etcd-operator-tests"}}}},"addressType":"IPv4","endpoints":[{{"addresses":["{address}"],"conditions":{{"ready":true}}}}],"ports":[{{"name":"https","port":{port},"protocol":"TCP"}}]}}"#
-    );
-    apply_json(plane, &endpoints)?;
-    let legacy = format!(
-        r#"{{"apiVersion":"v1","kind":"Endpoints","metadata":{{"name":"{RELEASE}","namespace":"{OPERATOR_NAMESPACE}"}},"subsets":[{{"addresses":[{{"ip":"{address}"}}],"ports":[{{"name":"https","port":{port},"protocol":"TCP"}}]}}]}}"#
-    );
-    apply_json(plane, &legacy)?;
+    // The chart's Service, for this process (no Pod of the Deployment runs): ExternalName
+    // `localhost`, which the aggregator dials on the APIService's port.
+    kube::run(plane.kubectl().args([
+        "delete",
+        "service",
+        RELEASE,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--wait=true",
+    ]))?;
+    apply_json(
+        plane,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{RELEASE}","namespace":"{OPERATOR_NAMESPACE}"}},"spec":{{"type":"ExternalName","externalName":"localhost","ports":[{{"name":"https","port":{port},"protocol":"TCP"}}]}}}}"#
+        ),
+    )?;
+    for version in ["v1alpha1", "v1alpha2"] {
+        kube::run(plane.kubectl().args([
+            "patch",
+            "apiservice",
+            &format!("{version}.etcd.operator.dev"),
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"service":{{"port":{port}}}}}}}"#),
+        ]))?;
+    }
 
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
