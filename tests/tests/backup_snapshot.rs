@@ -92,7 +92,7 @@ async fn kubectl_get_raw_snapshot_gives_a_file_etcdutl_accepts() {
 
 #[tokio::test]
 async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
-    let op = LocalOperator::start().await.unwrap();
+    let mut op = LocalOperator::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     apply(&op, &cluster_yaml("one", 1, None)).unwrap();
     let obj = wait_for(
@@ -147,6 +147,28 @@ async fn an_etcdbackup_succeeds_with_size_revision_location_and_checksum() {
         .unwrap()
         .as_secs_f64();
     assert!(taken > now - 60.0 && taken <= now + 1.0, "{taken} vs now {now}");
+    // After a restart (a new leader) the series is set again from the finished EtcdBackup: an
+    // age alert keeps working although no new backup ran.
+    op.restart().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let again = loop {
+        let metrics = kubectl(&op, &["get", "--raw", "/metrics"], None).unwrap_or_default();
+        if let Some(v) = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        {
+            break v.parse::<f64>().unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {series} after the restart:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        (again - taken).abs() < 1.0,
+        "{again} vs {taken} before the restart"
+    );
     // kubectl get shows the columns.
     let table = kubectl(&op, &["get", "etcdbackups"], None).unwrap();
     assert!(
