@@ -11,6 +11,7 @@
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
 pub mod backup;
+pub mod etcd_args;
 pub mod maintenance;
 pub mod member_ops;
 pub mod metrics;
@@ -21,6 +22,6 @@ pub mod reconcile;
 pub mod resources;
 pub mod restore;
 pub mod runtime;
-pub mod spec;
 pub mod status;
 pub mod tls;
+pub mod validated;

@@ -94,6 +94,15 @@ pub const REASON_CERTIFICATES_UNAVAILABLE: &str = "CertificatesUnavailable";
 pub const REASON_STEP_FAILED: &str = "StepFailed";
 
 impl StepError {
+    /// Whether the step is under way rather than failed: something it started takes time (a
+    /// Pod stopping, a certificate being issued). Looked at again soon, without backing off.
+    pub fn is_waiting(&self) -> bool {
+        matches!(
+            self,
+            Self::Runtime(RuntimeError::Waiting { .. } | RuntimeError::CertificateNotReady { .. })
+        )
+    }
+
     /// Whether retrying cannot help and only a person can (the spec names a version that is not
     /// installed, a snapshot is corrupt or not the one backed up, a restore tool or the
     /// operator's image is missing). Failures that may clear by themselves (a destination

@@ -30,63 +30,7 @@ use crate::model::{
     EtcdMember, EtcdView, InitialState, Liveness, MemberConfig, RuntimeMember, is_healthy, quorum,
 };
 
-/// What the user asked for, as the planner needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Desired {
-    /// Voting members wanted.
-    pub replicas: usize,
-    /// etcd version for new members.
-    pub version: String,
-    /// `--initial-cluster-token` for a bootstrap.
-    pub cluster_token: String,
-    /// Whether the cluster ever formed (status.clusterID was recorded): from then on its data
-    /// must never be wiped.
-    pub formed_before: bool,
-    /// `spec.paused`.
-    pub paused: bool,
-    /// The latest rolling version change, as remembered in status.
-    pub roll: Option<RollRecord>,
-    /// `spec.bootstrap.restore`, resolved: a bootstrap starts every member from this snapshot.
-    /// Members joining later never do (they sync from the cluster).
-    pub restore: Option<crate::restore::RestorePlan>,
-    /// The on-demand certificate rotation asked for (the rotation annotation's value): members
-    /// whose certificates were issued under another value get new ones.
-    pub certificate_rotation: Option<String>,
-    /// The backend quota members run with (`--quota-backend-bytes`).
-    pub quota_backend_bytes: u64,
-    /// The size trigger of defragmentation.
-    pub defragmentation: DefragPolicy,
-    /// A quorum recovery asked for (the recover-quorum annotation's value) and not yet carried
-    /// out (status.recovery records the values already answered).
-    pub recover_quorum: Option<String>,
-    /// `spec.replacement` with its defaults: who decides to replace a failing member, and after
-    /// how long.
-    pub replacement: etcd_operator_api::defaults::EffectiveReplacement,
-    /// The member the replace-member annotation asks to replace now (whatever the policy).
-    pub replace_member: Option<String>,
-}
-
-/// The size trigger of defragmentation (`spec.maintenance.defragmentation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DefragPolicy {
-    /// The share of a database file that must be free, in percent; `0` turns the trigger off.
-    pub fragmentation_percent: u8,
-    /// The least free space, in bytes, worth a defragmentation.
-    pub min_reclaimable_bytes: u64,
-}
-
-impl DefragPolicy {
-    /// Whether a member's database file is fragmented enough to defragment. A member that does
-    /// not report how much of its file is in use is never.
-    pub fn fragmented(&self, health: &crate::model::MemberHealth) -> bool {
-        if self.fragmentation_percent == 0 || health.db_size == 0 || health.db_size_in_use == 0 {
-            return false;
-        }
-        let free = health.db_size.saturating_sub(health.db_size_in_use);
-        free >= self.min_reclaimable_bytes
-            && u128::from(free) * 100 >= u128::from(health.db_size) * u128::from(self.fragmentation_percent)
-    }
-}
+pub use crate::validated::{DefragPolicy, RollRecord, ValidatedCluster};
 
 /// Why a member is defragmented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,35 +50,8 @@ impl std::fmt::Display for DefragTrigger {
     }
 }
 
-/// A rolling version change as persisted in `status.upgrade`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RollRecord {
-    /// The (lowest) version members ran when it started.
-    pub from: String,
-    /// The version it moves to.
-    pub target: String,
-    /// Where the pre-upgrade snapshot went (or why there is none).
-    pub snapshot: Option<String>,
-    /// Why it halted; a halted roll touches no further member until the spec changes.
-    pub halted: Option<String>,
-    /// The member that did not come up on the target (when halted).
-    pub failed_member: Option<String>,
-    /// Every member runs the target, healthy and caught up.
-    pub complete: bool,
-}
-
-impl RollRecord {
-    /// Whether this record drives the roll to `version`: started for it, neither halted nor done.
-    pub fn is_active_for(&self, version: &str) -> bool {
-        self.target == version && self.halted.is_none() && !self.complete
-    }
-}
-
 /// How far behind the leader's applied raft index a member may be and count as caught up.
 pub const MAX_CATCH_UP_LAG: u64 = 1000;
-
-/// Environment variable overriding [`Thresholds::upgrade_timeout`] (e.g. `20s`, `2m`, or seconds).
-pub const UPGRADE_TIMEOUT_ENV: &str = "ETCD_OPERATOR_UPGRADE_TIMEOUT";
 
 /// Timing facts the planner compares against thresholds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -178,38 +95,13 @@ pub struct Thresholds {
 }
 
 impl Default for Thresholds {
-    /// The defaults; `upgrade_timeout` may be overridden with [`UPGRADE_TIMEOUT_ENV`] (tests use
-    /// a short one). An unreadable value is ignored with a warning.
+    /// The defaults (the operator's flags override them).
     fn default() -> Self {
-        let upgrade_timeout = std::env::var(UPGRADE_TIMEOUT_ENV)
-            .ok()
-            .and_then(|v| match parse_duration(&v) {
-                Some(d) => Some(d),
-                None => {
-                    tracing::warn!(value = %v, "ignoring {UPGRADE_TIMEOUT_ENV}: expected e.g. 30s, 2m or 45");
-                    None
-                }
-            })
-            .unwrap_or(Duration::from_secs(120));
         Self {
             bootstrap_timeout: Duration::from_secs(60),
-            upgrade_timeout,
+            upgrade_timeout: Duration::from_secs(120),
             renew_before: crate::tls::ca::RENEW_BEFORE,
         }
-    }
-}
-
-/// `45`, `45s`, `2m`, `500ms`.
-fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().ok()?;
-    match unit {
-        "" | "s" => Some(Duration::from_secs(n)),
-        "ms" => Some(Duration::from_millis(n)),
-        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
-        _ => None,
     }
 }
 
@@ -778,7 +670,7 @@ fn runtime_for<'a>(observed: &'a Observed, member: &EtcdMember) -> Option<&'a Ru
 /// Decides the next step. `new_names` yields fresh member names (the caller guarantees they
 /// are unused).
 pub fn plan(
-    desired: &Desired,
+    desired: &ValidatedCluster,
     observed: &Observed,
     thresholds: &Thresholds,
     new_names: &mut dyn FnMut() -> String,
@@ -1061,7 +953,7 @@ pub fn roll_finished(version: &str, observed: &Observed) -> bool {
 
 /// The name of the member a halted roll stopped on the version that failed for it (it is not
 /// restarted on that version by the dead-member rules).
-fn held_member<'a>(desired: &'a Desired, observed: &Observed) -> Option<&'a str> {
+fn held_member<'a>(desired: &'a ValidatedCluster, observed: &Observed) -> Option<&'a str> {
     let roll = desired.roll.as_ref()?;
     roll.halted.as_ref()?;
     let name = roll.failed_member.as_deref()?;
@@ -1159,7 +1051,7 @@ fn plan_version_change_in_flight(
 
 /// Members recorded on another version than the spec's: snapshot first, then one member at a
 /// time, followers before the leader, each only when every voter is healthy.
-fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Option<&str>) -> Option<Step> {
+fn plan_roll(desired: &ValidatedCluster, etcd: &EtcdView, observed: &Observed, held: Option<&str>) -> Option<Step> {
     let target = &desired.version;
     let outdated: Vec<(&EtcdMember, &RuntimeMember, &MemberConfig)> = etcd
         .members
@@ -1240,7 +1132,7 @@ fn plan_roll(desired: &Desired, etcd: &EtcdView, observed: &Observed, held: Opti
 /// Renewal restarts the member on its own data, so a member that fails to come back is handled
 /// by the dead-member rules like any crashed member.
 fn plan_certificate_renewal(
-    desired: &Desired,
+    desired: &ValidatedCluster,
     etcd: &EtcdView,
     observed: &Observed,
     thresholds: &Thresholds,
@@ -1305,7 +1197,7 @@ fn plan_certificate_renewal(
 /// one at a time, followers first; the leader hands leadership over before its turn. Only when
 /// every voter is healthy, and never during a roll (the earlier rules already return while
 /// anything else — a scale, a learner, an alarm, a renewal — is to do).
-fn plan_defragmentation(desired: &Desired, etcd: &EtcdView, observed: &Observed) -> Option<Step> {
+fn plan_defragmentation(desired: &ValidatedCluster, etcd: &EtcdView, observed: &Observed) -> Option<Step> {
     if desired
         .roll
         .as_ref()
@@ -1367,7 +1259,7 @@ fn has_quorum(etcd: Option<&EtcdView>) -> bool {
 /// A quorum recovery, when asked for, needed and possible: the cluster formed before and has no
 /// quorum now. The survivor is the member the request names, or for `auto` the running member
 /// that applied the most of the log. Members without data cannot be the survivor.
-fn plan_recovery(desired: &Desired, observed: &Observed) -> Option<Step> {
+fn plan_recovery(desired: &ValidatedCluster, observed: &Observed) -> Option<Step> {
     let request = desired.recover_quorum.as_ref()?;
     if !desired.formed_before || has_quorum(observed.etcd.as_ref()) {
         return None;
@@ -1435,7 +1327,7 @@ fn plan_recovery(desired: &Desired, observed: &Observed) -> Option<Step> {
 /// quota is taken as "the data alone needs the quota" rather than reclaimed again.
 pub const RECLAIM_MEMORY: Duration = Duration::from_secs(600);
 
-fn plan_nospace(desired: &Desired, etcd: &EtcdView, since_reclaim: Option<Duration>) -> Option<Step> {
+fn plan_nospace(desired: &ValidatedCluster, etcd: &EtcdView, since_reclaim: Option<Duration>) -> Option<Step> {
     let alarms: Vec<crate::model::MemberAlarm> = etcd
         .alarms
         .iter()
@@ -1472,7 +1364,7 @@ fn plan_nospace(desired: &Desired, etcd: &EtcdView, since_reclaim: Option<Durati
 /// The one step taken when no member can be reached over TLS: renewing a member whose own
 /// certificates have expired (members left stopped for longer than their certificates last come
 /// back this way, one at a time). Anything else waits for a view of the cluster.
-pub fn renew_expired(desired: &Desired, observed: &Observed) -> Option<Step> {
+pub fn renew_expired(desired: &ValidatedCluster, observed: &Observed) -> Option<Step> {
     if desired.paused {
         return None;
     }
@@ -1493,7 +1385,7 @@ pub fn renew_expired(desired: &Desired, observed: &Observed) -> Option<Step> {
 /// member that keeps applying entries is catching up, not dead); or the replace-member
 /// annotation names it.
 fn replacement_cause(
-    desired: &Desired,
+    desired: &ValidatedCluster,
     observed: &Observed,
     m: &EtcdMember,
     r: &RuntimeMember,
@@ -1545,7 +1437,7 @@ fn replacement_cause(
 /// removal would cost quorum or the member has applied more of the log than every healthy
 /// member that would remain; announce once; then move leadership away from it or remove it.
 fn decide_replacement(
-    desired: &Desired,
+    desired: &ValidatedCluster,
     etcd: &EtcdView,
     observed: &Observed,
     m: &EtcdMember,
@@ -1629,7 +1521,7 @@ fn can_remove(etcd: &EtcdView, m: &EtcdMember) -> bool {
 /// Configuration for a member joining the running cluster: current members (started ones by
 /// name) plus itself.
 fn join_config(
-    desired: &Desired,
+    desired: &ValidatedCluster,
     etcd: &EtcdView,
     name: &str,
     peer_url: &str,
@@ -1667,7 +1559,7 @@ fn join_config(
 /// No member answers: a cluster to bootstrap, a bootstrap in progress, or a cluster without
 /// quorum.
 fn plan_without_etcd(
-    desired: &Desired,
+    desired: &ValidatedCluster,
     observed: &Observed,
     thresholds: &Thresholds,
     new_names: &mut dyn FnMut() -> String,
@@ -1770,25 +1662,21 @@ mod tests {
     use super::*;
     use crate::model::MemberHealth;
 
-    fn desired(replicas: usize) -> Desired {
-        Desired {
-            replicas,
-            version: "3.5.1".into(),
-            cluster_token: "tok".into(),
-            formed_before: true,
-            paused: false,
-            roll: None,
-            restore: None,
-            certificate_rotation: None,
-            quota_backend_bytes: 2 << 30,
-            defragmentation: DefragPolicy {
-                fragmentation_percent: 50,
-                min_reclaimable_bytes: 64 << 20,
-            },
-            recover_quorum: None,
-            replacement: etcd_operator_api::defaults::effective_replacement(&Default::default()),
-            replace_member: None,
-        }
+    fn desired(replicas: usize) -> ValidatedCluster {
+        let mut obj = etcd_operator_api::v1alpha2::EtcdCluster::new("c", "ns", Default::default());
+        obj.metadata.namespace = Some("default".into());
+        obj.metadata.uid = Some("uid".into());
+        let mut d = ValidatedCluster::new(&obj).unwrap();
+        d.replicas = replicas;
+        d.version = "3.5.1".into();
+        d.cluster_token = "tok".into();
+        d.formed_before = true;
+        d.quota_backend_bytes = 2 << 30;
+        d.defragmentation = DefragPolicy {
+            fragmentation_percent: 50,
+            min_reclaimable_bytes: 64 << 20,
+        };
+        d
     }
 
     fn url(name: &str) -> String {
@@ -1855,7 +1743,7 @@ mod tests {
         }
     }
 
-    fn run(d: &Desired, o: &Observed) -> Step {
+    fn run(d: &ValidatedCluster, o: &Observed) -> Step {
         plan(d, o, &Thresholds::default(), &mut names())
     }
 
@@ -2580,7 +2468,7 @@ mod tests {
         m
     }
 
-    fn upgrading(target: &str) -> Desired {
+    fn upgrading(target: &str) -> ValidatedCluster {
         let mut d = desired(3);
         d.version = target.into();
         d.roll = Some(RollRecord {
@@ -3481,16 +3369,10 @@ mod tests {
     }
 
     #[test]
-    fn rollback_rules_and_durations() {
+    fn rollback_rules() {
         assert!(rollback_allowed("3.5.1", "3.5.2", []));
         assert!(rollback_allowed("3.4.23", "3.5.1", ["3.4.23", "3.5.1"]));
         assert!(!rollback_allowed("3.4.23", "3.5.1", ["3.5.1", "3.5.1"]));
         assert!(version_key("3.4.23") < version_key("3.5.0"));
-        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
-        assert_eq!(parse_duration("20s"), Some(Duration::from_secs(20)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("soon"), None);
-        assert_eq!(parse_duration("5h"), None);
     }
 }

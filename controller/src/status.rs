@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::model::{is_healthy, quorum};
 use crate::plan::{self, Observed, RollRecord, Step};
-use crate::spec::ClusterSpecView;
+use crate::validated::ValidatedCluster;
 
 pub use crate::outcome::Outcome;
 
@@ -101,24 +101,6 @@ fn kstatus_conditions(
             ),
         },
     ]
-}
-
-/// The roll remembered in a status (the inverse of what [`compute`] writes).
-pub fn roll_record(status: Option<&EtcdClusterStatus>) -> Option<RollRecord> {
-    let upgrade = status?.upgrade.as_ref()?;
-    let halted = upgrade.phase == Some(UpgradePhase::Halted);
-    Some(RollRecord {
-        from: upgrade.from_version.clone().unwrap_or_default(),
-        target: upgrade.target_version.clone()?,
-        snapshot: upgrade.snapshot.clone(),
-        halted: halted.then(|| upgrade.message.clone().unwrap_or_else(|| "halted".into())),
-        failed_member: if halted {
-            upgrade.current_member.clone()
-        } else {
-            None
-        },
-        complete: upgrade.phase == Some(UpgradePhase::Complete),
-    })
 }
 
 /// `status.upgrade` for the roll to `version`; `None` for a record of another version (the spec
@@ -283,11 +265,10 @@ fn step_reason(step: &Step) -> (&'static str, String) {
 
 /// The new status. `previous` keeps transition times of unchanged conditions, the cluster ID
 /// when etcd did not answer, and the last backup.
-pub fn compute(spec: &ClusterSpecView, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
-    let cluster = &spec.cluster;
-    let previous = cluster.status.clone().unwrap_or_default();
-    let generation = cluster.metadata.generation;
-    let name = cluster.metadata.name.clone().unwrap_or_default();
+pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
+    let previous = spec.status.clone().unwrap_or_default();
+    let generation = spec.generation;
+    let name = spec.cluster.name.clone();
     let paused = spec.paused;
     let mut status = EtcdClusterStatus {
         selector: Some(etcd_operator_api::naming::selector(&name)),
@@ -635,7 +616,7 @@ mod tests {
 
     /// [`super::compute`] for a plain object.
     fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
-        super::compute(&ClusterSpecView::new(cluster.clone()), observed, outcome)
+        super::compute(&ValidatedCluster::for_test(cluster.clone()), observed, outcome)
     }
     use crate::model::{EtcdMember, EtcdView, MemberHealth};
     use crate::plan::Timing;
@@ -1197,7 +1178,7 @@ mod tests {
         assert_eq!(s.phase, Some(ClusterPhase::Upgrading));
         assert_eq!(get(&s, "Progressing").reason, "Upgrading");
         assert_eq!(s.current_version.as_deref(), Some("3.5.0"));
-        assert_eq!(roll_record(Some(&s)), Some(roll.clone()));
+        assert_eq!(RollRecord::from_status(Some(&s)), Some(roll.clone()));
 
         let done = compute(
             &c,
@@ -1213,7 +1194,7 @@ mod tests {
         assert_eq!(u.phase, Some(UpgradePhase::Complete));
         assert_eq!(u.updated_members, Some(3));
         assert_eq!(done.phase, Some(ClusterPhase::Running));
-        assert!(roll_record(Some(&done)).unwrap().complete);
+        assert!(RollRecord::from_status(Some(&done)).unwrap().complete);
     }
 
     #[test]
@@ -1253,7 +1234,7 @@ mod tests {
         let u = s.upgrade.clone().unwrap();
         assert_eq!(u.phase, Some(UpgradePhase::Halted));
         assert_eq!(u.current_member.as_deref(), Some("a"));
-        assert_eq!(roll_record(Some(&s)), Some(roll));
+        assert_eq!(RollRecord::from_status(Some(&s)), Some(roll));
         // spec.version changed: the old roll no longer applies.
         c.spec.version = Some("3.5.1".into());
         let s = compute(&c, &three_on("3.5.1"), &outcome);

@@ -24,7 +24,7 @@ use etcd_operator_controller::model::{ClusterRef, InitialState, Liveness, Member
 use etcd_operator_controller::resources;
 use etcd_operator_controller::restore::{RestorePlan, SnapshotSource};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
-use etcd_operator_controller::runtime::{ClusterSpecView, Runtime, RuntimeError};
+use etcd_operator_controller::runtime::{ValidatedCluster, Runtime, RuntimeError};
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -55,7 +55,7 @@ fn cluster_ref() -> ClusterRef {
     }
 }
 
-fn view(spec: EtcdClusterSpec) -> ClusterSpecView {
+fn view(spec: EtcdClusterSpec) -> ValidatedCluster {
     let mut cluster = EtcdCluster {
         metadata: ObjectMeta {
             name: Some(NAME.to_owned()),
@@ -67,11 +67,11 @@ fn view(spec: EtcdClusterSpec) -> ClusterSpecView {
         ..EtcdCluster::default()
     };
     etcd_operator_api::defaults::apply_v1alpha2(&mut cluster);
-    ClusterSpecView::new(cluster)
+    ValidatedCluster::for_test(cluster)
 }
 
 /// Three replicas on 1Gi disks, everything else defaulted.
-fn disk_spec(replicas: i32) -> ClusterSpecView {
+fn disk_spec(replicas: i32) -> ValidatedCluster {
     view(EtcdClusterSpec {
         replicas: Some(replicas),
         version: Some("3.5.21".to_owned()),
@@ -79,7 +79,7 @@ fn disk_spec(replicas: i32) -> ClusterSpecView {
     })
 }
 
-fn memory_spec() -> ClusterSpecView {
+fn memory_spec() -> ValidatedCluster {
     view(EtcdClusterSpec {
         replicas: Some(3),
         version: Some("3.4.23".to_owned()),
@@ -93,7 +93,7 @@ fn memory_spec() -> ClusterSpecView {
 }
 
 /// Every podTemplate field, 8Gi disks of a StorageClass.
-fn full_spec() -> ClusterSpecView {
+fn full_spec() -> ValidatedCluster {
     let resources: ResourceRequirements = serde_json::from_value(json!({
         "requests": {"cpu": "500m", "memory": "1Gi"},
         "limits": {"cpu": "2", "memory": "2Gi"}
@@ -1810,6 +1810,7 @@ fn golden_pod() {
         &member("x2b4c"),
         &golden_config(),
         None,
+        false,
     )
     .unwrap();
     golden("pod", &pod);
@@ -1825,6 +1826,7 @@ fn golden_pod_restored_from_a_snapshot() {
         &member("x2b4c"),
         &cfg,
         Some(OPERATOR_IMAGE),
+        false,
     )
     .unwrap();
     golden("pod-restore", &pod);
@@ -1835,7 +1837,7 @@ fn golden_pod_memory() {
     let mut cfg = golden_config();
     cfg.version = "3.4.23".to_owned();
     cfg.initial_state = InitialState::Existing;
-    let pod = resources::build_pod(&cluster_ref(), &memory_spec(), &member("x2b4c"), &cfg, None).unwrap();
+    let pod = resources::build_pod(&cluster_ref(), &memory_spec(), &member("x2b4c"), &cfg, None, false).unwrap();
     golden("pod-memory", &pod);
 }
 
@@ -1864,7 +1866,7 @@ fn golden_pdb() {
 mod tls {
     use super::*;
     use etcd_operator_api::v1alpha2::{
-        AutoTls, CertManagerTls, IssuerReference, ROTATE_CERTIFICATES_ANNOTATION, SecretReference, TlsPlane,
+        AutoTls, CertManagerTls, IssuerReference, SecretReference, TlsPlane,
         TlsSpec,
     };
     use etcd_operator_controller::resources::tls::{
@@ -1910,24 +1912,20 @@ mod tls {
 
     /// `base` with `spec.tls` and, when given, the rotate-certificates annotation.
     fn with_tls(
-        base: ClusterSpecView,
+        base: ValidatedCluster,
         client: Option<TlsPlane>,
         peer: Option<TlsPlane>,
         rotation: Option<&str>,
-    ) -> ClusterSpecView {
-        let mut cluster = base.cluster;
-        cluster.spec.tls = Some(TlsSpec { client, peer });
+    ) -> ValidatedCluster {
+        let mut view = base;
+        view.tls = etcd_operator_controller::tls::member::TlsPlanes::of(Some(&TlsSpec { client, peer }));
         if let Some(rotation) = rotation {
-            cluster
-                .metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), rotation.to_owned());
+            view.certificate_rotation = Some(rotation.to_owned());
         }
-        ClusterSpecView::new(cluster)
+        view
     }
 
-    fn auto_spec(rotation: Option<&str>) -> ClusterSpecView {
+    fn auto_spec(rotation: Option<&str>) -> ValidatedCluster {
         with_tls(disk_spec(3), Some(auto()), Some(auto()), rotation)
     }
 
@@ -2772,9 +2770,8 @@ mod tls {
         )
         .await;
         // A memory member cannot be restarted on new certificates: refused before any call.
-        let mut memory = auto_spec(None).cluster;
-        memory.spec.storage = memory_spec().cluster.spec.storage;
-        let memory = ClusterSpecView::new(memory);
+        let mut memory = auto_spec(None);
+        memory.storage = memory_spec().storage;
         let err = scenario(
             async |_| {},
             async |rt: KubernetesRuntime| {
@@ -3016,6 +3013,7 @@ mod tls {
             &member("x2b4c"),
             &https_golden_config(),
             None,
+            false,
         )
         .unwrap();
         golden("pod-tls", &pod);
@@ -3035,6 +3033,7 @@ mod tls {
             &member("x2b4c"),
             &https_golden_config(),
             None,
+            false,
         )
         .unwrap();
         let spec = pod.spec.unwrap();

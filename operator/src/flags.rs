@@ -1,5 +1,5 @@
-//! Command-line flags both modes share: the overload limits of the API server, and the duration
-//! syntax of every duration flag.
+//! Command-line flags both modes share: the overload limits of the API server, the controller's
+//! thresholds, and the duration syntax of every duration flag.
 
 use std::time::Duration;
 
@@ -29,6 +29,25 @@ impl OverloadArgs {
             max_requests_inflight: self.max_requests_inflight as usize,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight as usize,
             request_timeout: self.request_timeout,
+        }
+    }
+}
+
+/// The controller's operator-wide settings (both modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct ControllerArgs {
+    /// How long a member restarted on a new version may take to be healthy, caught up and
+    /// reporting it before the roll halts (and the member goes back), e.g. 120s or 2m.
+    #[arg(long, env = "ETCD_OPERATOR_UPGRADE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub upgrade_timeout: Duration,
+}
+
+impl ControllerArgs {
+    /// The planner's thresholds.
+    pub fn thresholds(&self) -> etcd_operator_controller::plan::Thresholds {
+        etcd_operator_controller::plan::Thresholds {
+            upgrade_timeout: self.upgrade_timeout,
+            ..Default::default()
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use etcd_operator::flags::{OverloadArgs, parse_duration};
+use etcd_operator::flags::{ControllerArgs, OverloadArgs, parse_duration};
 use etcd_operator::local;
 use etcd_operator_apiserver::http::{self, AppState, Stores, auth, openapi};
 use etcd_operator_apiserver::serve;
@@ -56,6 +56,9 @@ struct LocalArgs {
     /// The API server's overload limits.
     #[command(flatten)]
     overload: OverloadArgs,
+    /// The controller's thresholds.
+    #[command(flatten)]
+    controller: ControllerArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -221,12 +224,13 @@ fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
     members: &etcd_operator_controller::member_ops::EtcdClient,
     credentials: &etcd_operator_controller::backup::Credentials,
     metrics: &etcd_operator_controller::metrics::ControllerMetrics,
+    thresholds: etcd_operator_controller::plan::Thresholds,
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
         client.clone(),
         runtime,
-        Default::default(),
+        thresholds,
         members.clone(),
     )
     .with_backup_credentials(credentials.clone())
@@ -244,6 +248,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         backup_credentials_file,
         member_kubeconfig,
         overload,
+        controller,
     } = args;
     serve::install_crypto_provider();
     // Checked before anything starts: a kubeconfig that does not load stops local mode at once.
@@ -326,6 +331,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
             &members,
             &credentials,
             &controller_metrics,
+            controller.thresholds(),
             stopped,
         ),
         Some((path, kube)) => {
@@ -336,6 +342,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
                 &members,
                 &credentials,
                 &controller_metrics,
+                controller.thresholds(),
                 stopped,
             )
         }

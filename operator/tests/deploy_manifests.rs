@@ -43,7 +43,7 @@ use etcd_operator_apiserver::http::request_info::RequestInfo;
 use etcd_operator_apiserver::serve::UserInfo;
 use etcd_operator_controller::model::{ClusterRef, MemberConfig};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
-use etcd_operator_controller::runtime::{ClusterSpecView, Runtime};
+use etcd_operator_controller::runtime::{ValidatedCluster, Runtime};
 use etcd_operator_tests::kube::{helm, run};
 use etcd_operator_tests::tools::workspace_root;
 use http::{Method, Request, Response, StatusCode};
@@ -592,7 +592,7 @@ fn denied<'a>(grants: &[Grant], calls: impl IntoIterator<Item = &'a ApiCall>) ->
 // ---------------------------------------------------------------------------------------------
 // Driving the code
 
-fn spec_view(medium: &str, tls: Option<Value>) -> ClusterSpecView {
+fn spec_view(medium: &str, tls: Option<Value>) -> ValidatedCluster {
     let mut cluster: etcd_operator_api::v1alpha2::EtcdCluster = serde_json::from_value(json!({
         "apiVersion": "etcd.operator.dev/v1alpha2",
         "kind": "EtcdCluster",
@@ -601,7 +601,7 @@ fn spec_view(medium: &str, tls: Option<Value>) -> ClusterSpecView {
     }))
     .unwrap();
     etcd_operator_api::defaults::apply_v1alpha2(&mut cluster);
-    ClusterSpecView::new(cluster)
+    ValidatedCluster::for_test(cluster)
 }
 
 fn member_config() -> MemberConfig {
@@ -1377,6 +1377,7 @@ async fn serve_wiring_runs_the_controllers_only_while_leading() {
         own_api.client(),
         leader_args("replica-a", true),
         tasks.clone(),
+        Default::default(),
         Default::default(),
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -145,11 +145,14 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
             return retry_or_stop(&api, &name, &ctx, &key, s, (&namespace, &cluster_name), ended).await;
         }
         Ok(Some(cluster)) => {
+            let policy = crate::validated::ValidatedCluster::new(&cluster)
+                .ok()
+                .and_then(|view| view.backup);
             let destination = obj
                 .spec
                 .destination
                 .clone()
-                .or_else(|| cluster.spec.backup.as_ref().map(|b| b.destination.clone()));
+                .or_else(|| policy.as_ref().map(|b| b.destination.clone()));
             let Some(destination) = destination else {
                 let s = finish(
                     &current,
@@ -183,7 +186,7 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
                     &destination,
                     &namespace,
                     &cluster_name,
-                    cluster.spec.backup.as_ref().and_then(|b| b.retention.as_ref()),
+                    policy.as_ref().and_then(|b| b.retention.as_ref()),
                 )
                 .await;
             }

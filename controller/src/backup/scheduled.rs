@@ -51,10 +51,11 @@ fn until(t: chrono::DateTime<chrono::Utc>) -> Duration {
 }
 
 async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Action, BackupError> {
-    let (Some(namespace), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else {
+    let Ok(view) = crate::validated::ValidatedCluster::new(&obj) else {
         return Ok(Action::await_change());
     };
-    let Some(backup) = obj.spec.backup.clone() else {
+    let (namespace, name) = (view.cluster.namespace.clone(), view.cluster.name.clone());
+    let Some(backup) = view.backup.clone() else {
         ctx.metrics.record_backup(&namespace, &name, None);
         return Ok(Action::await_change());
     };
@@ -62,7 +63,7 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         ctx.metrics.record_backup(&namespace, &name, None);
         return Ok(Action::await_change());
     }
-    if obj.spec.paused == Some(true) {
+    if view.paused {
         return Ok(Action::await_change());
     }
     let key = format!("{namespace}/{name}");

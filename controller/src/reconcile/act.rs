@@ -7,7 +7,7 @@ use crate::member_ops::MemberOps;
 use crate::model::{ClusterRef, Liveness, is_healthy};
 use crate::outcome::StepError;
 use crate::plan::{Observed, RollRecord, Step};
-use crate::runtime::{ClusterSpecView, Runtime, RuntimeError};
+use crate::runtime::{ValidatedCluster, Runtime, RuntimeError};
 
 use super::Context;
 
@@ -25,7 +25,7 @@ pub(super) enum Acted {
 pub(super) async fn act<R: Runtime, M: MemberOps>(
     step: &Step,
     cluster: &ClusterRef,
-    spec: &ClusterSpecView,
+    spec: &ValidatedCluster,
     observed: &Observed,
     ctx: &Context<R, M>,
     roll: &mut Option<RollRecord>,
@@ -263,13 +263,13 @@ pub(super) const SNAPSHOT_NOT_TAKEN: &str = "not taken: this runtime has no plac
 /// returns where it went, or why it went nowhere.
 async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
     cluster: &ClusterRef,
-    spec: &ClusterSpecView,
+    spec: &ValidatedCluster,
     observed: &Observed,
     ctx: &Context<R, M>,
     from: &str,
     to: &str,
 ) -> Result<String, StepError> {
-    let destination = spec.cluster.spec.backup.as_ref().map(|b| &b.destination);
+    let destination = spec.backup_destination();
     let beside = ctx.runtime.snapshot_dir(cluster);
     if beside.is_none() && destination.is_none() {
         tracing::info!(cluster = %cluster.key(), "no place for a pre-upgrade snapshot: no backup destination, and none beside the data in this runtime");
@@ -334,12 +334,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
                 crate::backup::store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
             })?;
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
-        let retention = spec
-            .cluster
-            .spec
-            .backup
-            .as_ref()
-            .and_then(|b| b.retention.as_ref());
+        let retention = spec.backup.as_ref().and_then(|b| b.retention.as_ref());
         if let Err(error) = crate::backup::prune_manual(&store, &dir, retention, &cluster.key()).await {
             tracing::warn!(cluster = %cluster.key(), %error, "retention of manual snapshots failed; retried after the next snapshot");
         }
@@ -372,8 +367,8 @@ mod tests {
         }
     }
 
-    fn spec() -> ClusterSpecView {
-        ClusterSpecView::new(EtcdCluster::default())
+    fn spec() -> ValidatedCluster {
+        ValidatedCluster::for_test(EtcdCluster::default())
     }
 
     fn config(version: &str) -> MemberConfig {
@@ -450,7 +445,7 @@ mod tests {
     async fn run_with(
         ctx: &Ctx,
         step: Step,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         mut roll: Option<RollRecord>,
     ) -> (Result<Acted, StepError>, Option<RollRecord>) {
         let result = act(&step, &cluster(), spec, &observed(Some(view())), ctx, &mut roll).await;
@@ -816,7 +811,7 @@ mod tests {
                 }),
             },
         });
-        let spec = ClusterSpecView::new(cluster.clone());
+        let spec = ValidatedCluster::for_test(cluster.clone());
         // With a place beside the data: saved there, and the same file sent.
         let ctx1 = ctx(
             FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
@@ -855,7 +850,7 @@ mod tests {
                 path: None,
             });
         }
-        let broken = ClusterSpecView::new(broken);
+        let broken = ValidatedCluster::for_test(broken);
         let (result, roll) = run_with(&ctx2, upgrade(), &broken, None).await;
         let err = result.unwrap_err();
         assert_eq!(err.code(), "BackupDestinationFailed", "{err}");
@@ -904,7 +899,7 @@ mod tests {
             FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
             FakeMemberOps::new(Some(view())),
         );
-        let (result, _) = run_with(&ctx, upgrade(), &ClusterSpecView::new(cluster), None).await;
+        let (result, _) = run_with(&ctx, upgrade(), &ValidatedCluster::for_test(cluster), None).await;
         assert!(result.is_ok(), "{result:?}");
         // Beside the data: the new one and the two newest older ones.
         let mut left: Vec<String> = std::fs::read_dir(beside.path())
@@ -1064,7 +1059,7 @@ mod tests {
                 rotation: "r2".into(),
             },
         };
-        let (result, roll) = run_with(&ctx, renew.clone(), &ClusterSpecView::new(cluster), rolling()).await;
+        let (result, roll) = run_with(&ctx, renew.clone(), &ValidatedCluster::for_test(cluster), rolling()).await;
         assert!(result.is_ok(), "{result:?}");
         assert_eq!(roll, rolling(), "a renewal leaves a roll record as it was");
         assert_eq!(

@@ -1,6 +1,8 @@
 //! The controller loop: a kube-runtime `Controller` over EtcdClusters with a finalizer. Each
-//! reconcile observes (runtime + etcd), plans one safe step, acts, and repeats a few times while
-//! steps are quick; then it writes status (observedGeneration last) and requeues.
+//! reconcile is one pass of a straight pipeline: the [`ValidatedCluster`] view of the object →
+//! observe (runtime + etcd) → plan ONE step (pure) → act → write status once (observedGeneration
+//! last) → requeue after a delay the step's kind decides. Nothing in a reconcile waits for the
+//! world: what is not ready yet is the next reconcile's business.
 //!
 //! - [`observe`](self::observe) reads the runtime and etcd and keeps the timing memory;
 //! - [`act`](self::act) carries out one step through the runtime and the member operations;
@@ -27,24 +29,22 @@ use crate::member_ops::{EtcdClient, MemberOps};
 use crate::metrics::{ClusterSample, ControllerMetrics};
 use crate::model::ClusterRef;
 use crate::outcome::{Outcome, StepError};
-use crate::plan::{self, Desired, Observed, RollRecord, Step, Thresholds, Timing};
-use crate::runtime::{ClusterSpecView, Runtime, RuntimeError};
+use crate::plan::{self, Observed, Step, Thresholds, Timing};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::validated::{RollRecord, ValidatedCluster, ValidationError};
 use crate::status;
 use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
 
 /// The finalizer that makes deletion stop members and remove their data first.
 pub const FINALIZER: &str = "etcd.operator.dev/cleanup";
-/// Annotation: `"true"` keeps member data (volumes, data directories) when the cluster is deleted.
-pub const KEEP_DATA_ANNOTATION: &str = "etcd.operator.dev/keep-data-on-delete";
-/// Steps one reconcile takes before writing status and requeueing.
-const MAX_STEPS_PER_RECONCILE: usize = 12;
+pub use crate::validated::KEEP_DATA_ANNOTATION;
 
 /// A reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// The object lacks a namespace, name or uid.
-    #[error("EtcdCluster without {0}")]
-    MissingMetadata(&'static str),
+    /// The object cannot be resolved into a [`ValidatedCluster`].
+    #[error("resolve the EtcdCluster")]
+    Invalid(#[source] ValidationError),
     /// Adding or removing the finalizer, or the wrapped reconcile, failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
@@ -67,7 +67,8 @@ impl ReconcileError {
     pub fn code(&self) -> &'static str {
         use kube::runtime::finalizer::Error as F;
         match self {
-            Self::MissingMetadata(_) => "MissingMetadata",
+            Self::Invalid(ValidationError::MissingMetadata(_)) => "MissingMetadata",
+            Self::Invalid(ValidationError::DefragmentationSchedule { .. }) => "InvalidSpec",
             Self::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.code(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerPatchFailed",
@@ -99,6 +100,8 @@ struct Memory {
     roll: Option<RollRecord>,
     /// The maintenance record as this process last left it (same reason as `roll`).
     maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
+    /// Reconciles or steps that failed in a row (the retry backs off with it).
+    failures: u32,
 }
 
 /// See [`Memory::failed_starts`].
@@ -166,6 +169,25 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
         }
     }
 
+    /// Counts a failure of the cluster's reconcile or step; the delay before the next try.
+    fn failed(&self, key: &str) -> Duration {
+        let failures = self.memory.lock().map_or(1, |mut all| {
+            let memory = all.entry(key.to_owned()).or_default();
+            memory.failures = memory.failures.saturating_add(1);
+            memory.failures
+        });
+        backoff(failures, rand::random())
+    }
+
+    /// The cluster's reconcile went through: the next failure starts the backoff again.
+    fn succeeded(&self, key: &str) {
+        if let Ok(mut all) = self.memory.lock()
+            && let Some(memory) = all.get_mut(key)
+        {
+            memory.failures = 0;
+        }
+    }
+
     /// Reaches backup destinations with these credentials (default: the environment).
     pub fn with_backup_credentials(mut self, credentials: crate::backup::Credentials) -> Self {
         self.backup_credentials = credentials;
@@ -194,32 +216,40 @@ pub async fn run<R: Runtime, M: MemberOps>(
 }
 
 fn error_policy<R: Runtime, M: MemberOps>(
-    _obj: Arc<EtcdCluster>,
+    obj: Arc<EtcdCluster>,
     error: &ReconcileError,
-    _ctx: Arc<Context<R, M>>,
+    ctx: Arc<Context<R, M>>,
 ) -> Action {
-    tracing::warn!(%error, "reconcile error; retrying");
-    Action::requeue(Duration::from_secs(2))
+    let delay = ctx.failed(&object_key(&obj));
+    tracing::warn!(%error, retry_in = ?delay, "reconcile error; retrying");
+    Action::requeue(delay)
 }
 
-fn cluster_ref(obj: &EtcdCluster) -> Result<ClusterRef, ReconcileError> {
-    Ok(ClusterRef {
-        namespace: obj
-            .metadata
-            .namespace
-            .clone()
-            .ok_or(ReconcileError::MissingMetadata("namespace"))?,
-        name: obj
-            .metadata
-            .name
-            .clone()
-            .ok_or(ReconcileError::MissingMetadata("name"))?,
-        uid: obj
-            .metadata
-            .uid
-            .clone()
-            .ok_or(ReconcileError::MissingMetadata("uid"))?,
-    })
+/// `<namespace>/<name>` of an object (the key of [`Context::memory`]).
+fn object_key(obj: &EtcdCluster) -> String {
+    format!(
+        "{}/{}",
+        obj.metadata.namespace.as_deref().unwrap_or_default(),
+        obj.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The first retry after a failure, and the longest.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(120));
+
+/// How long to wait before the next try after `failures` failures in a row: doubling from
+/// [`BACKOFF`]'s first retry up to its longest, each spread by ±20% (`jitter` in `0..1`) so
+/// clusters that failed together do not retry together.
+fn backoff(failures: u32, jitter: f64) -> Duration {
+    let (first, longest) = BACKOFF;
+    let doubled = first.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(longest).mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+}
+
+/// A settled cluster's next look: the runtime's resync interval spread by ±10% (`jitter` in
+/// `0..1`), so clusters created together do not resync together.
+fn resync(interval: Duration, jitter: f64) -> Duration {
+    interval.mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
 }
 
 async fn reconcile<R: Runtime, M: MemberOps>(
@@ -239,12 +269,12 @@ async fn reconcile_one<R: Runtime, M: MemberOps>(
     obj: Arc<EtcdCluster>,
     ctx: &Arc<Context<R, M>>,
 ) -> Result<Action, ReconcileError> {
-    let cluster = cluster_ref(&obj)?;
-    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let view = ValidatedCluster::new(&obj).map_err(ReconcileError::Invalid)?;
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &view.cluster.namespace);
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
-            Event::Apply(obj) => apply(&obj, &cluster, &api, ctx).await,
-            Event::Cleanup(obj) => cleanup(&obj, &cluster, ctx).await,
+            Event::Apply(obj) => apply(&obj, view, &api, ctx).await,
+            Event::Cleanup(_) => cleanup(&view, ctx).await,
         }
     })
     .await
@@ -252,16 +282,11 @@ async fn reconcile_one<R: Runtime, M: MemberOps>(
 }
 
 async fn cleanup<R: Runtime, M: MemberOps>(
-    obj: &EtcdCluster,
-    cluster: &ClusterRef,
+    view: &ValidatedCluster,
     ctx: &Context<R, M>,
 ) -> Result<Action, ReconcileError> {
-    let keep = obj
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(KEEP_DATA_ANNOTATION))
-        .is_some_and(|v| v == "true");
+    let cluster = &view.cluster;
+    let keep = view.keep_data_on_delete;
     tracing::info!(cluster = %cluster.key(), keep_data = keep, "deleting cluster members");
     ctx.runtime
         .teardown(cluster, keep)
@@ -270,39 +295,6 @@ async fn cleanup<R: Runtime, M: MemberOps>(
     ctx.forget(cluster);
     ctx.metrics.forget_cluster(&cluster.namespace, &cluster.name);
     Ok(Action::await_change())
-}
-
-fn desired(spec: &ClusterSpecView, cluster: &ClusterRef) -> Desired {
-    let obj = &spec.cluster;
-    Desired {
-        replicas: spec.replicas,
-        version: spec.version.clone(),
-        // Differs per incarnation of a cluster with the same name.
-        cluster_token: format!("{}-{}-{}", cluster.namespace, cluster.name, cluster.uid),
-        formed_before: obj.status.as_ref().is_some_and(|s| s.cluster_id.is_some()),
-        paused: spec.paused,
-        roll: status::roll_record(obj.status.as_ref()),
-        restore: None,
-        certificate_rotation: spec.certificate_rotation.clone(),
-        quota_backend_bytes: etcd_operator_api::defaults::effective_maintenance(&obj.spec)
-            .quota_backend_bytes,
-        defragmentation: {
-            let defrag = etcd_operator_api::defaults::effective_defragmentation(&obj.spec);
-            plan::DefragPolicy {
-                fragmentation_percent: defrag.fragmentation_percent,
-                min_reclaimable_bytes: defrag.min_reclaimable_bytes,
-            }
-        },
-        // Each request is answered once: status.recovery records the last one done.
-        recover_quorum: spec.recover_quorum.clone().filter(|request| {
-            obj.status
-                .as_ref()
-                .and_then(|s| s.recovery.as_ref())
-                .is_none_or(|done| &done.request != request)
-        }),
-        replacement: spec.replacement,
-        replace_member: spec.replace_member.clone(),
-    }
 }
 
 /// Resolves `spec.bootstrap.restore` of a cluster that never formed: the snapshot its members
@@ -323,23 +315,11 @@ async fn resolve_restore(
             .await
             .ok()
             .flatten()
-            .and_then(|c| c.spec.backup.map(|policy| policy.destination)),
+            .and_then(|c| ValidatedCluster::new(&c).ok()?.backup)
+            .map(|policy| policy.destination),
         None => None,
     };
     crate::restore::plan(spec, backup.as_ref(), fallback.as_ref())
-}
-
-/// The defragmentation schedule, when there is one that parses (admission refuses others; one
-/// stored before the rule changed is ignored with a warning).
-fn defrag_schedule(obj: &EtcdCluster, cluster: &ClusterRef) -> Option<croner::Cron> {
-    let text = etcd_operator_api::defaults::effective_defragmentation(&obj.spec).schedule?;
-    match crate::backup::policy::parse_schedule(&text) {
-        Ok(cron) => Some(cron),
-        Err(error) => {
-            tracing::warn!(cluster = %cluster.key(), schedule = %text, %error, "ignoring the invalid defragmentation schedule");
-            None
-        }
-    }
 }
 
 fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>) -> String {
@@ -364,8 +344,8 @@ fn fresh_name(cluster: &ClusterRef, observed: &Observed, taken: &mut Vec<String>
 /// Reports `error` in the status of a cluster whose members cannot be touched yet (its snapshot
 /// or its TLS cannot be had) and looks again after `retry`: nothing is observed or started.
 async fn refuse_to_start<R: Runtime, M: MemberOps>(
-    (api, obj, cluster): (&Api<EtcdCluster>, &EtcdCluster, &ClusterRef),
-    spec: &ClusterSpecView,
+    (api, obj): (&Api<EtcdCluster>, &EtcdCluster),
+    view: &ValidatedCluster,
     error: StepError,
     retry: Duration,
     ctx: &Context<R, M>,
@@ -380,9 +360,9 @@ async fn refuse_to_start<R: Runtime, M: MemberOps>(
         etcd: None,
         timing: Timing::default(),
     };
-    let new_status = status::compute(spec, &observed, &outcome);
+    let new_status = status::compute(view, &observed, &outcome);
     write_status(api, obj, &new_status).await?;
-    warn_about(ctx, cluster, obj, &new_status, &outcome).await;
+    warn_about(ctx, view, &new_status, &outcome).await;
     Ok(Action::requeue(retry))
 }
 
@@ -390,54 +370,90 @@ async fn refuse_to_start<R: Runtime, M: MemberOps>(
 /// ([`events::warnings`]).
 async fn warn_about<R: Runtime, M: MemberOps>(
     ctx: &Context<R, M>,
-    cluster: &ClusterRef,
-    obj: &EtcdCluster,
+    view: &ValidatedCluster,
     new_status: &etcd_operator_api::status::EtcdClusterStatus,
     outcome: &Outcome,
 ) {
     for w in events::warnings(
-        obj.status.as_ref(),
+        view.status.as_ref(),
         new_status,
         &outcome.step,
         outcome.error.as_ref(),
     ) {
-        ctx.runtime.warn(cluster, &w.reason, &w.action, &w.note).await;
+        ctx.runtime.warn(&view.cluster, &w.reason, &w.action, &w.note).await;
+    }
+}
+
+/// Why a reconcile asks to be run again, and when. The delay follows from the step: a
+/// settled cluster is looked at after the runtime's resync (or its next scheduled
+/// defragmentation), a cluster in the middle of a change soon after the step, one that waits
+/// (for a member to catch up, a Pod to stop) a little later, and a failed step after a backoff
+/// that grows with each failure in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Requeue {
+    /// A step was carried out: look at its effect.
+    Acted,
+    /// Nothing to do until something changes (or the resync, or a schedule).
+    Settled,
+    /// The plan or the step waits for the world.
+    Waiting,
+    /// The step failed.
+    Failed,
+}
+
+impl Requeue {
+    fn of(outcome: &Outcome) -> Self {
+        match (&outcome.step, &outcome.error) {
+            (_, Some(error)) if error.is_waiting() => Self::Waiting,
+            (_, Some(_)) => Self::Failed,
+            (Step::Idle, None) => Self::Settled,
+            (Step::Wait { .. }, None) => Self::Waiting,
+            (_, None) => Self::Acted,
+        }
+    }
+}
+
+/// After a step that starts something (a member, a learner, a leadership move, a restart on a
+/// new version or new certificates), the next look waits this long; after other steps, less.
+fn after_step(step: &Step) -> Duration {
+    match step {
+        Step::Start { .. }
+        | Step::AddLearner { .. }
+        | Step::MoveLeader { .. }
+        | Step::ChangeVersion { .. }
+        | Step::RenewCertificates { .. } => Duration::from_millis(200),
+        _ => Duration::from_millis(50),
     }
 }
 
 async fn apply<R: Runtime, M: MemberOps>(
     obj: &EtcdCluster,
-    cluster: &ClusterRef,
+    mut view: ValidatedCluster,
     api: &Api<EtcdCluster>,
     ctx: &Context<R, M>,
 ) -> Result<Action, ReconcileError> {
-    let spec = ClusterSpecView::new(obj.clone());
-    let mut desired = desired(&spec, cluster);
+    let cluster = view.cluster.clone();
+    let key = cluster.key();
+    for ignored in &view.ignored {
+        tracing::warn!(cluster = %key, error = %ignored, "ignoring what cannot be resolved");
+    }
     // This process's own record is newer than the watched status when it is about this spec.
     if let Ok(all) = ctx.memory.lock()
         && let Some(remembered) = all
-            .get(&cluster.key())
+            .get(&key)
             .and_then(|m| m.roll.clone())
-            .filter(|r| r.target == desired.version)
+            .filter(|r| r.target == view.version)
     {
-        desired.roll = Some(remembered);
+        view.roll = Some(remembered);
     }
-    if !desired.formed_before
-        && let Some(restore) = obj.spec.bootstrap.as_ref().and_then(|b| b.restore.as_ref())
-    {
-        match resolve_restore(&ctx.client, &cluster.namespace, restore).await {
-            Ok(plan) => desired.restore = Some(plan),
+    if let Some(request) = view.restore_request.clone() {
+        match resolve_restore(&ctx.client, &cluster.namespace, &request).await {
+            Ok(plan) => view.restore = Some(plan),
             Err(error) => {
                 // Never bootstrap an empty cluster in place of the restored one asked for.
-                tracing::warn!(cluster = %cluster.key(), %error, "cannot resolve the snapshot to restore");
-                return refuse_to_start(
-                    (api, obj, cluster),
-                    &spec,
-                    StepError::Restore(error),
-                    Duration::from_secs(5),
-                    ctx,
-                )
-                .await;
+                tracing::warn!(cluster = %key, %error, "cannot resolve the snapshot to restore");
+                let retry = ctx.failed(&key);
+                return refuse_to_start((api, obj), &view, StepError::Restore(error), retry, ctx).await;
             }
         }
     }
@@ -446,222 +462,265 @@ async fn apply<R: Runtime, M: MemberOps>(
         .memory
         .lock()
         .ok()
-        .and_then(|all| all.get(&cluster.key()).and_then(|m| m.maintenance.clone()));
+        .and_then(|all| all.get(&key).and_then(|m| m.maintenance.clone()));
     let mut maintenance = crate::maintenance::merge(
-        obj.status.as_ref().and_then(|s| s.maintenance.as_ref()),
+        view.status.as_ref().and_then(|s| s.maintenance.as_ref()),
         remembered.as_ref(),
     );
-    let schedule = defrag_schedule(obj, cluster);
-    let created = obj
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(crate::backup::from_time)
-        .unwrap_or_else(chrono::Utc::now);
-    let mut outcome = Outcome::idle();
+    let created = view.created.unwrap_or_else(chrono::Utc::now);
     // The operator's identity toward TLS members; a cluster whose TLS cannot be had here is not
     // touched (nothing may start without the TLS it asks for).
-    let client_tls = match ctx.runtime.client_tls(cluster, &spec).await {
+    let client_tls = match ctx.runtime.client_tls(&cluster, &view).await {
         Ok(tls) => tls,
         Err(error) => {
-            tracing::warn!(cluster = %cluster.key(), %error, "cannot set up the cluster's TLS");
-            return refuse_to_start(
-                (api, obj, cluster),
-                &spec,
-                StepError::Runtime(error),
-                Duration::from_secs(10),
-                ctx,
-            )
-            .await;
+            tracing::warn!(cluster = %key, %error, "cannot set up the cluster's TLS");
+            let error = StepError::Runtime(error);
+            let retry = if error.is_waiting() {
+                Duration::from_secs(1)
+            } else {
+                ctx.failed(&key)
+            };
+            return refuse_to_start((api, obj), &view, error, retry, ctx).await;
         }
     };
+
+    // Observe.
     let mut observed = Observed {
         runtime: Vec::new(),
         etcd: None,
         timing: Timing::default(),
     };
-    // Whether `observed` holds a view (the metrics keep the last one when observing failed).
-    let mut observed_once = false;
-    for _ in 0..MAX_STEPS_PER_RECONCILE {
-        match observe::observe(
-            cluster,
-            ctx,
-            &desired.version,
-            desired.replace_member.as_deref(),
-            client_tls.as_ref(),
-        )
-        .await
-        {
-            Ok((seen, None)) => {
-                observed = seen;
-                observed_once = true;
-            }
-            // Members that refuse the operator's certificate (or whose certificates it refuses)
-            // have not lost quorum: nothing is planned on that view, and status says why.
-            // The one exception: a member whose own certificates expired gets new ones.
-            Ok((seen, Some(tls))) => {
-                tracing::warn!(cluster = %cluster.key(), error = %tls, "the members cannot be reached over TLS");
-                observed = seen;
-                observed_once = true;
-                outcome = match plan::renew_expired(&desired, &observed) {
-                    Some(step) => {
-                        let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
-                        ctx.metrics.stepped(&step);
-                        Outcome {
-                            step,
-                            error: result.err(),
-                            roll: None,
-                            maintenance: None,
-                        }
+    let seen = observe::observe(
+        &cluster,
+        ctx,
+        &view.version,
+        view.replace_member.as_deref(),
+        client_tls.as_ref(),
+    )
+    .await;
+    let observed_once = seen.is_ok();
+    // Plan one step, and act.
+    let mut outcome = match seen {
+        Err(e) => Outcome {
+            error: Some(e.into()),
+            ..Outcome::idle()
+        },
+        // Members that refuse the operator's certificate (or whose certificates it refuses)
+        // have not lost quorum: nothing is planned on that view, and status says why. The one
+        // exception: a member whose own certificates expired gets new ones.
+        Ok((seen, Some(tls))) => {
+            tracing::warn!(cluster = %key, error = %tls, "the members cannot be reached over TLS");
+            observed = seen;
+            match plan::renew_expired(&view, &observed) {
+                Some(step) => {
+                    let mut roll = view.roll.clone();
+                    let result = act::act(&step, &cluster, &view, &observed, ctx, &mut roll).await;
+                    view.roll = roll;
+                    ctx.metrics.stepped(&step);
+                    Outcome {
+                        step,
+                        error: result.err(),
+                        roll: None,
+                        maintenance: None,
                     }
-                    None => Outcome {
-                        error: Some(StepError::Member(tls)),
-                        ..Outcome::idle()
-                    },
-                };
-                break;
-            }
-            Err(e) => {
-                outcome.error = Some(e.into());
-                break;
+                }
+                None => Outcome {
+                    error: Some(StepError::Member(tls)),
+                    ..Outcome::idle()
+                },
             }
         }
-        if let Some(roll) = desired.roll.as_mut()
-            && roll.is_active_for(&desired.version)
-            && plan::roll_finished(&desired.version, &observed)
-        {
-            tracing::info!(cluster = %cluster.key(), version = %desired.version, "the roll is complete");
-            roll.complete = true;
-        }
-        let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
-        let due = crate::maintenance::due(
-            schedule.as_ref(),
-            created,
-            maintenance.as_ref(),
-            &members,
-            chrono::Utc::now(),
-        );
-        observed.timing.defrag_scheduled = due.scheduled;
-        observed.timing.defragmented_recently = due.recent;
-        observed.timing.since_reclaim =
-            crate::maintenance::since_reclaim(maintenance.as_ref(), chrono::Utc::now());
-        let mut taken = Vec::new();
-        let step = plan::plan(&desired, &observed, &ctx.thresholds, &mut || {
-            fresh_name(cluster, &observed, &mut taken)
-        });
-        tracing::debug!(cluster = %cluster.key(), ?step, "planned");
-        let result = act::act(&step, cluster, &spec, &observed, ctx, &mut desired.roll).await;
-        ctx.metrics.stepped(&step);
-        let acted = step.is_action();
-        // A reclaim goes to status (it holds off the next one, across restarts too).
-        if let Ok(act::Acted::Reclaimed(reclaim)) = &result {
-            maintenance = Some(crate::maintenance::record_reclaim(
+        Ok((seen, None)) => {
+            observed = seen;
+            if let Some(roll) = view.roll.as_mut()
+                && roll.is_active_for(&view.version)
+                && plan::roll_finished(&view.version, &observed)
+            {
+                tracing::info!(cluster = %key, version = %view.version, "the roll is complete");
+                roll.complete = true;
+            }
+            let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
+            let now = chrono::Utc::now();
+            let due = crate::maintenance::due(
+                view.defrag_schedule.as_ref(),
+                created,
                 maintenance.as_ref(),
-                reclaim.clone(),
-                chrono::Utc::now(),
-            ));
+                &members,
+                now,
+            );
+            observed.timing.defrag_scheduled = due.scheduled;
+            observed.timing.defragmented_recently = due.recent;
+            observed.timing.since_reclaim = crate::maintenance::since_reclaim(maintenance.as_ref(), now);
+            let mut taken = Vec::new();
+            let step = plan::plan(&view, &observed, &ctx.thresholds, &mut || {
+                fresh_name(&cluster, &observed, &mut taken)
+            });
+            tracing::debug!(cluster = %key, ?step, "planned");
+            let mut roll = view.roll.clone();
+            let result = act::act(&step, &cluster, &view, &observed, ctx, &mut roll).await;
+            view.roll = roll;
+            ctx.metrics.stepped(&step);
+            match &result {
+                // A reclaim goes to status (it holds off the next one, across restarts too).
+                Ok(act::Acted::Reclaimed(reclaim)) => {
+                    maintenance = Some(crate::maintenance::record_reclaim(
+                        maintenance.as_ref(),
+                        reclaim.clone(),
+                        chrono::Utc::now(),
+                    ));
+                }
+                // Each defragmentation goes to status before the next member's.
+                Ok(act::Acted::Done) => {
+                    if let Step::Defragment {
+                        name,
+                        trigger,
+                        db_size,
+                        db_size_in_use,
+                        ..
+                    } = &step
+                    {
+                        maintenance = Some(crate::maintenance::record(
+                            maintenance.as_ref(),
+                            name,
+                            *trigger,
+                            *db_size,
+                            *db_size_in_use,
+                            chrono::Utc::now(),
+                        ));
+                    }
+                }
+                Err(_) => {}
+            }
+            Outcome {
+                step,
+                error: result.err(),
+                roll: None,
+                maintenance: None,
+            }
         }
-        outcome = Outcome {
-            step,
-            error: result.err(),
-            roll: None,
-            maintenance: None,
-        };
-        if outcome.error.is_some() || !acted {
-            break;
-        }
-        // Each defragmentation goes to status before the next member's.
-        if let Step::Defragment {
-            name,
-            trigger,
-            db_size,
-            db_size_in_use,
-            ..
-        } = &outcome.step
-        {
-            maintenance = Some(crate::maintenance::record(
-                maintenance.as_ref(),
-                name,
-                *trigger,
-                *db_size,
-                *db_size_in_use,
-                chrono::Utc::now(),
-            ));
-            break;
-        }
-        // A roll's milestones go to status before anything else happens.
-        if matches!(
-            outcome.step,
-            Step::SnapshotBeforeUpgrade { .. }
-                | Step::AnnounceReplacement { .. }
-                | Step::RollBack { .. }
-                | Step::HaltUpgrade { .. }
-                | Step::RecoverQuorum { .. }
-        ) || desired
-            .roll
-            .as_ref()
-            .is_some_and(|r| r.halted.is_some() && matches!(outcome.step, Step::ChangeVersion { .. }))
-        {
-            break;
-        }
-        // Give what was started a moment before looking again.
-        if matches!(
-            outcome.step,
-            Step::Start { .. }
-                | Step::AddLearner { .. }
-                | Step::MoveLeader { .. }
-                | Step::ChangeVersion { .. }
-                | Step::RenewCertificates { .. }
-        ) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    };
     if let Some(error) = &outcome.error {
-        tracing::warn!(cluster = %cluster.key(), %error, code = error.code(), "step failed");
+        tracing::warn!(cluster = %key, %error, code = error.code(), "step failed");
         ctx.metrics.reconcile_failed(error.code());
     }
     if observed_once {
-        let sample = ClusterSample::of(spec.replicas, &observed);
+        let sample = ClusterSample::of(view.replicas, &observed);
         ctx.metrics
             .record_cluster(&cluster.namespace, &cluster.name, &sample);
     }
-    outcome.roll = desired.roll.clone();
+
+    // Write status once.
+    outcome.roll = view.roll.clone();
     outcome.maintenance = if observed.runtime.is_empty() {
         maintenance
     } else {
         let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
         crate::maintenance::retain_members(maintenance, &members)
     };
-    let new_status = status::compute(&spec, &observed, &outcome);
+    let new_status = status::compute(&view, &observed, &outcome);
     if let Ok(mut all) = ctx.memory.lock() {
-        let memory = all.entry(cluster.key()).or_default();
-        memory.roll = status::roll_record(Some(&new_status));
+        let memory = all.entry(key.clone()).or_default();
+        memory.roll = RollRecord::from_status(Some(&new_status));
         memory.maintenance = new_status.maintenance.clone();
     }
     write_status(api, obj, &new_status).await?;
-    warn_about(ctx, cluster, obj, &new_status, &outcome).await;
-    Ok(match (&outcome.step, &outcome.error) {
-        (_, Some(_)) => Action::requeue(Duration::from_secs(2)),
-        // A settled cluster is looked at again after the runtime's resync interval: that bounds
-        // how long a change nothing reports goes unnoticed.
-        // (and by the defragmentation schedule's next time).
-        (Step::Idle, None) => Action::requeue(
-            schedule
+    warn_about(ctx, &view, &new_status, &outcome).await;
+
+    // Requeue.
+    let requeue = Requeue::of(&outcome);
+    if requeue != Requeue::Failed {
+        ctx.succeeded(&key);
+    }
+    Ok(Action::requeue(match requeue {
+        Requeue::Failed => ctx.failed(&key),
+        Requeue::Waiting => Duration::from_secs(1),
+        Requeue::Acted => after_step(&outcome.step),
+        // A settled cluster is looked at again after the runtime's resync interval (spread, so
+        // clusters do not resync together): that bounds how long a change nothing reports goes
+        // unnoticed; and at the defragmentation schedule's next time.
+        Requeue::Settled => {
+            let resync = resync(ctx.runtime.resync_interval(), rand::random());
+            view.defrag_schedule
                 .as_ref()
                 .and_then(|cron| crate::maintenance::until_next(cron, chrono::Utc::now()))
-                .map_or(ctx.runtime.resync_interval(), |next| {
-                    next.max(Duration::from_millis(200))
-                        .min(ctx.runtime.resync_interval())
-                }),
-        ),
-        (Step::Wait { .. }, None) => Action::requeue(Duration::from_millis(1000)),
-        _ => Action::requeue(Duration::from_millis(300)),
-    })
+                .map_or(resync, |next| next.max(Duration::from_millis(200)).min(resync))
+        }
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_back_off_exponentially_with_jitter_up_to_a_limit() {
+        let (first, longest) = BACKOFF;
+        // The middle of the jitter is the doubling itself.
+        assert_eq!(backoff(1, 0.5), first);
+        assert_eq!(backoff(2, 0.5), first * 2);
+        assert_eq!(backoff(4, 0.5), first * 8);
+        assert_eq!(backoff(30, 0.5), longest);
+        assert_eq!(backoff(u32::MAX, 0.5), longest);
+        // The jitter spreads each delay by ±20%, never more.
+        assert_eq!(backoff(3, 0.0), (first * 4).mul_f64(0.8));
+        assert_eq!(backoff(3, 1.0), (first * 4).mul_f64(1.2));
+        assert_eq!(backoff(3, 7.0), backoff(3, 1.0));
+        // Monotonic in the number of failures, whatever the jitter.
+        for n in 1..20 {
+            assert!(backoff(n + 1, 0.0) >= backoff(n, 0.0).min(longest.mul_f64(0.8)));
+        }
+        let spread = resync(Duration::from_secs(100), 0.0)..=resync(Duration::from_secs(100), 1.0);
+        assert_eq!(spread, Duration::from_secs(90)..=Duration::from_secs(110));
+    }
+
+    #[test]
+    fn the_requeue_follows_the_outcome() {
+        let step = Step::Promote {
+            id: 1,
+            name: "a".into(),
+        };
+        let acted = Outcome {
+            step: step.clone(),
+            ..Outcome::idle()
+        };
+        assert_eq!(Requeue::of(&acted), Requeue::Acted);
+        assert_eq!(Requeue::of(&Outcome::idle()), Requeue::Settled);
+        let waiting = Outcome {
+            step: step.clone(),
+            error: Some(StepError::Runtime(RuntimeError::Waiting {
+                member: "a".into(),
+                detail: "its Pod is stopping".into(),
+            })),
+            ..Outcome::idle()
+        };
+        assert_eq!(Requeue::of(&waiting), Requeue::Waiting);
+        let failed = Outcome {
+            step,
+            error: Some(StepError::Runtime(RuntimeError::UnknownMember { name: "a".into() })),
+            ..Outcome::idle()
+        };
+        assert_eq!(Requeue::of(&failed), Requeue::Failed);
+    }
+
+    #[tokio::test]
+    async fn the_failure_count_backs_off_and_a_success_resets_it() {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            crate::runtime::fake::FakeRuntime::new(Vec::new(), None),
+            Thresholds::default(),
+            crate::member_ops::fake::FakeMemberOps::new(None),
+        );
+        let (first, _) = BACKOFF;
+        assert!(ctx.failed("ns/c") <= first.mul_f64(1.2));
+        assert!(ctx.failed("ns/c") >= (first * 2).mul_f64(0.8));
+        assert!(ctx.failed("ns/c") >= (first * 4).mul_f64(0.8));
+        // Another cluster's failures are its own.
+        assert!(ctx.failed("ns/other") <= first.mul_f64(1.2));
+        ctx.succeeded("ns/c");
+        assert!(ctx.failed("ns/c") <= first.mul_f64(1.2));
+    }
 
     #[test]
     fn reconcile_errors_have_stable_codes_through_the_finalizer() {
@@ -670,7 +729,10 @@ mod tests {
         let status =
             || ReconcileError::StatusConflict(Box::new(kube::Error::LinesCodecMaxLineLengthExceeded));
         let cases = [
-            (ReconcileError::MissingMetadata("uid"), "MissingMetadata"),
+            (
+                ReconcileError::Invalid(ValidationError::MissingMetadata("uid")),
+                "MissingMetadata",
+            ),
             (status(), "StatusWriteFailed"),
             (wrapped(F::ApplyFailed(status())), "StatusWriteFailed"),
             (

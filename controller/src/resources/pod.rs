@@ -2,10 +2,8 @@
 //! `<member>.<peer-service>.<namespace>.svc`, data on its PVC (or a tmpfs emptyDir for
 //! `medium: Memory`), restricted security context, soft anti-affinity and the podTemplate applied.
 
-use std::collections::BTreeMap;
-
 use etcd_operator_api::naming;
-use etcd_operator_api::v1alpha2::{DEFAULT_REPOSITORY, PodTemplateSpec, StorageMedium};
+use etcd_operator_api::v1alpha2::{PodTemplateSpec, StorageMedium};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity,
@@ -17,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::tls::{
-    TLS_ANNOTATION, TlsSchemes, client_url_for, peer_url_for, tls_flags, tls_mounts, tls_volumes,
+    Plane, TLS_ANNOTATION, TlsSchemes, client_url_for, peer_url_for, tls_files, tls_mounts, tls_volumes,
 };
 use super::{
     CLIENT_PORT, CONTAINER_NAME, DATA_DIR, DATA_MOUNT_PATH, DATA_VOLUME, MEMBER_CONFIG_ANNOTATION,
@@ -26,8 +24,7 @@ use super::{
 };
 use crate::model::{ClusterRef, MemberConfig};
 use crate::restore::{self, RestoreError, RestoreMember, RestorePlan, SnapshotSource};
-use crate::runtime::ClusterSpecView;
-use crate::tls::member::TlsPlanes;
+use crate::runtime::ValidatedCluster;
 
 /// Init container fetching and verifying the snapshot (operator image).
 pub const RESTORE_FETCH_CONTAINER: &str = "restore-fetch";
@@ -90,33 +87,25 @@ pub fn probes_for(version: &str) -> Probes {
 /// [`TLS_ANNOTATION`].
 pub fn build_pod(
     cluster: &ClusterRef,
-    spec: &ClusterSpecView,
+    spec: &ValidatedCluster,
     member: &str,
     config: &MemberConfig,
     operator_image: Option<&str>,
+    force_new_cluster: bool,
 ) -> Result<Pod, ResourceError> {
-    let cluster_spec = &spec.cluster.spec;
-    let template = cluster_spec.pod_template.as_ref();
-    let template_meta = template.and_then(|t| t.metadata.as_ref());
-    let template_spec = template.and_then(|t| t.spec.clone()).unwrap_or_default();
-
-    let mut labels: BTreeMap<String, String> =
-        template_meta.and_then(|m| m.labels.clone()).unwrap_or_default();
+    let mut labels = spec.pod.labels.clone();
     labels.extend(member_labels(cluster, member));
-    let mut annotations: BTreeMap<String, String> = template_meta
-        .and_then(|m| m.annotations.clone())
-        .unwrap_or_default();
+    let mut annotations = spec.pod.annotations.clone();
     annotations.insert(
         MEMBER_CONFIG_ANNOTATION.to_owned(),
         encode_config(member, config)?,
     );
-    let planes = TlsPlanes::of(cluster_spec.tls.as_ref());
-    let schemes = TlsSchemes::of(&planes);
+    let planes = &spec.tls;
+    let schemes = TlsSchemes::of(planes);
     if let Some(value) = schemes.annotation() {
         annotations.insert(TLS_ANNOTATION.to_owned(), value);
     }
 
-    let repository = cluster_spec.repository.as_deref().unwrap_or(DEFAULT_REPOSITORY);
     let PodTemplateSpec {
         resources,
         affinity,
@@ -124,7 +113,7 @@ pub fn build_pod(
         tolerations,
         topology_spread_constraints,
         priority_class_name,
-    } = template_spec;
+    } = spec.pod.spec.clone();
     let init_containers = match &config.restore {
         Some(plan) => Some(
             restore_containers(
@@ -133,7 +122,7 @@ pub fn build_pod(
                 config,
                 plan,
                 operator_image,
-                repository,
+                &spec.repository,
                 resources.as_ref(),
             )
             .map_err(|source| ResourceError::Restore {
@@ -150,13 +139,9 @@ pub fn build_pod(
 
     let container = Container {
         name: CONTAINER_NAME.to_owned(),
-        image: Some(format!("{repository}:v{}", config.version)),
+        image: Some(spec.image(&config.version)),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some({
-            let mut command = command(cluster, member, config, &planes);
-            command.extend(etcd_operator_api::defaults::effective_maintenance(cluster_spec).flags());
-            command
-        }),
+        command: Some(command(cluster, spec, member, config, force_new_cluster)),
         env: has_cpu_limit.then(|| vec![gomaxprocs()]),
         ports: Some(vec![
             container_port("client", CLIENT_PORT),
@@ -170,7 +155,7 @@ pub fn build_pod(
                 mount_path: DATA_MOUNT_PATH.to_owned(),
                 ..VolumeMount::default()
             })
-            .chain(tls_mounts(&planes))
+            .chain(tls_mounts(planes))
             .collect(),
         ),
         startup_probe: Some(startup_probe(&config.version)),
@@ -197,7 +182,7 @@ pub fn build_pod(
             containers: vec![container],
             volumes: Some(
                 std::iter::once(data_volume(spec, member))
-                    .chain(tls_volumes(&planes, member))
+                    .chain(tls_volumes(planes, member))
                     .collect(),
             ),
             restart_policy: Some("Always".to_owned()),
@@ -216,38 +201,34 @@ pub fn build_pod(
     })
 }
 
-/// `etcd` and its flags. A plane with TLS listens and advertises `https://` and gets its
-/// certificate flags (see [`tls_flags`]); the metrics and health port stays plain HTTP, so the
-/// probes work whatever the planes use.
-fn command(cluster: &ClusterRef, member: &str, config: &MemberConfig, planes: &TlsPlanes) -> Vec<String> {
+/// `etcd` and its flags ([`crate::etcd_args::etcd_args`]). A plane with TLS listens and
+/// advertises `https://` with its certificates from the mounted Secret; the metrics and health
+/// port stays plain HTTP, so the probes work whatever the planes use.
+fn command(
+    cluster: &ClusterRef,
+    spec: &ValidatedCluster,
+    member: &str,
+    config: &MemberConfig,
+    force_new_cluster: bool,
+) -> Vec<String> {
+    let planes = &spec.tls;
     let schemes = TlsSchemes::of(planes);
-    let mut command = vec![
-        "etcd".to_owned(),
-        format!("--name={member}"),
-        format!("--data-dir={DATA_DIR}"),
-        format!(
-            "--listen-peer-urls={}://0.0.0.0:{PEER_PORT}",
-            planes.peer_scheme()
-        ),
-        format!(
-            "--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}",
-            planes.client_scheme()
-        ),
-        format!(
-            "--advertise-client-urls={}",
-            client_url_for(cluster, member, schemes)
-        ),
-        format!(
-            "--initial-advertise-peer-urls={}",
-            peer_url_for(cluster, member, schemes)
-        ),
-        format!("--initial-cluster={}", config.initial_cluster_flag()),
-        format!("--initial-cluster-state={}", config.initial_state.as_str()),
-        format!("--initial-cluster-token={}", config.cluster_token),
-        format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
-    ];
-    command.extend(tls_flags(planes));
-    command
+    let launch = crate::etcd_args::MemberLaunch {
+        name: member,
+        config,
+        data_dir: DATA_DIR.to_owned(),
+        listen_peer_url: format!("{}://0.0.0.0:{PEER_PORT}", planes.peer_scheme()),
+        advertise_peer_url: peer_url_for(cluster, member, schemes),
+        listen_client_url: format!("{}://0.0.0.0:{CLIENT_PORT}", planes.client_scheme()),
+        advertise_client_url: client_url_for(cluster, member, schemes),
+        listen_metrics_url: Some(format!("http://0.0.0.0:{METRICS_PORT}")),
+        client_tls: tls_files(planes, Plane::Client),
+        peer_tls: tls_files(planes, Plane::Peer),
+        force_new_cluster,
+    };
+    std::iter::once("etcd".to_owned())
+        .chain(crate::etcd_args::etcd_args(spec, &launch))
+        .collect()
 }
 
 /// The init containers restoring a member from `plan` (see [`build_pod`]).
@@ -473,7 +454,7 @@ fn default_affinity(cluster: &ClusterRef) -> Affinity {
 }
 
 /// The member's PVC, or for `medium: Memory` a tmpfs emptyDir limited to the storage size.
-fn data_volume(spec: &ClusterSpecView, member: &str) -> Volume {
+fn data_volume(spec: &ValidatedCluster, member: &str) -> Volume {
     let storage = spec.storage.clone();
     match storage.medium {
         Some(StorageMedium::Memory) => Volume {
@@ -500,13 +481,13 @@ mod tests {
     use super::*;
     use crate::model::InitialState;
 
-    fn restored(version: &str, source: SnapshotSource) -> (ClusterRef, ClusterSpecView, MemberConfig) {
+    fn restored(version: &str, source: SnapshotSource) -> (ClusterRef, ValidatedCluster, MemberConfig) {
         let cluster = ClusterRef {
             namespace: "ns".into(),
             name: "c".into(),
             uid: "u".into(),
         };
-        let view = ClusterSpecView::new(etcd_operator_api::v1alpha2::EtcdCluster::new(
+        let view = ValidatedCluster::for_test(etcd_operator_api::v1alpha2::EtcdCluster::new(
             "c",
             "ns",
             Default::default(),
@@ -529,7 +510,7 @@ mod tests {
     fn a_restored_34_member_uses_etcdctl_and_a_url_needs_no_keys() {
         let (cluster, view, config) = restored("3.4.23", SnapshotSource::Url("https://x/s.db".into()));
         assert_eq!(config.initial_state, InitialState::New);
-        let pod = build_pod(&cluster, &view, "c-a", &config, Some("op:1")).unwrap();
+        let pod = build_pod(&cluster, &view, "c-a", &config, Some("op:1"), false).unwrap();
         let init = pod.spec.unwrap().init_containers.unwrap();
         let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["restore-fetch", "restore", "restore-finish"]);
@@ -552,7 +533,7 @@ mod tests {
     fn a_restore_without_operator_image_or_from_a_volume_is_an_error() {
         let (cluster, view, config) = restored("3.5.21", SnapshotSource::Url("https://x/s.db".into()));
         for image in [None, Some("")] {
-            let err = build_pod(&cluster, &view, "c-a", &config, image).unwrap_err();
+            let err = build_pod(&cluster, &view, "c-a", &config, image, false).unwrap_err();
             assert!(
                 matches!(&err, ResourceError::Restore { source, .. } if matches!(**source, RestoreError::OperatorImageUnknown(OPERATOR_IMAGE_ENV))),
                 "{err}"
@@ -569,7 +550,7 @@ mod tests {
             key: "k.db".into(),
         };
         let (cluster, view, config) = restored("3.5.21", volume);
-        let err = build_pod(&cluster, &view, "c-a", &config, Some("op:1")).unwrap_err();
+        let err = build_pod(&cluster, &view, "c-a", &config, Some("op:1"), false).unwrap_err();
         assert!(
             matches!(&err, ResourceError::Restore { source, .. } if matches!(**source, RestoreError::Unreachable(_))),
             "{err}"
@@ -577,7 +558,7 @@ mod tests {
         // Without a restore plan, no init containers and no image needed.
         let (cluster, view, mut config) = restored("3.5.21", SnapshotSource::Url("u".into()));
         config.restore = None;
-        let pod = build_pod(&cluster, &view, "c-a", &config, None).unwrap();
+        let pod = build_pod(&cluster, &view, "c-a", &config, None, false).unwrap();
         assert_eq!(pod.spec.unwrap().init_containers, None);
     }
 

@@ -11,21 +11,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{member_labels, owner_reference};
 use crate::model::ClusterRef;
-use crate::runtime::ClusterSpecView;
+use crate::runtime::ValidatedCluster;
 
 /// The PVC of member `member`. It carries no configuration yet: the runtime adds the
 /// `etcd.operator.dev/member-config` annotation when the member is started. A member with TLS
 /// planes carries [`super::tls::TLS_ANNOTATION`] naming them.
-pub fn build_pvc(cluster: &ClusterRef, spec: &ClusterSpecView, member: &str) -> PersistentVolumeClaim {
+pub fn build_pvc(cluster: &ClusterRef, spec: &ValidatedCluster, member: &str) -> PersistentVolumeClaim {
     let storage = spec.storage.clone();
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(naming::member_pvc_name(member)),
             namespace: Some(cluster.namespace.clone()),
             labels: Some(member_labels(cluster, member)),
-            annotations: super::tls::TlsSchemes::of(&crate::tls::member::TlsPlanes::of(
-                spec.cluster.spec.tls.as_ref(),
-            ))
+            annotations: super::tls::TlsSchemes::of(&spec.tls)
             .annotation()
             .map(|planes| BTreeMap::from([(super::tls::TLS_ANNOTATION.to_owned(), planes)])),
             owner_references: Some(vec![owner_reference(cluster)]),

@@ -278,29 +278,16 @@ pub fn tls_mounts(planes: &TlsPlanes) -> Vec<VolumeMount> {
         .collect()
 }
 
-/// etcd's flags for the planes that use TLS: certificate, key, trusted CA and client
-/// certificate authentication, for the client plane and (`--peer-*`) the peer plane.
-pub fn tls_flags(planes: &TlsPlanes) -> Vec<String> {
-    let mut flags = Vec::new();
-    if planes.client.is_some() {
-        let dir = Plane::Client.mount_dir();
-        flags.extend([
-            format!("--cert-file={dir}/{TLS_CERT_KEY}"),
-            format!("--key-file={dir}/{TLS_KEY_KEY}"),
-            format!("--trusted-ca-file={dir}/{CA_CERT_KEY}"),
-            "--client-cert-auth=true".to_owned(),
-        ]);
-    }
-    if planes.peer.is_some() {
-        let dir = Plane::Peer.mount_dir();
-        flags.extend([
-            format!("--peer-cert-file={dir}/{TLS_CERT_KEY}"),
-            format!("--peer-key-file={dir}/{TLS_KEY_KEY}"),
-            format!("--peer-trusted-ca-file={dir}/{CA_CERT_KEY}"),
-            "--peer-client-cert-auth=true".to_owned(),
-        ]);
-    }
-    flags
+/// Where a member Pod finds the certificate files of `plane`, when it uses TLS (its Secret is
+/// mounted read-only at the plane's directory).
+pub fn tls_files(planes: &TlsPlanes, plane: Plane) -> Option<crate::etcd_args::TlsFiles> {
+    plane.provider(planes)?;
+    let dir = plane.mount_dir();
+    Some(crate::etcd_args::TlsFiles {
+        cert: format!("{dir}/{TLS_CERT_KEY}"),
+        key: format!("{dir}/{TLS_KEY_KEY}"),
+        trusted_ca: format!("{dir}/{CA_CERT_KEY}"),
+    })
 }
 
 fn bytes(text: &str) -> ByteString {
@@ -555,7 +542,10 @@ mod tests {
                 ("peer-ca.crt", "ca.crt")
             ]
         );
-        assert_eq!(tls_flags(&auto).len(), 4);
-        assert!(tls_flags(&TlsPlanes::default()).is_empty());
+        assert_eq!(
+            tls_files(&auto, Plane::Peer).map(|f| f.trusted_ca),
+            Some(format!("{TLS_MOUNT_DIR}/peer/ca.crt"))
+        );
+        assert_eq!(tls_files(&TlsPlanes::default(), Plane::Client), None);
     }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{ClusterSpecView, Runtime, RuntimeError};
+use super::{ValidatedCluster, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 
 /// A call the fake runtime received (`members` is not recorded: it only reads).
@@ -154,7 +154,7 @@ impl Runtime for FakeRuntime {
     async fn reserve(
         &self,
         _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        _spec: &ValidatedCluster,
         name: &str,
     ) -> Result<RuntimeMember, RuntimeError> {
         let mut state = self.call(RuntimeCall::Reserve(name.to_owned()), RuntimeOp::Reserve)?;
@@ -177,7 +177,7 @@ impl Runtime for FakeRuntime {
     async fn start(
         &self,
         _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        _spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
@@ -194,7 +194,7 @@ impl Runtime for FakeRuntime {
     async fn change_version(
         &self,
         _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        _spec: &ValidatedCluster,
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
@@ -217,7 +217,7 @@ impl Runtime for FakeRuntime {
     async fn renew_certificates(
         &self,
         _cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<(), RuntimeError> {
         let mut state = self.call(
@@ -236,7 +236,7 @@ impl Runtime for FakeRuntime {
     async fn recover_quorum(
         &self,
         _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        _spec: &ValidatedCluster,
         survivor: &str,
     ) -> Result<(), RuntimeError> {
         let mut state = self.call(
@@ -285,7 +285,7 @@ impl Runtime for FakeRuntime {
     async fn client_tls(
         &self,
         _cluster: &ClusterRef,
-        _spec: &ClusterSpecView,
+        _spec: &ValidatedCluster,
     ) -> Result<Option<crate::tls::member::ClientTls>, RuntimeError> {
         Ok(self.client_tls.clone())
     }

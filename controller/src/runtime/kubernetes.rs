@@ -57,7 +57,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{ClusterSpecView, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
+use super::{ValidatedCluster, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 use crate::resources::tls::{TLS_ANNOTATION, TlsSchemes, certificate_resource, client_url_for, peer_url_for};
 use crate::resources::{
@@ -386,7 +386,7 @@ impl KubernetesRuntime {
     async fn settle_recovery(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
     ) -> Result<(), RuntimeError> {
         let params = ListParams::default().labels(&list_selector(cluster));
         let pods = self
@@ -675,7 +675,7 @@ impl KubernetesRuntime {
     async fn ensure_pvc(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<Option<MemberConfig>, RuntimeError> {
         let pvcs = self.api::<PersistentVolumeClaim>(cluster);
@@ -757,7 +757,7 @@ impl KubernetesRuntime {
     async fn create_pod(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
@@ -771,13 +771,13 @@ impl KubernetesRuntime {
     async fn apply_pod(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
         force_new_cluster: bool,
     ) -> Result<(), RuntimeError> {
         let mut pod =
-            build_pod(cluster, spec, name, config, self.operator_image.as_deref()).map_err(|e| match e {
+            build_pod(cluster, spec, name, config, self.operator_image.as_deref(), force_new_cluster).map_err(|e| match e {
                 resources::ResourceError::Restore { member, source } => {
                     RuntimeError::Restore { member, source }
                 }
@@ -789,12 +789,6 @@ impl KubernetesRuntime {
         if force_new_cluster {
             pod.annotations_mut()
                 .insert(FORCE_NEW_CLUSTER_ANNOTATION.to_owned(), "true".to_owned());
-            if let Some(container) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
-                container
-                    .command
-                    .get_or_insert_with(Vec::new)
-                    .push("--force-new-cluster".to_owned());
-            }
         }
         let created = self
             .api::<Pod>(cluster)
@@ -908,7 +902,7 @@ impl Runtime for KubernetesRuntime {
     async fn reserve(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<RuntimeMember, RuntimeError> {
         self.settle_recovery(cluster, spec).await?;
@@ -917,7 +911,7 @@ impl Runtime for KubernetesRuntime {
         let counted = existing.iter().filter(|m| m.name != name).count() + 1;
         let desired = spec.replicas;
         self.apply_pdb(cluster, counted.max(desired)).await?;
-        let tls = TlsSchemes::of(&crate::tls::member::TlsPlanes::of(spec.cluster.spec.tls.as_ref()));
+        let tls = TlsSchemes::of(&spec.tls);
         let config = match spec.storage.medium {
             Some(StorageMedium::Memory) => self.with_memory(cluster, |members| {
                 let member = members.entry(name.to_owned()).or_default();
@@ -940,7 +934,7 @@ impl Runtime for KubernetesRuntime {
     async fn start(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
@@ -1000,7 +994,7 @@ impl Runtime for KubernetesRuntime {
     async fn change_version(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
@@ -1078,7 +1072,7 @@ impl Runtime for KubernetesRuntime {
     async fn renew_certificates(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<(), RuntimeError> {
         if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
@@ -1160,7 +1154,7 @@ impl Runtime for KubernetesRuntime {
     async fn recover_quorum(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         survivor: &str,
     ) -> Result<(), RuntimeError> {
         let state = |detail: &str| RuntimeError::State {
@@ -1361,7 +1355,7 @@ impl Runtime for KubernetesRuntime {
     async fn client_tls(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
     ) -> Result<Option<crate::tls::member::ClientTls>, RuntimeError> {
         self.operator_identity(cluster, spec).await
     }

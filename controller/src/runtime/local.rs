@@ -15,9 +15,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::{ClusterSpecView, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
+use super::{ValidatedCluster, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, RENEW_BEFORE};
+use crate::etcd_args::TlsFiles;
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,9 +55,16 @@ impl MemberFile {
     }
 }
 
+/// The certificate files of a member's planes that use TLS.
+#[derive(Debug, Default)]
+struct MemberTlsFiles {
+    client: Option<TlsFiles>,
+    peer: Option<TlsFiles>,
+}
+
 /// The TLS planes of `spec`, refused unless each uses a provider this runtime has (`auto`).
-fn local_planes(spec: &ClusterSpecView) -> Result<TlsPlanes, RuntimeError> {
-    let planes = TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+fn local_planes(spec: &ValidatedCluster) -> Result<TlsPlanes, RuntimeError> {
+    let planes = spec.tls.clone();
     for (plane, provider) in [("client", &planes.client), ("peer", &planes.peer)] {
         if let Some(provider) = provider
             && *provider != Provider::Auto
@@ -219,12 +227,12 @@ impl LocalRuntime {
         cluster: &ClusterRef,
         file: &MemberFile,
         rotation: Option<&str>,
-    ) -> Result<Vec<String>, RuntimeError> {
+    ) -> Result<MemberTlsFiles, RuntimeError> {
         let dir = self.member_dir(cluster, &file.name).join("tls");
         let names = [file.name.clone()];
         let server_names = server_names(&file.name);
         let now = std::time::SystemTime::now();
-        let mut flags = Vec::new();
+        let mut files = MemberTlsFiles::default();
         let pki = self.cluster_dir(cluster).join("pki");
         let rotation_file = dir.join("rotation");
         let recorded = std::fs::read_to_string(&rotation_file).ok();
@@ -249,12 +257,11 @@ impl LocalRuntime {
                 ca.issue(&member_tls::server_certificate(&file.name, &names))
                     .map_err(|e| e.to_string())
             })?;
-            flags.extend([
-                format!("--cert-file={}", dir.join("server.crt").display()),
-                format!("--key-file={}", dir.join("server.key").display()),
-                format!("--trusted-ca-file={}", pki.join("client-ca.crt").display()),
-                "--client-cert-auth=true".to_owned(),
-            ]);
+            files.client = Some(TlsFiles {
+                cert: dir.join("server.crt").display().to_string(),
+                key: dir.join("server.key").display().to_string(),
+                trusted_ca: pki.join("client-ca.crt").display().to_string(),
+            });
         }
         if file.peer_tls {
             let ca = self.ensure_ca(cluster, "peer")?;
@@ -268,18 +275,17 @@ impl LocalRuntime {
                 ca.issue(&member_tls::peer_certificate(&file.name, &names))
                     .map_err(|e| e.to_string())
             })?;
-            flags.extend([
-                format!("--peer-cert-file={}", dir.join("peer.crt").display()),
-                format!("--peer-key-file={}", dir.join("peer.key").display()),
-                format!("--peer-trusted-ca-file={}", pki.join("peer-ca.crt").display()),
-                "--peer-client-cert-auth=true".to_owned(),
-            ]);
+            files.peer = Some(TlsFiles {
+                cert: dir.join("peer.crt").display().to_string(),
+                key: dir.join("peer.key").display().to_string(),
+                trusted_ca: pki.join("peer-ca.crt").display().to_string(),
+            });
         }
         if let Some(rotation) = rotation.filter(|_| rotate && (file.client_tls || file.peer_tls)) {
             write_file(&rotation_file, rotation, 0o644)
                 .map_err(|e| certificates_error(&rotation_file.display().to_string())(e.to_string()))?;
         }
-        Ok(flags)
+        Ok(files)
     }
 
     /// What the member's certificates on disk say: the earliest expiry and the rotation they
@@ -416,13 +422,13 @@ impl LocalRuntime {
     fn launch(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         dir: &Path,
         file: &mut MemberFile,
         config: &MemberConfig,
-        once: &[&str],
+        force_new_cluster: bool,
     ) -> Result<(), RuntimeError> {
-        self.spawn(cluster, spec, dir, file, config, once)?;
+        self.spawn(cluster, spec, dir, file, config, force_new_cluster)?;
         file.started = true;
         self.write_member(dir, file)
     }
@@ -430,14 +436,14 @@ impl LocalRuntime {
     fn spawn(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         dir: &Path,
         file: &MemberFile,
         config: &MemberConfig,
-        once: &[&str],
+        force_new_cluster: bool,
     ) -> Result<(), RuntimeError> {
         let binary = self.binary(&config.version)?;
-        let tls_flags =
+        let tls =
             self.ensure_member_certificates(cluster, file, spec.certificate_rotation.as_deref())?;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -447,22 +453,21 @@ impl LocalRuntime {
         let err = log.try_clone().map_err(io("open etcd.log", &file.name))?;
         let peer = file.peer_url();
         let client = file.client_url();
+        let launch = crate::etcd_args::MemberLaunch {
+            name: &file.name,
+            config,
+            data_dir: dir.join("data").display().to_string(),
+            listen_peer_url: peer.clone(),
+            advertise_peer_url: peer,
+            listen_client_url: client.clone(),
+            advertise_client_url: client,
+            listen_metrics_url: None,
+            client_tls: tls.client,
+            peer_tls: tls.peer,
+            force_new_cluster,
+        };
         let mut cmd = tokio::process::Command::new(binary);
-        cmd.arg(format!("--name={}", file.name))
-            .arg(format!("--data-dir={}", dir.join("data").display()))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--listen-client-urls={client}"))
-            .arg(format!("--advertise-client-urls={client}"))
-            .arg(format!("--initial-cluster={}", config.initial_cluster_flag()))
-            .arg(format!(
-                "--initial-cluster-state={}",
-                config.initial_state.as_str()
-            ))
-            .arg(format!("--initial-cluster-token={}", config.cluster_token))
-            .args(&tls_flags)
-            .args(etcd_operator_api::defaults::effective_maintenance(&spec.cluster.spec).flags())
-            .args(once)
+        cmd.args(crate::etcd_args::etcd_args(spec, &launch))
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -638,7 +643,7 @@ impl Runtime for LocalRuntime {
     async fn reserve(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<RuntimeMember, RuntimeError> {
         let planes = local_planes(spec)?;
@@ -665,7 +670,7 @@ impl Runtime for LocalRuntime {
     async fn start(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
@@ -693,13 +698,13 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.launch(cluster, spec, &dir, &mut file, &config, &[])
+        self.launch(cluster, spec, &dir, &mut file, &config, false)
     }
 
     async fn change_version(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
@@ -722,13 +727,13 @@ impl Runtime for LocalRuntime {
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
-        self.launch(cluster, spec, &dir, &mut file, &config, &[])
+        self.launch(cluster, spec, &dir, &mut file, &config, false)
     }
 
     async fn renew_certificates(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<(), RuntimeError> {
         let (dir, mut file, config) = self.started_member(
@@ -749,13 +754,13 @@ impl Runtime for LocalRuntime {
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name).await;
-        self.launch(cluster, spec, &dir, &mut file, &config, &[])
+        self.launch(cluster, spec, &dir, &mut file, &config, false)
     }
 
     async fn recover_quorum(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         survivor: &str,
     ) -> Result<(), RuntimeError> {
         let (dir, mut file, config) = self.started_member(
@@ -781,7 +786,7 @@ impl Runtime for LocalRuntime {
                 Runtime::remove(self, cluster, &member.name, true).await?;
             }
         }
-        self.launch(cluster, spec, &dir, &mut file, &config, &["--force-new-cluster"])
+        self.launch(cluster, spec, &dir, &mut file, &config, true)
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
@@ -845,7 +850,7 @@ impl Runtime for LocalRuntime {
     async fn client_tls(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
     ) -> Result<Option<ClientTls>, RuntimeError> {
         if local_planes(spec)?.client.is_none() {
             return Ok(None);
@@ -914,8 +919,8 @@ mod tests {
         }
     }
 
-    fn spec() -> ClusterSpecView {
-        ClusterSpecView::new(Default::default())
+    fn spec() -> ValidatedCluster {
+        ValidatedCluster::for_test(Default::default())
     }
 
     fn binaries() -> PathBuf {
@@ -1160,7 +1165,7 @@ mod tests {
         rt.teardown(&cluster(), false).await.unwrap();
     }
 
-    fn tls_spec() -> ClusterSpecView {
+    fn tls_spec() -> ValidatedCluster {
         let mut cluster = etcd_operator_api::v1alpha2::EtcdCluster::default();
         cluster.spec.tls = Some(etcd_operator_api::v1alpha2::TlsSpec {
             client: Some(etcd_operator_api::v1alpha2::TlsPlane {
@@ -1169,7 +1174,7 @@ mod tests {
             }),
             peer: None,
         });
-        ClusterSpecView::new(cluster)
+        ValidatedCluster::for_test(cluster)
     }
 
     #[tokio::test]
@@ -1281,15 +1286,8 @@ mod tests {
         assert!(seen.certificates.unwrap().valid_for > RENEW_BEFORE);
 
         // A rotation asked for: issued again under it, recorded, restarted; asked again: kept.
-        let mut rotated = spec.cluster.clone();
-        rotated.metadata.annotations = Some(
-            [(
-                etcd_operator_api::v1alpha2::ROTATE_CERTIFICATES_ANNOTATION.to_owned(),
-                "r1".to_owned(),
-            )]
-            .into(),
-        );
-        let rotated = ClusterSpecView::new(rotated);
+        let mut rotated = spec.clone();
+        rotated.certificate_rotation = Some("r1".to_owned());
         let pid = pid_of(root.path(), &m.name);
         rt.renew_certificates(&cluster(), &rotated, &m.name)
             .await

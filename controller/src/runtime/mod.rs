@@ -13,7 +13,7 @@ use crate::model::{ClusterRef, MemberConfig, RuntimeMember};
 pub const MEMBER_REPLACING_REASON: &str = "MemberReplacing";
 
 /// Cluster-wide settings a runtime needs when it creates children (image, storage, pod template).
-pub use crate::spec::ClusterSpecView;
+pub use crate::validated::ValidatedCluster;
 
 /// A runtime operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +149,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn reserve(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> impl Future<Output = Result<RuntimeMember, RuntimeError>> + Send;
 
@@ -158,7 +158,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn start(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
@@ -171,7 +171,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn change_version(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
         version: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
@@ -183,7 +183,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn renew_certificates(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
@@ -194,7 +194,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn recover_quorum(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         survivor: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
@@ -256,7 +256,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn client_tls(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
     ) -> impl Future<Output = Result<Option<crate::tls::member::ClientTls>, RuntimeError>> + Send;
 
     /// Makes the controller watch what this runtime creates for a cluster, so a change to a

@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use etcd_operator_api::v1alpha2::{TlsPlane, TlsSpec};
+use etcd_operator_api::v1alpha2::{IssuerReference, TlsPlane, TlsSpec};
 
 use super::ca::{LEAF_VALIDITY, LeafSpec, LeafUsage};
 
@@ -18,7 +18,7 @@ pub enum Provider {
     /// A Secret holding `tls.crt`, `tls.key` and `ca.crt` (`secretRef`).
     Secret(String),
     /// cert-manager Certificates from an issuer (`certManager`).
-    CertManager(String),
+    CertManager(IssuerReference),
 }
 
 impl Provider {
@@ -31,7 +31,7 @@ impl Provider {
             plane
                 .cert_manager
                 .as_ref()
-                .map(|c| Self::CertManager(c.issuer_ref.name.clone()))
+                .map(|c| Self::CertManager(c.issuer_ref.clone()))
         }
     }
 

@@ -67,6 +67,9 @@ pub struct ServeArgs {
     /// listener is not limited, as kube-apiserver exempts its loopback client).
     #[command(flatten)]
     pub overload: crate::flags::OverloadArgs,
+    /// The controller's thresholds.
+    #[command(flatten)]
+    pub controller: crate::flags::ControllerArgs,
 }
 
 /// Running serve mode failed.
@@ -166,6 +169,7 @@ pub fn spawn_controllers(
     leader_election: leader::LeaderElectionArgs,
     tasks: CancellationToken,
     metrics: ControllerMetrics,
+    thresholds: etcd_operator_controller::plan::Thresholds,
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
@@ -177,7 +181,7 @@ pub fn spawn_controllers(
             let ctx = etcd_operator_controller::reconcile::Context::new(
                 controller_client.clone(),
                 runtime.clone(),
-                Default::default(),
+                thresholds.clone(),
             )
             .with_backup_credentials(credentials.clone())
             .with_metrics(metrics.clone());
@@ -291,6 +295,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         args.leader_election.clone(),
         tasks.clone(),
         controller_metrics,
+        args.controller.thresholds(),
     );
 
     let stop_private = tasks.clone();

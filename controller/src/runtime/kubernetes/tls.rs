@@ -25,7 +25,7 @@ use crate::resources::tls::{
     operator_certificate_name, operator_certificate_secret_name,
 };
 use crate::resources::{FIELD_MANAGER, list_selector};
-use crate::runtime::{ClusterSpecView, RuntimeError};
+use crate::runtime::{ValidatedCluster, RuntimeError};
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, key_matches_certificate, not_after};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
@@ -151,13 +151,11 @@ pub(super) fn issued_at(secret: &Secret) -> Option<jiff::Timestamp> {
 }
 
 /// The issuer of a `certManager` plane.
-fn issuer_of(spec: &ClusterSpecView, plane: Plane) -> Option<&IssuerReference> {
-    let tls = spec.cluster.spec.tls.as_ref()?;
-    let plane = match plane {
-        Plane::Client => tls.client.as_ref(),
-        Plane::Peer => tls.peer.as_ref(),
-    }?;
-    plane.cert_manager.as_ref().map(|c| &c.issuer_ref)
+fn issuer_of(spec: &ValidatedCluster, plane: Plane) -> Option<&IssuerReference> {
+    match plane.provider(&spec.tls)? {
+        Provider::CertManager(issuer) => Some(issuer),
+        _ => None,
+    }
 }
 
 /// The identity a `tls.crt`/`tls.key`/`ca.crt` Secret holds.
@@ -335,10 +333,10 @@ impl KubernetesRuntime {
     pub(super) async fn ensure_member_tls(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         name: &str,
     ) -> Result<Option<String>, RuntimeError> {
-        let planes = TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+        let planes = spec.tls.clone();
         let mut issued = None;
         if planes.client == Some(Provider::Auto) || planes.peer == Some(Provider::Auto) {
             issued = self
@@ -472,7 +470,7 @@ impl KubernetesRuntime {
     async fn ensure_certificate(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
         member: Option<&str>,
         plane: Plane,
     ) -> Result<Secret, RuntimeError> {
@@ -550,9 +548,9 @@ impl KubernetesRuntime {
     pub(super) async fn operator_identity(
         &self,
         cluster: &ClusterRef,
-        spec: &ClusterSpecView,
+        spec: &ValidatedCluster,
     ) -> Result<Option<ClientTls>, RuntimeError> {
-        let planes = TlsPlanes::of(spec.cluster.spec.tls.as_ref());
+        let planes = spec.tls.clone();
         match &planes.client {
             None => Ok(None),
             Some(Provider::Auto) => {
