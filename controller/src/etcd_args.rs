@@ -208,7 +208,10 @@ mod tests {
         assert_eq!(args[..expected.len()], expected);
         // The default quota follows the default storage size; it is the only other flag.
         assert_eq!(args.len(), expected.len() + 1);
-        assert!(args[expected.len()].starts_with("--quota-backend-bytes="), "{args:?}");
+        assert!(
+            args[expected.len()].starts_with("--quota-backend-bytes="),
+            "{args:?}"
+        );
         launch.force_new_cluster = true;
         let forced = etcd_args(&cluster, &launch);
         assert_eq!(forced.last().map(String::as_str), Some("--force-new-cluster"));

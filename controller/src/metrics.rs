@@ -156,6 +156,10 @@ fn duration_histogram() -> Histogram {
 #[derive(Debug, Clone)]
 pub struct ControllerMetrics {
     reconcile_duration: Histogram,
+    /// The longest reconcile this process ran (a reconcile never waits for the world: this says
+    /// how long the longest step took).
+    reconcile_longest: Gauge<f64, AtomicU64>,
+    longest: Arc<Mutex<f64>>,
     reconcile_errors: Family<ReasonLabels, Counter>,
     waits: Family<ReasonLabels, Counter>,
     steps: Family<StepLabels, Counter>,
@@ -179,6 +183,8 @@ impl Default for ControllerMetrics {
     fn default() -> Self {
         Self {
             reconcile_duration: duration_histogram(),
+            reconcile_longest: Gauge::default(),
+            longest: Arc::default(),
             reconcile_errors: Family::default(),
             waits: Family::default(),
             steps: Family::default(),
@@ -207,6 +213,11 @@ impl ControllerMetrics {
             "reconcile_duration_seconds",
             "Time one EtcdCluster reconcile took (observe, steps, status write)",
             m.reconcile_duration.clone(),
+        );
+        r.register(
+            "reconcile_longest_seconds",
+            "The longest EtcdCluster reconcile since the process started",
+            m.reconcile_longest.clone(),
         );
         // Counters get `_total` appended by the text encoding.
         r.register(
@@ -285,6 +296,17 @@ impl ControllerMetrics {
     /// Records how long a reconcile took.
     pub fn observe_reconcile(&self, seconds: f64) {
         self.reconcile_duration.observe(seconds);
+        if let Ok(mut longest) = self.longest.lock()
+            && seconds > *longest
+        {
+            *longest = seconds;
+            self.reconcile_longest.set(seconds);
+        }
+    }
+
+    /// The longest reconcile recorded, in seconds.
+    pub fn longest_reconcile(&self) -> f64 {
+        self.reconcile_longest.get()
     }
 
     /// Counts a reconcile that ended in an error with this stable code.
@@ -695,6 +717,8 @@ mod tests {
         let m = ControllerMetrics::register(&mut registry);
         m.observe_reconcile(0.02);
         m.observe_reconcile(3.0);
+        m.observe_reconcile(0.5);
+        assert_eq!(m.longest_reconcile(), 3.0);
         m.stepped(&Step::Promote {
             id: 1,
             name: "a".into(),
@@ -709,7 +733,8 @@ mod tests {
         m.etcdbackup_failed("ClusterNotFound");
         let text = scrape(&registry);
         for line in [
-            "etcd_operator_reconcile_duration_seconds_count 2",
+            "etcd_operator_reconcile_duration_seconds_count 3",
+            "etcd_operator_reconcile_longest_seconds 3.0",
             r#"etcd_operator_reconcile_duration_seconds_bucket{le="0.025"} 1"#,
             r#"etcd_operator_steps_total{step="Promote"} 1"#,
             r#"etcd_operator_reconcile_waits_total{reason="NoQuorum"} 1"#,

@@ -1051,7 +1051,12 @@ fn plan_version_change_in_flight(
 
 /// Members recorded on another version than the spec's: snapshot first, then one member at a
 /// time, followers before the leader, each only when every voter is healthy.
-fn plan_roll(desired: &ValidatedCluster, etcd: &EtcdView, observed: &Observed, held: Option<&str>) -> Option<Step> {
+fn plan_roll(
+    desired: &ValidatedCluster,
+    etcd: &EtcdView,
+    observed: &Observed,
+    held: Option<&str>,
+) -> Option<Step> {
     let target = &desired.version;
     let outdated: Vec<(&EtcdMember, &RuntimeMember, &MemberConfig)> = etcd
         .members
@@ -1327,7 +1332,11 @@ fn plan_recovery(desired: &ValidatedCluster, observed: &Observed) -> Option<Step
 /// quota is taken as "the data alone needs the quota" rather than reclaimed again.
 pub const RECLAIM_MEMORY: Duration = Duration::from_secs(600);
 
-fn plan_nospace(desired: &ValidatedCluster, etcd: &EtcdView, since_reclaim: Option<Duration>) -> Option<Step> {
+fn plan_nospace(
+    desired: &ValidatedCluster,
+    etcd: &EtcdView,
+    since_reclaim: Option<Duration>,
+) -> Option<Step> {
     let alarms: Vec<crate::model::MemberAlarm> = etcd
         .alarms
         .iter()

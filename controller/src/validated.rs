@@ -11,8 +11,8 @@ use etcd_operator_api::defaults::EffectiveReplacement;
 use etcd_operator_api::status::{EtcdClusterStatus, UpgradePhase};
 use etcd_operator_api::v1alpha2::{
     BackupSpec, DEFAULT_REPLICAS, DEFAULT_REPOSITORY, EtcdCluster, PodTemplateSpec,
-    RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION, ROTATE_CERTIFICATES_ANNOTATION,
-    RestoreSpec, StorageSpec,
+    RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION, ROTATE_CERTIFICATES_ANNOTATION, RestoreSpec,
+    StorageSpec,
 };
 use etcd_operator_api::versions::DEFAULT_ETCD_VERSION;
 
@@ -184,7 +184,10 @@ impl ValidatedCluster {
                 .namespace
                 .clone()
                 .ok_or(ValidationError::MissingMetadata("namespace"))?,
-            name: meta.name.clone().ok_or(ValidationError::MissingMetadata("name"))?,
+            name: meta
+                .name
+                .clone()
+                .ok_or(ValidationError::MissingMetadata("name"))?,
             uid: meta.uid.clone().ok_or(ValidationError::MissingMetadata("uid"))?,
         };
         let spec = &obj.spec;
@@ -339,7 +342,9 @@ mod tests {
         c.metadata.annotations =
             Some([(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), "2026-11-25".to_owned())].into());
         assert_eq!(
-            ValidatedCluster::for_test(c.clone()).certificate_rotation.as_deref(),
+            ValidatedCluster::for_test(c.clone())
+                .certificate_rotation
+                .as_deref(),
             Some("2026-11-25")
         );
         c.metadata.annotations = Some([(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), String::new())].into());

@@ -24,7 +24,7 @@ use etcd_operator_controller::model::{ClusterRef, InitialState, Liveness, Member
 use etcd_operator_controller::resources;
 use etcd_operator_controller::restore::{RestorePlan, SnapshotSource};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
-use etcd_operator_controller::runtime::{ValidatedCluster, Runtime, RuntimeError};
+use etcd_operator_controller::runtime::{Runtime, RuntimeError, ValidatedCluster};
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -1837,7 +1837,15 @@ fn golden_pod_memory() {
     let mut cfg = golden_config();
     cfg.version = "3.4.23".to_owned();
     cfg.initial_state = InitialState::Existing;
-    let pod = resources::build_pod(&cluster_ref(), &memory_spec(), &member("x2b4c"), &cfg, None, false).unwrap();
+    let pod = resources::build_pod(
+        &cluster_ref(),
+        &memory_spec(),
+        &member("x2b4c"),
+        &cfg,
+        None,
+        false,
+    )
+    .unwrap();
     golden("pod-memory", &pod);
 }
 
@@ -1866,8 +1874,7 @@ fn golden_pdb() {
 mod tls {
     use super::*;
     use etcd_operator_api::v1alpha2::{
-        AutoTls, CertManagerTls, IssuerReference, SecretReference, TlsPlane,
-        TlsSpec,
+        AutoTls, CertManagerTls, IssuerReference, SecretReference, TlsPlane, TlsSpec,
     };
     use etcd_operator_controller::resources::tls::{
         CertificateUse, MemberTlsMaterial, Plane, build_ca_secret, build_certificate, build_member_secret,
@@ -3204,11 +3211,7 @@ async fn quorum_recovery_waits_while_the_survivor_pod_stops() {
             .await;
             api.delete_pod_and_look(&a2, &cfg2, true).await;
         },
-        async |rt: KubernetesRuntime| {
-            rt.with_stop_wait(Duration::ZERO)
-                .recover_quorum(&cluster_ref(), &disk_spec(3), &a)
-                .await
-        },
+        async |rt: KubernetesRuntime| rt.recover_quorum(&cluster_ref(), &disk_spec(3), &a).await,
     )
     .await;
     assert!(

@@ -43,7 +43,7 @@ use etcd_operator_apiserver::http::request_info::RequestInfo;
 use etcd_operator_apiserver::serve::UserInfo;
 use etcd_operator_controller::model::{ClusterRef, MemberConfig};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
-use etcd_operator_controller::runtime::{ValidatedCluster, Runtime};
+use etcd_operator_controller::runtime::{Runtime, ValidatedCluster};
 use etcd_operator_tests::kube::{helm, run};
 use etcd_operator_tests::tools::workspace_root;
 use http::{Method, Request, Response, StatusCode};
@@ -663,7 +663,7 @@ async fn drive_runtime(stub: &Stub) {
         for (medium, tls) in cases {
             let spec = spec_view(medium, tls);
             // A stub's Pods never go away: no waiting for them.
-            let runtime = KubernetesRuntime::new(stub.client()).with_stop_wait(std::time::Duration::ZERO);
+            let runtime = KubernetesRuntime::new(stub.client());
             let _ = runtime.members(&cluster).await;
             let _ = runtime.client_tls(&cluster, &spec).await;
             let _ = runtime.reserve(&cluster, &spec, &member).await;

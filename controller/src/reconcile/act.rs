@@ -7,7 +7,7 @@ use crate::member_ops::MemberOps;
 use crate::model::{ClusterRef, Liveness, is_healthy};
 use crate::outcome::StepError;
 use crate::plan::{Observed, RollRecord, Step};
-use crate::runtime::{ValidatedCluster, Runtime, RuntimeError};
+use crate::runtime::{Runtime, RuntimeError, ValidatedCluster};
 
 use super::Context;
 
@@ -1059,7 +1059,13 @@ mod tests {
                 rotation: "r2".into(),
             },
         };
-        let (result, roll) = run_with(&ctx, renew.clone(), &ValidatedCluster::for_test(cluster), rolling()).await;
+        let (result, roll) = run_with(
+            &ctx,
+            renew.clone(),
+            &ValidatedCluster::for_test(cluster),
+            rolling(),
+        )
+        .await;
         assert!(result.is_ok(), "{result:?}");
         assert_eq!(roll, rolling(), "a renewal leaves a roll record as it was");
         assert_eq!(

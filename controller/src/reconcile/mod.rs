@@ -31,8 +31,8 @@ use crate::model::ClusterRef;
 use crate::outcome::{Outcome, StepError};
 use crate::plan::{self, Observed, Step, Thresholds, Timing};
 use crate::runtime::{Runtime, RuntimeError};
-use crate::validated::{RollRecord, ValidatedCluster, ValidationError};
 use crate::status;
+use crate::validated::{RollRecord, ValidatedCluster, ValidationError};
 use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
 
 /// The finalizer that makes deletion stop members and remove their data first.
@@ -380,7 +380,9 @@ async fn warn_about<R: Runtime, M: MemberOps>(
         &outcome.step,
         outcome.error.as_ref(),
     ) {
-        ctx.runtime.warn(&view.cluster, &w.reason, &w.action, &w.note).await;
+        ctx.runtime
+            .warn(&view.cluster, &w.reason, &w.action, &w.note)
+            .await;
     }
 }
 
@@ -696,7 +698,9 @@ mod tests {
         assert_eq!(Requeue::of(&waiting), Requeue::Waiting);
         let failed = Outcome {
             step,
-            error: Some(StepError::Runtime(RuntimeError::UnknownMember { name: "a".into() })),
+            error: Some(StepError::Runtime(RuntimeError::UnknownMember {
+                name: "a".into(),
+            })),
             ..Outcome::idle()
         };
         assert_eq!(Requeue::of(&failed), Requeue::Failed);

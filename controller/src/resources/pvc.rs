@@ -24,8 +24,8 @@ pub fn build_pvc(cluster: &ClusterRef, spec: &ValidatedCluster, member: &str) ->
             namespace: Some(cluster.namespace.clone()),
             labels: Some(member_labels(cluster, member)),
             annotations: super::tls::TlsSchemes::of(&spec.tls)
-            .annotation()
-            .map(|planes| BTreeMap::from([(super::tls::TLS_ANNOTATION.to_owned(), planes)])),
+                .annotation()
+                .map(|planes| BTreeMap::from([(super::tls::TLS_ANNOTATION.to_owned(), planes)])),
             owner_references: Some(vec![owner_reference(cluster)]),
             ..ObjectMeta::default()
         },

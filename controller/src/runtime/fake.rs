@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{ValidatedCluster, Runtime, RuntimeError};
+use super::{Runtime, RuntimeError, ValidatedCluster};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 
 /// A call the fake runtime received (`members` is not recorded: it only reads).

@@ -57,7 +57,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{ValidatedCluster, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
+use super::{RETAINED_REMOVED_LIMIT, Runtime, RuntimeError, ValidatedCluster};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 use crate::resources::tls::{TLS_ANNOTATION, TlsSchemes, certificate_resource, client_url_for, peer_url_for};
 use crate::resources::{
@@ -92,18 +92,12 @@ pub struct KubernetesRuntime {
     /// `namespace/name`): issued from the cluster's CA when needed and kept in memory only, so the
     /// credential never leaves the process; a restarted operator issues a new one.
     identities: Arc<Mutex<HashMap<String, crate::tls::member::ClientTls>>>,
-    /// How long a call waits for a Pod it deleted to be gone before it reports waiting (quorum
-    /// recovery and the restart after it).
-    stop_wait: std::time::Duration,
 }
 
 /// On the Pod of a member started with `--force-new-cluster` by [`Runtime::recover_quorum`]:
 /// it is started again without the flag before any member is added back (a container restart
 /// with the flag would drop them again).
 pub const FORCE_NEW_CLUSTER_ANNOTATION: &str = "etcd.operator.dev/force-new-cluster";
-
-/// The default of [`KubernetesRuntime::with_stop_wait`].
-pub const DEFAULT_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(45);
 
 /// Whether the Pod reports `Ready=True`.
 fn pod_ready(pod: &Pod) -> bool {
@@ -323,7 +317,6 @@ impl KubernetesRuntime {
             operator_image: std::env::var(resources::OPERATOR_IMAGE_ENV)
                 .ok()
                 .filter(|i| !i.is_empty()),
-            stop_wait: DEFAULT_STOP_WAIT,
         }
     }
 
@@ -346,37 +339,21 @@ impl KubernetesRuntime {
         Ok(())
     }
 
-    /// How long quorum recovery waits for a deleted Pod to be gone within one call (default
-    /// [`DEFAULT_STOP_WAIT`]); past it the call reports that it waits, and the next one goes on.
-    #[must_use]
-    pub fn with_stop_wait(mut self, wait: std::time::Duration) -> Self {
-        self.stop_wait = wait;
-        self
-    }
-
-    /// Deletes Pod `name` (if there) and waits up to `stop_wait` for it to be gone; `false`
-    /// when it is still there.
-    async fn stop_and_wait(&self, cluster: &ClusterRef, name: &str) -> Result<bool, RuntimeError> {
+    /// Deletes Pod `name` (if there) and says whether it is gone: `false` while it stops (its
+    /// containers get their grace period), which the caller reports as waiting. Never waits: the
+    /// Pod's deletion is a watch event that brings the next reconcile.
+    async fn stop_pod(&self, cluster: &ClusterRef, name: &str) -> Result<bool, RuntimeError> {
         let pods = self.api::<Pod>(cluster);
         ignore_not_found(
             pods.delete(name, &DeleteParams::default()).await,
             "delete the member Pod",
         )?;
-        let deadline = tokio::time::Instant::now() + self.stop_wait;
-        loop {
-            let there = pods
-                .get_opt(name)
-                .await
-                .map_err(kube_error("read the member Pod"))?
-                .is_some();
-            if !there {
-                return Ok(true);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
+        let there = pods
+            .get_opt(name)
+            .await
+            .map_err(kube_error("read the member Pod"))?
+            .is_some();
+        Ok(!there)
     }
 
     /// Before a member is added back after a quorum recovery: the survivor, started with
@@ -406,7 +383,7 @@ impl KubernetesRuntime {
                     "it was started with --force-new-cluster and does not serve yet; members are added back once it does",
                 ));
             }
-            if !self.stop_and_wait(cluster, &name).await? {
+            if !self.stop_pod(cluster, &name).await? {
                 return Err(waiting("its Pod started with --force-new-cluster is stopping"));
             }
             let pvc = self
@@ -776,16 +753,21 @@ impl KubernetesRuntime {
         config: &MemberConfig,
         force_new_cluster: bool,
     ) -> Result<(), RuntimeError> {
-        let mut pod =
-            build_pod(cluster, spec, name, config, self.operator_image.as_deref(), force_new_cluster).map_err(|e| match e {
-                resources::ResourceError::Restore { member, source } => {
-                    RuntimeError::Restore { member, source }
-                }
-                other => RuntimeError::State {
-                    member: name.to_owned(),
-                    detail: other.to_string(),
-                },
-            })?;
+        let mut pod = build_pod(
+            cluster,
+            spec,
+            name,
+            config,
+            self.operator_image.as_deref(),
+            force_new_cluster,
+        )
+        .map_err(|e| match e {
+            resources::ResourceError::Restore { member, source } => RuntimeError::Restore { member, source },
+            other => RuntimeError::State {
+                member: name.to_owned(),
+                detail: other.to_string(),
+            },
+        })?;
         if force_new_cluster {
             pod.annotations_mut()
                 .insert(FORCE_NEW_CLUSTER_ANNOTATION.to_owned(), "true".to_owned());
@@ -1192,7 +1174,7 @@ impl Runtime for KubernetesRuntime {
                 Runtime::remove(self, cluster, &member.name, true).await?;
             }
         }
-        if !self.stop_and_wait(cluster, survivor).await? {
+        if !self.stop_pod(cluster, survivor).await? {
             return Err(RuntimeError::Waiting {
                 member: survivor.to_owned(),
                 detail: "its Pod is stopping before it starts again with --force-new-cluster".to_owned(),

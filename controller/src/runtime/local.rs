@@ -15,10 +15,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::{ValidatedCluster, RETAINED_REMOVED_LIMIT, Runtime, RuntimeError};
+use super::{RETAINED_REMOVED_LIMIT, Runtime, RuntimeError, ValidatedCluster};
+use crate::etcd_args::TlsFiles;
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, RENEW_BEFORE};
-use crate::etcd_args::TlsFiles;
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -443,8 +443,7 @@ impl LocalRuntime {
         force_new_cluster: bool,
     ) -> Result<(), RuntimeError> {
         let binary = self.binary(&config.version)?;
-        let tls =
-            self.ensure_member_certificates(cluster, file, spec.certificate_rotation.as_deref())?;
+        let tls = self.ensure_member_certificates(cluster, file, spec.certificate_rotation.as_deref())?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -1,5 +1,8 @@
 //! Where members run. The reconcile logic is shared; a `Runtime` only places, starts, observes
 //! and removes members: `local` (etcd processes on loopback) and `kubernetes` (Pods and PVCs).
+//! Each call reads the [`ValidatedCluster`] (never the raw spec), does its part of one step and
+//! returns: what takes time (a Pod stopping, a certificate being issued) is
+//! [`RuntimeError::Waiting`] and the next reconcile goes on. Every call is idempotent.
 
 pub mod fake;
 pub mod kubernetes;
@@ -12,7 +15,7 @@ use crate::model::{ClusterRef, MemberConfig, RuntimeMember};
 /// The reason of the Warning Event announcing a member's replacement.
 pub const MEMBER_REPLACING_REASON: &str = "MemberReplacing";
 
-/// Cluster-wide settings a runtime needs when it creates children (image, storage, pod template).
+/// The resolved cluster every runtime call reads (image, storage, pod settings, TLS planes).
 pub use crate::validated::ValidatedCluster;
 
 /// A runtime operation failed.

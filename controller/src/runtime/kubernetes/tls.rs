@@ -25,7 +25,7 @@ use crate::resources::tls::{
     operator_certificate_name, operator_certificate_secret_name,
 };
 use crate::resources::{FIELD_MANAGER, list_selector};
-use crate::runtime::{ValidatedCluster, RuntimeError};
+use crate::runtime::{RuntimeError, ValidatedCluster};
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, key_matches_certificate, not_after};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
