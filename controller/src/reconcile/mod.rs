@@ -102,6 +102,9 @@ struct Memory {
     maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
     /// Reconciles or steps that failed in a row (the retry backs off with it).
     failures: u32,
+    /// A quorum recovery under way (its step answered that it waits, e.g. for the survivor's Pod
+    /// to stop): carried on as planned, since its survivor may not answer meanwhile.
+    recovering: Option<Step>,
 }
 
 /// See [`Memory::failed_starts`].
@@ -186,6 +189,18 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
         {
             memory.failures = 0;
         }
+    }
+
+    /// The quorum recovery under way for the cluster, while its request still stands and the
+    /// cluster is not paused.
+    fn recovering(&self, key: &str, view: &ValidatedCluster) -> Option<Step> {
+        if view.paused {
+            return None;
+        }
+        let all = self.memory.lock().ok()?;
+        all.get(key)?.recovering.clone().filter(|step| {
+            matches!(step, Step::RecoverQuorum { request, .. } if view.recover_quorum.as_ref() == Some(request))
+        })
     }
 
     /// Reaches backup destinations with these credentials (default: the environment).
@@ -554,14 +569,24 @@ async fn apply<R: Runtime, M: MemberOps>(
             observed.timing.defragmented_recently = due.recent;
             observed.timing.since_reclaim = crate::maintenance::since_reclaim(maintenance.as_ref(), now);
             let mut taken = Vec::new();
-            let step = plan::plan(&view, &observed, &ctx.thresholds, &mut || {
-                fresh_name(&cluster, &observed, &mut taken)
-            });
+            let step = match ctx.recovering(&key, &view) {
+                Some(step) => step,
+                None => plan::plan(&view, &observed, &ctx.thresholds, &mut || {
+                    fresh_name(&cluster, &observed, &mut taken)
+                }),
+            };
             tracing::debug!(cluster = %key, ?step, "planned");
             let mut roll = view.roll.clone();
             let result = act::act(&step, &cluster, &view, &observed, ctx, &mut roll).await;
             view.roll = roll;
             ctx.metrics.stepped(&step);
+            if let Ok(mut all) = ctx.memory.lock() {
+                let memory = all.entry(key.clone()).or_default();
+                memory.recovering = match (&step, &result) {
+                    (Step::RecoverQuorum { .. }, Err(e)) if e.is_waiting() => Some(step.clone()),
+                    _ => None,
+                };
+            }
             match &result {
                 // A reclaim goes to status (it holds off the next one, across restarts too).
                 Ok(act::Acted::Reclaimed(reclaim)) => {
@@ -673,6 +698,43 @@ mod tests {
         }
         let spread = resync(Duration::from_secs(100), 0.0)..=resync(Duration::from_secs(100), 1.0);
         assert_eq!(spread, Duration::from_secs(90)..=Duration::from_secs(110));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_quorum_recovery_is_carried_on_while_its_request_stands() {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            crate::runtime::fake::FakeRuntime::new(Vec::new(), None),
+            Thresholds::default(),
+            crate::member_ops::fake::FakeMemberOps::new(None),
+        );
+        let step = Step::RecoverQuorum {
+            survivor: "a".into(),
+            lost: vec!["b".into()],
+            applied_index: Some(7),
+            request: "auto".into(),
+        };
+        let mut view = ValidatedCluster::for_test(EtcdCluster::default());
+        view.recover_quorum = Some("auto".into());
+        let key = view.cluster.key();
+        assert_eq!(ctx.recovering(&key, &view), None);
+        ctx.memory
+            .lock()
+            .unwrap()
+            .entry(key.clone())
+            .or_default()
+            .recovering = Some(step.clone());
+        assert_eq!(ctx.recovering(&key, &view), Some(step));
+        // Answered (status.recovery records it), asked anew, or paused: planned afresh.
+        view.recover_quorum = None;
+        assert_eq!(ctx.recovering(&key, &view), None);
+        view.recover_quorum = Some("b".into());
+        assert_eq!(ctx.recovering(&key, &view), None);
+        view.recover_quorum = Some("auto".into());
+        view.paused = true;
+        assert_eq!(ctx.recovering(&key, &view), None);
     }
 
     #[test]
