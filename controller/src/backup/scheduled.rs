@@ -28,6 +28,7 @@ pub async fn run(
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
+        .reconcile_all_on(ctx.shards.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -52,6 +53,9 @@ fn until(t: chrono::DateTime<chrono::Utc>) -> Duration {
 
 async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Action, BackupError> {
     let (Some(namespace), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let Some(_shard) = ctx.shards.enter(&namespace, &name) else {
         return Ok(Action::await_change());
     };
     let Some(backup) = obj.spec.backup.clone() else {

@@ -1,0 +1,498 @@
+//! Sharding the controllers across `etcd-operator serve` replicas (issue 21): several replicas'
+//! shard managers (`etcd_operator::serve_mode::shards`) in one process against the in-memory
+//! Kubernetes API of `fake_kube` (Leases with `resourceVersion` conflicts, as kube-apiserver
+//! keeps them), each with a stand-in reconciler that reconciles, every few milliseconds, those
+//! of 50 clusters its [`ShardOwnership`] says are its own, holding the [`ShardGuard`] exactly as
+//! the controller's reconcile does, and logs every reconcile as an interval.
+//!
+//! The run: two replicas share 6 shards; a third joins; one is killed (its tasks aborted, its
+//! Leases left to expire); a fourth joins; one is cut off from the API (its reconciler keeps
+//! running, as a replica that reaches its etcd members but not kube-apiserver would) and comes
+//! back; one shuts down gracefully. Asserted over the whole run: no cluster is ever reconciled by
+//! two replicas at once; after the kill and the cut, every cluster is reconciled again within a
+//! lease duration and a margin; shards are spread (every replica holds some, at most one apart)
+//! once settled; a graceful shutdown hands its shards over without waiting for expiry.
+//!
+//! [`ShardGuard`]: etcd_operator_controller::shard::ShardGuard
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_operator::serve_mode::leader::Timing;
+use etcd_operator::serve_mode::shards::ShardManager;
+use etcd_operator_controller::shard::ShardOwnership;
+use etcd_operator_tests::fake_kube::FakeKube;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+const SHARDS: u32 = 6;
+const CLUSTERS: usize = 50;
+const NAMESPACE: &str = "etcd-operator";
+const LEASE: &str = "etcd-operator";
+const TIMING: Timing = Timing {
+    duration: Duration::from_secs(2),
+    retry: Duration::from_millis(500),
+};
+/// How long waiting for the replicas to settle may take.
+const SETTLE: Duration = Duration::from_secs(30);
+/// Beyond a lease duration, what taking over a dead replica's shards may take: up to a renew
+/// period until its last renewal is seen, one until the expiry is noticed, one more when the
+/// fair share changes only then, and the time to reconcile.
+const MARGIN: Duration = Duration::from_millis(2000);
+
+/// One reconcile: which cluster, by whom, from when to when.
+#[derive(Debug, Clone)]
+struct Interval {
+    cluster: usize,
+    replica: &'static str,
+    start: Instant,
+    end: Instant,
+}
+
+type Log = Arc<Mutex<Vec<Interval>>>;
+
+/// Logs its interval when dropped: at the end of the reconcile, or when the replica is killed in
+/// the middle of it.
+struct Recording {
+    log: Log,
+    cluster: usize,
+    replica: &'static str,
+    start: Instant,
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.log.lock().unwrap().push(Interval {
+            cluster: self.cluster,
+            replica: self.replica,
+            start: self.start,
+            end: Instant::now(),
+        });
+    }
+}
+
+fn cluster_key(cluster: usize) -> (String, String) {
+    (format!("team-{}", cluster % 4), format!("cluster-{cluster}"))
+}
+
+/// How long the stand-in takes to reconcile: a quarter of the clusters long (a quarter of a
+/// second, as a reconcile that waits for etcd: a shard given up has one in flight, which the
+/// replica must wait for before it releases the Lease), the others a few milliseconds.
+fn reconcile_time(cluster: usize) -> Duration {
+    if cluster.is_multiple_of(4) {
+        Duration::from_millis(250)
+    } else {
+        Duration::from_millis(2 + (cluster % 5) as u64 * 2)
+    }
+}
+
+/// A TCP relay between one replica and the fake API that can be cut: open connections are
+/// dropped and new ones are held unanswered until it is healed (requests hang, as to a
+/// kube-apiserver behind a broken network).
+struct Relay {
+    addr: SocketAddr,
+    cut: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, cut_rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut cut = cut_rx.clone();
+                tokio::spawn(async move {
+                    if *cut.borrow_and_update() {
+                        let _ = cut.wait_for(|cut| !*cut).await;
+                        return;
+                    }
+                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Self { addr, cut, task }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+
+    fn client(&self) -> kube::Client {
+        let mut config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        config.default_namespace = "default".to_owned();
+        kube::Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One replica: its shard manager and its stand-in reconciler.
+struct Replica {
+    name: &'static str,
+    ownership: ShardOwnership,
+    stop: CancellationToken,
+    manager: tokio::task::JoinHandle<()>,
+    reconcilers: JoinSet<()>,
+    relay: Relay,
+}
+
+impl Replica {
+    async fn start(kube: &FakeKube, name: &'static str, log: &Log) -> Self {
+        let upstream: SocketAddr = kube.url().trim_start_matches("http://").parse().unwrap();
+        let relay = Relay::start(upstream).await;
+        let ownership = ShardOwnership::new(NonZeroU32::new(SHARDS).unwrap());
+        let stop = CancellationToken::new();
+        let manager = ShardManager::new(relay.client(), NAMESPACE, LEASE, name, TIMING, ownership.clone());
+        let manager = tokio::spawn(manager.run(stop.clone()));
+        let mut reconcilers = JoinSet::new();
+        // One loop per cluster: like kube-runtime, one reconcile of an object at a time.
+        for cluster in 0..CLUSTERS {
+            let (ownership, stop, log) = (ownership.clone(), stop.clone(), log.clone());
+            reconcilers.spawn(async move {
+                let (namespace, cluster_name) = cluster_key(cluster);
+                while !stop.is_cancelled() {
+                    if let Some(guard) = ownership.enter(&namespace, &cluster_name) {
+                        let recording = Recording {
+                            log: log.clone(),
+                            cluster,
+                            replica: name,
+                            start: Instant::now(),
+                        };
+                        tokio::time::sleep(reconcile_time(cluster)).await;
+                        drop(recording);
+                        drop(guard);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+        }
+        Self {
+            name,
+            ownership,
+            stop,
+            manager,
+            reconcilers,
+            relay,
+        }
+    }
+
+    /// Dies: every task aborted where it is, nothing released.
+    fn kill(mut self) {
+        self.manager.abort();
+        self.reconcilers.abort_all();
+    }
+
+    /// Shuts down gracefully: the manager stops the reconciles, waits for them and releases.
+    async fn shut_down(mut self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.manager)
+            .await
+            .expect("the shard manager stops within 10 s")
+            .unwrap();
+        while self.reconcilers.join_next().await.is_some() {}
+    }
+}
+
+/// Polls `check` every 20 ms until it holds; panics with `what` after `limit`.
+async fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every shard held by exactly one of `replicas`, each holding some and at most one more than
+/// any other.
+fn settled(replicas: &[&Replica]) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut counts = Vec::new();
+    for replica in replicas {
+        let held = replica.ownership.held();
+        counts.push(held.len());
+        for shard in held {
+            if !seen.insert(shard) {
+                return false;
+            }
+        }
+    }
+    let (min, max) = (
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
+    );
+    seen.len() == SHARDS as usize && min >= 1 && max - min <= 1
+}
+
+fn holdings(replicas: &[&Replica]) -> String {
+    replicas
+        .iter()
+        .map(|r| format!("{}={:?}", r.name, r.ownership.held()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Per cluster, the first reconcile that started at or after `since`.
+fn first_reconciles_since(log: &Log, since: Instant) -> BTreeMap<usize, Instant> {
+    let mut first: BTreeMap<usize, Instant> = BTreeMap::new();
+    for interval in log.lock().unwrap().iter().filter(|i| i.start >= since) {
+        let entry = first.entry(interval.cluster).or_insert(interval.start);
+        if interval.start < *entry {
+            *entry = interval.start;
+        }
+    }
+    first
+}
+
+/// Overlapping reconciles of one cluster by two replicas, described (times since `origin`).
+fn overlaps(log: &[Interval], origin: Instant) -> Vec<String> {
+    let mut by_cluster: BTreeMap<usize, Vec<&Interval>> = BTreeMap::new();
+    for interval in log {
+        by_cluster.entry(interval.cluster).or_default().push(interval);
+    }
+    let mut found = Vec::new();
+    for (cluster, mut intervals) in by_cluster {
+        intervals.sort_by_key(|i| i.start);
+        // The latest end so far of each replica's reconciles of this cluster.
+        let mut ends: BTreeMap<&str, (Instant, Instant)> = BTreeMap::new();
+        for interval in intervals {
+            for (other, (start, end)) in &ends {
+                if *other != interval.replica && *end > interval.start {
+                    found.push(format!(
+                        "cluster {cluster}: {other} reconciled it from {:?} to {:?}, {} from {:?}",
+                        start.duration_since(origin),
+                        end.duration_since(origin),
+                        interval.replica,
+                        interval.start.duration_since(origin),
+                    ));
+                }
+            }
+            let entry = ends
+                .entry(interval.replica)
+                .or_insert((interval.start, interval.end));
+            if interval.end > entry.1 {
+                *entry = (interval.start, interval.end);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_clusters_and_never_reconcile_one_twice_at_a_time() {
+    let kube = FakeKube::start().await.unwrap();
+    // Installs the TLS provider kube's client needs even for plain HTTP.
+    let _ = kube.client().unwrap();
+    let log: Log = Arc::default();
+    let origin = Instant::now();
+
+    // Two replicas share the 6 shards, 3 each.
+    let a = Replica::start(&kube, "replica-a", &log).await;
+    let b = Replica::start(&kube, "replica-b", &log).await;
+    let took = wait_until("a and b share the shards", SETTLE, || settled(&[&a, &b])).await;
+    println!("2 replicas settled in {took:?}: {}", holdings(&[&a, &b]));
+    assert_eq!(a.ownership.held().len(), 3);
+    assert_eq!(b.ownership.held().len(), 3);
+    let since = Instant::now();
+    wait_until("every cluster is reconciled", SETTLE, || {
+        first_reconciles_since(&log, since).len() == CLUSTERS
+    })
+    .await;
+
+    // A third joins: the two give one shard each up to it.
+    let c = Replica::start(&kube, "replica-c", &log).await;
+    let took = wait_until("c gets its share", SETTLE, || settled(&[&a, &b, &c])).await;
+    println!(
+        "a joining replica got its share in {took:?}: {}",
+        holdings(&[&a, &b, &c])
+    );
+    for r in [&a, &b, &c] {
+        assert_eq!(r.ownership.held().len(), 2, "{}", holdings(&[&a, &b, &c]));
+    }
+
+    // b dies: a and c take its shards once its Leases expired, and every cluster is reconciled
+    // again within a lease duration and the margin.
+    let b_shards = b.ownership.held();
+    let killed = Instant::now();
+    b.kill();
+    let took = wait_until("a and c hold every shard", SETTLE, || settled(&[&a, &c])).await;
+    println!(
+        "after a kill, the survivors held every shard in {took:?}: {}",
+        holdings(&[&a, &c])
+    );
+    wait_until(
+        "every cluster is reconciled after the kill",
+        TIMING.duration + MARGIN + Duration::from_secs(5),
+        || first_reconciles_since(&log, killed).len() == CLUSTERS,
+    )
+    .await;
+    let first = first_reconciles_since(&log, killed);
+    let of_b: Vec<Duration> = (0..CLUSTERS)
+        .filter(|cluster| {
+            let (ns, name) = cluster_key(*cluster);
+            b_shards.contains(&a.ownership.shard_of(&ns, &name))
+        })
+        .map(|cluster| first[&cluster].duration_since(killed))
+        .collect();
+    let slowest = first.values().map(|t| t.duration_since(killed)).max().unwrap();
+    println!(
+        "after a kill: the dead replica's {} clusters reconciled again after {:?} .. {:?} (lease duration {:?})",
+        of_b.len(),
+        of_b.iter().min().unwrap(),
+        of_b.iter().max().unwrap(),
+        TIMING.duration
+    );
+    assert!(!of_b.is_empty());
+    assert!(
+        slowest <= TIMING.duration + MARGIN,
+        "a cluster waited {slowest:?} after the kill"
+    );
+    assert!(
+        *of_b.iter().min().unwrap() >= TIMING.duration - TIMING.retry,
+        "the dead replica's clusters were taken before its Leases could expire"
+    );
+
+    // A fourth joins after the kill.
+    let d = Replica::start(&kube, "replica-d", &log).await;
+    let took = wait_until("d gets its share", SETTLE, || settled(&[&a, &c, &d])).await;
+    println!(
+        "a replica joining after the kill got its share in {took:?}: {}",
+        holdings(&[&a, &c, &d])
+    );
+
+    // c is cut off from the API but keeps running: it stops reconciling before its Leases can
+    // expire for the others, who take its shards over; healed, it gets its share back.
+    let c_shards = c.ownership.held();
+    let cut = Instant::now();
+    c.relay.set_cut(true);
+    let stopped = wait_until("c stops reconciling", TIMING.duration, || {
+        c.ownership.held().is_empty()
+    })
+    .await;
+    println!(
+        "cut off, a replica stopped reconciling after {stopped:?} (its renew deadline: {:?})",
+        TIMING.renew_deadline()
+    );
+    let took = wait_until("a and d hold every shard", SETTLE, || settled(&[&a, &d])).await;
+    let c_clusters: Vec<usize> = (0..CLUSTERS)
+        .filter(|cluster| {
+            let (ns, name) = cluster_key(*cluster);
+            c_shards.contains(&a.ownership.shard_of(&ns, &name))
+        })
+        .collect();
+    let by_others_since_cut = |cluster: usize| {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|i| i.cluster == cluster && i.replica != "replica-c" && i.start >= cut)
+            .map(|i| i.start.duration_since(cut))
+            .min()
+    };
+    wait_until(
+        "the cut-off replica's clusters are reconciled by others",
+        SETTLE,
+        || c_clusters.iter().all(|c| by_others_since_cut(*c).is_some()),
+    )
+    .await;
+    let of_c: Vec<Duration> = c_clusters
+        .iter()
+        .filter_map(|c| by_others_since_cut(*c))
+        .collect();
+    let (fastest, slowest) = (*of_c.iter().min().unwrap(), *of_c.iter().max().unwrap());
+    println!(
+        "cut off: the others held its shards after {took:?}; its {} clusters reconciled by another after {fastest:?} .. {slowest:?}",
+        of_c.len()
+    );
+    assert!(
+        slowest <= TIMING.duration + MARGIN,
+        "a cluster of the cut-off replica waited {slowest:?}"
+    );
+    assert!(
+        fastest >= TIMING.duration - TIMING.retry,
+        "the cut-off replica's clusters were taken before its Leases could expire"
+    );
+    c.relay.set_cut(false);
+    let took = wait_until("c is back with its share", SETTLE, || settled(&[&a, &c, &d])).await;
+    println!(
+        "healed, it got its share back in {took:?}: {}",
+        holdings(&[&a, &c, &d])
+    );
+
+    // a shuts down gracefully: its Leases are released and taken at once, not after expiry.
+    let a_shards = a.ownership.held();
+    let leaving = Instant::now();
+    a.shut_down().await;
+    let took = wait_until("c and d hold every shard", SETTLE, || settled(&[&c, &d])).await;
+    println!(
+        "a graceful shutdown handed {} shards over in {:?}",
+        a_shards.len(),
+        leaving.elapsed()
+    );
+    assert!(
+        took < TIMING.duration,
+        "the shards of a replica that shut down were taken only after {took:?}: not released"
+    );
+    let leases = kube.objects("leases");
+    let presence = format!("{LEASE}-replica-replica-a");
+    assert!(
+        leases
+            .iter()
+            .filter(|l| l["metadata"]["name"] == presence.as_str())
+            .all(|l| l["spec"]
+                .get("holderIdentity")
+                .is_none_or(serde_json::Value::is_null)),
+        "a released its presence Lease"
+    );
+
+    c.shut_down().await;
+    d.shut_down().await;
+
+    let log = log.lock().unwrap().clone();
+    let found = overlaps(&log, origin);
+    let by_replica = log.iter().fold(BTreeMap::<&str, usize>::new(), |mut m, i| {
+        *m.entry(i.replica).or_default() += 1;
+        m
+    });
+    println!("{} reconciles logged: {by_replica:?}", log.len());
+    assert!(
+        found.is_empty(),
+        "{} overlapping reconciles, e.g.:\n{}",
+        found.len(),
+        found.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+    );
+    // The shard Leases all exist, and every replica's presence Lease is released or gone.
+    let shard_leases = leases
+        .iter()
+        .filter(|l| {
+            l["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("-shard-")
+        })
+        .count();
+    assert_eq!(shard_leases, SHARDS as usize);
+}
