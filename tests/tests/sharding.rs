@@ -155,36 +155,51 @@ struct Replica {
     relay: Relay,
 }
 
+/// The stand-in reconciler: one loop per cluster (like kube-runtime, one reconcile of an object
+/// at a time), each reconciling its cluster while `ownership` says so, until `stop`.
+fn stand_in(
+    ownership: &ShardOwnership,
+    name: &'static str,
+    log: &Log,
+    stop: &CancellationToken,
+) -> JoinSet<()> {
+    let mut reconcilers = JoinSet::new();
+    for cluster in 0..CLUSTERS {
+        let (ownership, stop, log) = (ownership.clone(), stop.clone(), log.clone());
+        reconcilers.spawn(async move {
+            let (namespace, cluster_name) = cluster_key(cluster);
+            while !stop.is_cancelled() {
+                if let Some(guard) = ownership.enter(&namespace, &cluster_name) {
+                    let recording = Recording {
+                        log: log.clone(),
+                        cluster,
+                        replica: name,
+                        start: Instant::now(),
+                    };
+                    tokio::time::sleep(reconcile_time(cluster)).await;
+                    drop(recording);
+                    drop(guard);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+    reconcilers
+}
+
 impl Replica {
     async fn start(kube: &FakeKube, name: &'static str, log: &Log) -> Self {
+        Self::start_with(kube, name, log, SHARDS).await
+    }
+
+    async fn start_with(kube: &FakeKube, name: &'static str, log: &Log, shards: u32) -> Self {
         let upstream: SocketAddr = kube.url().trim_start_matches("http://").parse().unwrap();
         let relay = Relay::start(upstream).await;
-        let ownership = ShardOwnership::new(NonZeroU32::new(SHARDS).unwrap());
+        let ownership = ShardOwnership::new(NonZeroU32::new(shards).unwrap());
         let stop = CancellationToken::new();
         let manager = ShardManager::new(relay.client(), NAMESPACE, LEASE, name, TIMING, ownership.clone());
         let manager = tokio::spawn(manager.run(stop.clone()));
-        let mut reconcilers = JoinSet::new();
-        // One loop per cluster: like kube-runtime, one reconcile of an object at a time.
-        for cluster in 0..CLUSTERS {
-            let (ownership, stop, log) = (ownership.clone(), stop.clone(), log.clone());
-            reconcilers.spawn(async move {
-                let (namespace, cluster_name) = cluster_key(cluster);
-                while !stop.is_cancelled() {
-                    if let Some(guard) = ownership.enter(&namespace, &cluster_name) {
-                        let recording = Recording {
-                            log: log.clone(),
-                            cluster,
-                            replica: name,
-                            start: Instant::now(),
-                        };
-                        tokio::time::sleep(reconcile_time(cluster)).await;
-                        drop(recording);
-                        drop(guard);
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            });
-        }
+        let reconcilers = stand_in(&ownership, name, log, &stop);
         Self {
             name,
             ownership,
@@ -230,6 +245,10 @@ async fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool
 /// Every shard held by exactly one of `replicas`, each holding some and at most one more than
 /// any other.
 fn settled(replicas: &[&Replica]) -> bool {
+    settled_in(replicas, SHARDS)
+}
+
+fn settled_in(replicas: &[&Replica], shards: u32) -> bool {
     let mut seen = BTreeSet::new();
     let mut counts = Vec::new();
     for replica in replicas {
@@ -245,7 +264,7 @@ fn settled(replicas: &[&Replica]) -> bool {
         counts.iter().copied().min().unwrap_or(0),
         counts.iter().copied().max().unwrap_or(0),
     );
-    seen.len() == SHARDS as usize && min >= 1 && max - min <= 1
+    seen.len() == shards as usize && min >= 1 && max - min <= 1
 }
 
 fn holdings(replicas: &[&Replica]) -> String {
@@ -495,4 +514,154 @@ async fn replicas_share_the_clusters_and_never_reconcile_one_twice_at_a_time() {
         })
         .count();
     assert_eq!(shard_leases, SHARDS as usize);
+}
+
+/// How often the fake API's Lease `name` was written (its resourceVersion changes), polled.
+struct Writes {
+    name: String,
+    last: Option<String>,
+    count: usize,
+}
+
+impl Writes {
+    fn of(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            last: None,
+            count: 0,
+        }
+    }
+
+    fn poll(&mut self, kube: &FakeKube) -> usize {
+        let rv = kube
+            .objects("leases")
+            .into_iter()
+            .find(|l| l["metadata"]["name"] == self.name.as_str())
+            .and_then(|l| l["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+        if rv.is_some() && rv != self.last {
+            self.count += 1;
+            self.last = rv;
+        }
+        self.count
+    }
+}
+
+/// A rollout that turns sharding on and then changes the shard count: replicas of one
+/// configuration take nothing while the other's hold Leases (`--shards 1`'s leader Lease, or
+/// shard Leases of another count), and take over when those are released. No cluster is ever
+/// reconciled by two replicas at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_shard_count_in_a_rollout_never_lets_two_configurations_act() {
+    use etcd_operator::serve_mode::leader::{LeaderElectionArgs, run_while_leader};
+
+    let kube = FakeKube::start().await.unwrap();
+    let _ = kube.client().unwrap();
+    let log: Log = Arc::default();
+    let origin = Instant::now();
+
+    // `--shards 1`: the leader reconciles every cluster.
+    let leader_args = LeaderElectionArgs {
+        leader_elect: true,
+        leader_elect_lease_name: LEASE.to_owned(),
+        leader_elect_lease_namespace: NAMESPACE.to_owned(),
+        leader_elect_identity: Some("leader".to_owned()),
+        leader_elect_lease_duration: 2,
+        leader_elect_renew_period: 1,
+        shards: 1,
+    };
+    let leading = Arc::new(Mutex::new(false));
+    let stop_leader = CancellationToken::new();
+    let leader = {
+        let (log, leading) = (log.clone(), leading.clone());
+        tokio::spawn(run_while_leader(
+            kube.client().unwrap(),
+            leader_args,
+            stop_leader.clone(),
+            move |stop: CancellationToken| {
+                let (log, leading) = (log.clone(), leading.clone());
+                async move {
+                    *leading.lock().unwrap() = true;
+                    let mut loops = stand_in(&ShardOwnership::all(), "leader", &log, &stop);
+                    while loops.join_next().await.is_some() {}
+                    *leading.lock().unwrap() = false;
+                }
+            },
+        ))
+    };
+    wait_until("the leader leads", SETTLE, || *leading.lock().unwrap()).await;
+
+    // Sharded replicas (3 shards) join: they take nothing while the leader Lease is held, for
+    // as long as the leader renews it three times.
+    let s1 = Replica::start_with(&kube, "sharded-3-a", &log, 3).await;
+    let s2 = Replica::start_with(&kube, "sharded-3-b", &log, 3).await;
+    let mut renewals = Writes::of(LEASE);
+    let start = renewals.poll(&kube);
+    wait_until("the leader renews three times", SETTLE, || {
+        assert!(
+            s1.ownership.held().is_empty() && s2.ownership.held().is_empty(),
+            "took shards while the leader leads"
+        );
+        renewals.poll(&kube) >= start + 3
+    })
+    .await;
+    // The leader goes: its Lease released, the sharded replicas take over at once.
+    let leaving = Instant::now();
+    stop_leader.cancel();
+    leader.await.unwrap().unwrap();
+    let took = wait_until("the 3-shard replicas hold every shard", SETTLE, || {
+        settled_in(&[&s1, &s2], 3)
+    })
+    .await;
+    println!(
+        "the leader gone, 3-shard replicas held every shard in {:?}",
+        leaving.elapsed()
+    );
+    assert!(
+        took < TIMING.duration,
+        "the leader Lease was not released: {took:?}"
+    );
+
+    // Replicas with 6 shards join: they take nothing while 3-shard Leases are held.
+    let t1 = Replica::start_with(&kube, "sharded-6-a", &log, 6).await;
+    let t2 = Replica::start_with(&kube, "sharded-6-b", &log, 6).await;
+    let mut renewals = Writes::of(&format!("{LEASE}-shard-0"));
+    let start = renewals.poll(&kube);
+    wait_until("the 3-shard replicas renew three times", SETTLE, || {
+        assert!(
+            t1.ownership.held().is_empty() && t2.ownership.held().is_empty(),
+            "took shards while 3-shard replicas hold theirs"
+        );
+        renewals.poll(&kube) >= start + 3
+    })
+    .await;
+    // The old replicas go one by one; the new take over once none of the old holds a Lease.
+    s1.shut_down().await;
+    wait_until("the other 3-shard replica holds every shard", SETTLE, || {
+        settled_in(&[&s2], 3)
+    })
+    .await;
+    assert!(t1.ownership.held().is_empty() && t2.ownership.held().is_empty());
+    s2.shut_down().await;
+    wait_until("the 6-shard replicas hold every shard", SETTLE, || {
+        settled_in(&[&t1, &t2], 6)
+    })
+    .await;
+    println!("after the rollout: {}", holdings(&[&t1, &t2]));
+    let since = Instant::now();
+    wait_until("every cluster is reconciled", SETTLE, || {
+        first_reconciles_since(&log, since).len() == CLUSTERS
+    })
+    .await;
+    t1.shut_down().await;
+    t2.shut_down().await;
+
+    let log = log.lock().unwrap().clone();
+    let found = overlaps(&log, origin);
+    println!("{} reconciles logged", log.len());
+    assert!(
+        found.is_empty(),
+        "{} overlapping reconciles, e.g.:\n{}",
+        found.len(),
+        found.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+    );
 }

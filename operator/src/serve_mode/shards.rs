@@ -10,7 +10,8 @@
 //! adds is *which* shards a replica tries to hold, so that they spread:
 //!
 //! - Every replica also keeps a presence Lease `<lease-name>-replica-<identity>` (as
-//!   kube-apiserver keeps its identity Leases), so replicas that hold no shard yet are counted.
+//!   kube-apiserver keeps its identity Leases), so replicas that hold no shard yet are counted
+//!   (those of the same shard count only).
 //!   One labelled list per renew period reads the shard and presence Leases together.
 //! - With `L` live replicas (valid presence Leases, valid shard holders, and this one), the fair
 //!   share is `ceil(N / L)` ([`fair_share`]). [`plan`] (pure, unit-tested) then decides: a replica
@@ -28,6 +29,14 @@
 //!   (the deadline is checked by [`ShardOwnership`] on every reconcile start).
 //! - On shutdown a replica stops reconciling, waits for the reconciles in flight, releases its
 //!   shard Leases and its presence Lease.
+//! - Replicas of another configuration (a rollout that changes `--shards`) cover other sets of
+//!   clusters with their Leases, so two configurations must not act at once: each shard Lease
+//!   carries its holder's shard count (label [`SHARDS_LABEL`]). A replica takes no shard while
+//!   the single leader Lease (`--shards 1`) or a shard Lease of a smaller count is validly held
+//!   by another replica, and gives all its shards up when the leader Lease or one of a larger
+//!   count is (the larger count wins; `--shards 1` replicas do not know about shards, so they
+//!   win too). Only replicas that took Leases in the same renew period, each before seeing the
+//!   other's, can overlap, and for one renew period.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::num::NonZeroU32;
@@ -46,6 +55,8 @@ use super::leader::{Attempt, LeaderElectionError, LeaseLock, Observation, Step, 
 pub const GROUP_LABEL: &str = "etcd.operator.dev/lease-group";
 /// Label saying what a Lease of the group is: `shard` or `replica`.
 pub const ROLE_LABEL: &str = "etcd.operator.dev/lease-role";
+/// Label on the Leases of a replica: its shard count (`--shards`).
+pub const SHARDS_LABEL: &str = "etcd.operator.dev/shards";
 
 /// The Lease of shard `shard`.
 pub fn shard_lease_name(lease_name: &str, shard: u32) -> String {
@@ -91,6 +102,12 @@ pub struct View<'a> {
     /// The lease duration: a shard free for this long may be taken by any replica below its
     /// fair share.
     pub duration: Duration,
+    /// Another configuration acts (a held leader Lease, or shard Leases held under a larger
+    /// shard count): give every shard up.
+    pub yield_all: bool,
+    /// Another configuration may act (shard Leases held under a smaller shard count, or the
+    /// leader Lease could not be read): take nothing.
+    pub hold_off: bool,
 }
 
 /// What a replica does with the shards at one renew period.
@@ -137,6 +154,10 @@ pub fn plan(view: &View<'_>) -> Plan {
         .map(|(_, count)| *count)
         .min();
     let mut result = Plan::default();
+    if view.yield_all {
+        result.shed = mine.iter().rev().copied().collect();
+        return result;
+    }
     if held > fair {
         let excess = usize::try_from(held - fair).unwrap_or(usize::MAX);
         result.shed = mine.iter().rev().take(excess).copied().collect();
@@ -153,6 +174,9 @@ pub fn plan(view: &View<'_>) -> Plan {
     let offset = fnv1a64(view.me.as_bytes()) % u64::from(shards.max(1));
     free.sort_by_key(|shard| (u64::from(*shard) + u64::from(shards) - offset) % u64::from(shards.max(1)));
     let mut count = held;
+    if view.hold_off {
+        return result;
+    }
     for shard in free {
         if count >= fair {
             break;
@@ -168,6 +192,19 @@ pub fn plan(view: &View<'_>) -> Plan {
         }
     }
     result
+}
+
+/// What this replica has seen of the other Leases, each judged like the leader Lease.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Our presence Lease.
+    presence: Observation,
+    /// Other replicas' presence Leases, by name.
+    others: HashMap<String, Observation>,
+    /// Shard Leases of another shard count, by name.
+    foreign: HashMap<String, Observation>,
+    /// The single leader Lease.
+    leader: Observation,
 }
 
 /// One shard's Lease as this replica deals with it.
@@ -241,6 +278,7 @@ impl ShardManager {
         BTreeMap::from([
             (GROUP_LABEL.to_owned(), self.lease_name.clone()),
             (ROLE_LABEL.to_owned(), role.to_owned()),
+            (SHARDS_LABEL.to_owned(), self.ownership.shards().to_string()),
         ])
     }
 
@@ -268,8 +306,7 @@ impl ShardManager {
             })
             .collect();
         let presence = self.lock(&replica_lease_name(&self.lease_name, &self.identity), "replica");
-        let mut presence_seen = Observation::default();
-        let mut others: HashMap<String, Observation> = HashMap::new();
+        let mut seen = Seen::default();
         tracing::info!(
             identity = %self.identity,
             shards = shards.get(),
@@ -278,8 +315,7 @@ impl ShardManager {
         );
         loop {
             let started = Instant::now();
-            self.tick(&mut slots, &presence, &mut presence_seen, &mut others)
-                .await;
+            self.tick(&mut slots, &presence, &mut seen).await;
             self.metrics.set_shards(self.ownership.held().len(), shards.get());
             let pause = self.timing.retry.saturating_sub(started.elapsed());
             tokio::select! {
@@ -292,15 +328,12 @@ impl ShardManager {
     }
 
     /// One renew period: presence, one list, renewals, what to give up and what to take.
-    async fn tick(
-        &self,
-        slots: &mut [Slot],
-        presence: &LeaseLock,
-        presence_seen: &mut Observation,
-        others: &mut HashMap<String, Observation>,
-    ) {
+    async fn tick(&self, slots: &mut [Slot], presence: &LeaseLock, seen: &mut Seen) {
         let limit = self.timing.retry;
-        if let Err(error) = presence.try_acquire_or_renew_within(presence_seen, limit).await {
+        if let Err(error) = presence
+            .try_acquire_or_renew_within(&mut seen.presence, limit)
+            .await
+        {
             tracing::warn!(%error, "shard presence");
         }
         let selector = format!("{GROUP_LABEL}={}", self.lease_name);
@@ -323,7 +356,19 @@ impl ShardManager {
                 return;
             }
         };
+        // The single leader Lease of `--shards 1` replicas (a rollout changing the flag).
+        let leader = tokio::time::timeout(limit, self.api.get_opt(&self.lease_name)).await;
         let now = Instant::now();
+        let (leader_held, leader_unknown) = match leader {
+            Ok(Ok(lease)) => (
+                matches!(
+                    seen.leader.step(lease.as_ref(), &self.identity, now, self.timing),
+                    Step::Wait { .. }
+                ),
+                false,
+            ),
+            _ => (false, true),
+        };
 
         // Other replicas' presence.
         let mut live = BTreeSet::from([self.identity.clone()]);
@@ -335,23 +380,69 @@ impl ShardManager {
                 .and_then(|l| l.get(ROLE_LABEL))
                 .is_some_and(|r| r == "replica")
         };
-        others.retain(|name, _| leases.contains_key(name));
+        seen.others.retain(|name, _| leases.contains_key(name));
         for (name, lease) in leases.iter().filter(|(_, l)| replica_role(l)) {
             if name == presence.name() {
                 continue;
             }
-            let step =
-                others
-                    .entry(name.clone())
-                    .or_default()
-                    .step(Some(lease), &self.identity, now, self.timing);
+            let step = seen.others.entry(name.clone()).or_default().step(
+                Some(lease),
+                &self.identity,
+                now,
+                self.timing,
+            );
+            // Replicas of another shard count do not share our shards (see below).
+            let same_count = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SHARDS_LABEL))
+                .is_some_and(|n| *n == self.ownership.shards().to_string());
             match step {
                 Step::Wait { holder, .. } => {
-                    live.insert(holder);
+                    if same_count {
+                        live.insert(holder);
+                    }
                 }
                 Step::TakeOver => self.forget_replica(name, lease).await,
                 Step::Create | Step::Renew => {}
             }
+        }
+
+        // Shard Leases held under another shard count (a rollout changing the flag): they cover
+        // other sets of clusters, so two counts must never act at once.
+        let ours = self.ownership.shards().get();
+        let (mut larger, mut smaller) = (false, false);
+        seen.foreign.retain(|name, _| leases.contains_key(name));
+        for (name, lease) in &leases {
+            let labels = lease.metadata.labels.clone().unwrap_or_default();
+            if labels.get(ROLE_LABEL).is_none_or(|r| r != "shard") {
+                continue;
+            }
+            let count = labels.get(SHARDS_LABEL).and_then(|n| n.parse::<u32>().ok());
+            if count == Some(ours) {
+                continue;
+            }
+            let step = seen.foreign.entry(name.clone()).or_default().step(
+                Some(lease),
+                &self.identity,
+                now,
+                self.timing,
+            );
+            if matches!(step, Step::Wait { .. }) {
+                if count.is_none_or(|n| n > ours) {
+                    larger = true;
+                } else {
+                    smaller = true;
+                }
+            }
+        }
+        let yield_all = leader_held || larger;
+        if yield_all && slots.iter().any(|s| s.held && s.leaving.is_none()) {
+            tracing::warn!(
+                leader_held,
+                "replicas of another --shards value hold Leases; giving every shard up to them"
+            );
         }
 
         // The shards as read.
@@ -397,6 +488,8 @@ impl ShardManager {
             free_for: &free_for,
             leaving: &leaving,
             duration: self.timing.duration,
+            yield_all,
+            hold_off: yield_all || smaller || leader_unknown,
         });
 
         // Renew what the Lease says is ours (also what we are giving up, until it drained).
@@ -606,6 +699,8 @@ mod tests {
             free_for: &free_for,
             leaving: &leaving,
             duration: D,
+            yield_all: false,
+            hold_off: false,
         })
     }
 
@@ -695,6 +790,8 @@ mod tests {
             free_for: &free_for,
             leaving: &BTreeSet::new(),
             duration: D,
+            yield_all: false,
+            hold_off: false,
         });
         assert_eq!(p.take, vec![2]);
     }
@@ -715,6 +812,33 @@ mod tests {
         // a holds 1 counted shard (0); fair share 3; b has 1: a may take one (not richer).
         assert_eq!(p.take.len(), 1);
         assert!(!p.take.contains(&1));
+    }
+
+    #[test]
+    fn another_configuration_acting_makes_a_replica_give_up_or_hold_off() {
+        let holders = holders("ab....");
+        let free_for = vec![Duration::ZERO; 6];
+        let alive = live(&["a", "b"]);
+        let none = BTreeSet::new();
+        let view = |yield_all, hold_off| View {
+            me: "a",
+            live: &alive,
+            holders: &holders,
+            free_for: &free_for,
+            leaving: &none,
+            duration: D,
+            yield_all,
+            hold_off,
+        };
+        assert_eq!(
+            plan(&view(true, true)),
+            Plan {
+                take: vec![],
+                shed: vec![0]
+            }
+        );
+        assert_eq!(plan(&view(false, true)), Plan::default());
+        assert_eq!(plan(&view(false, false)).take.len(), 1);
     }
 
     #[test]
