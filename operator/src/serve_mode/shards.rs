@@ -22,7 +22,8 @@
 //!   replica that gave it up), or any free shard left free for a whole lease duration.
 //! - A replica gives a shard up by first refusing new reconciles of its clusters, then waiting
 //!   (renewing the Lease meanwhile, at most one lease duration) for the reconciles in flight, and
-//!   only then releasing the Lease (holder cleared), which the next replica takes at once.
+//!   only then releasing the Lease (holder cleared), which the next replica takes at once. One
+//!   whose reconciles outlast that is not released but left to expire (no longer renewed).
 //! - A replica that dies stops renewing: its shards are free to the others one lease duration
 //!   after they last saw them renewed. A replica that cannot renew stops reconciling a shard
 //!   at [`Timing::act_until`], one renew period before that, whatever its requests are doing
@@ -216,6 +217,10 @@ struct Slot {
     held: bool,
     /// Giving it up since then: not reconciled any more, released once drained.
     leaving: Option<Instant>,
+    /// Given up with reconciles that did not end within a lease duration: no longer renewed nor
+    /// released, left to expire (one more lease duration for them), until the Lease no longer
+    /// names us.
+    abandoned: bool,
     /// Seen free since then.
     free_since: Option<Instant>,
 }
@@ -302,6 +307,7 @@ impl ShardManager {
                 observation: Observation::default(),
                 held: false,
                 leaving: None,
+                abandoned: false,
                 free_since: None,
             })
             .collect();
@@ -457,6 +463,9 @@ impl ShardManager {
                 Step::Wait { holder, .. } => Some(holder.clone()),
                 Step::Create | Step::TakeOver => None,
             };
+            if step != Step::Renew {
+                slot.abandoned = false;
+            }
             if slot.held && step != Step::Renew {
                 tracing::warn!(
                     shard,
@@ -478,7 +487,7 @@ impl ShardManager {
         }
         let leaving: BTreeSet<u32> = (0_u32..)
             .zip(slots.iter())
-            .filter(|(_, s)| s.leaving.is_some())
+            .filter(|(_, s)| s.leaving.is_some() || s.abandoned)
             .map(|(shard, _)| shard)
             .collect();
         let decided = plan(&View {
@@ -494,7 +503,7 @@ impl ShardManager {
 
         // Renew what the Lease says is ours (also what we are giving up, until it drained).
         for (shard, (slot, (lease, step))) in (0_u32..).zip(slots.iter_mut().zip(&steps)) {
-            if *step != Step::Renew {
+            if *step != Step::Renew || slot.abandoned {
                 continue;
             }
             let sent = Instant::now();
@@ -538,11 +547,16 @@ impl ShardManager {
                 continue;
             }
             if in_flight > 0 {
+                // Released, another replica would start at once: left to expire instead.
                 tracing::warn!(
                     shard,
                     in_flight,
-                    "releasing the shard Lease with reconciles still running"
+                    "reconciles of the shard still run after a lease duration; leaving its Lease to expire"
                 );
+                slot.held = false;
+                slot.leaving = None;
+                slot.abandoned = true;
+                continue;
             }
             match tokio::time::timeout(limit, slot.lock.release()).await {
                 Ok(Ok(())) => {
@@ -649,19 +663,26 @@ impl ShardManager {
                 self.ownership.stop(shard);
             }
         }
+        // The controllers stop at the same time; serve mode waits 10 s for both.
+        let deadline = Instant::now() + self.timing.renew_deadline().min(Duration::from_secs(5));
         for (shard, slot) in (0_u32..).zip(slots.iter_mut()) {
             if !slot.held {
                 continue;
             }
-            if !self.ownership.drained(shard, self.timing.renew_deadline()).await {
-                tracing::warn!(shard, "releasing the shard Lease with reconciles still running");
+            slot.held = false;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.ownership.drained(shard, left).await {
+                tracing::warn!(
+                    shard,
+                    "reconciles of the shard still run; leaving its Lease to expire"
+                );
+                continue;
             }
             match tokio::time::timeout(self.timing.retry, slot.lock.release()).await {
                 Ok(Ok(())) => tracing::info!(shard, "released the shard Lease"),
                 Ok(Err(error)) => tracing::warn!(shard, %error, "release the shard Lease"),
                 Err(_) => tracing::warn!(shard, "release the shard Lease: no answer"),
             }
-            slot.held = false;
         }
         match tokio::time::timeout(self.timing.retry, presence.release()).await {
             Ok(Ok(())) => {}
