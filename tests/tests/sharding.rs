@@ -13,6 +13,14 @@
 //! lease duration and a margin; shards are spread (every replica holds some, at most one apart)
 //! once settled; a graceful shutdown hands its shards over without waiting for expiry.
 //!
+//! A second run changes the configuration in a rollout (`--shards 1` leader, then 3 shards, then
+//! 6): no configuration takes anything while another's Leases are held, and none acts at once.
+//! A third runs the real member controller (`reconcile::run`, fake runtime and member operations)
+//! in each replica over EtcdClusters stored in the fake API: each reconciles only the clusters of
+//! its shards, reconciles a gained shard's clusters at once, forgets a lost one's series, and a
+//! killed replica's clusters are taken over in time; at no runtime call of a reconcile is another
+//! replica reconciling a cluster of the same shard.
+//!
 //! [`ShardGuard`]: etcd_operator_controller::shard::ShardGuard
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
@@ -663,5 +671,435 @@ async fn changing_the_shard_count_in_a_rollout_never_lets_two_configurations_act
         "{} overlapping reconciles, e.g.:\n{}",
         found.len(),
         found.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real controller (`reconcile::run`) in every replica
+
+use etcd_operator_controller::member_ops::fake::FakeMemberOps;
+use etcd_operator_controller::model::{ClusterRef, MemberConfig, RuntimeMember};
+use etcd_operator_controller::runtime::fake::FakeRuntime;
+use etcd_operator_controller::runtime::{ClusterSpecView, Runtime, RuntimeError};
+
+/// Every replica's ownership, by name: what the recording runtime checks against.
+type Replicas = Arc<Mutex<Vec<(&'static str, ShardOwnership)>>>;
+
+/// A runtime call of a reconcile: which cluster, by which replica, when, and whether another
+/// replica had a reconcile of the same shard running at that moment.
+#[derive(Debug, Clone)]
+struct RuntimeCall {
+    cluster: String,
+    replica: &'static str,
+    at: Instant,
+    others_in_flight: Vec<&'static str>,
+}
+
+/// A [`Runtime`] per replica: a [`FakeRuntime`] per cluster, every call recorded with whether
+/// another replica was reconciling a cluster of the same shard at the time.
+struct Recorder {
+    replica: &'static str,
+    ownership: ShardOwnership,
+    replicas: Replicas,
+    calls: Arc<Mutex<Vec<RuntimeCall>>>,
+    runtimes: Mutex<BTreeMap<String, Arc<FakeRuntime>>>,
+}
+
+impl Recorder {
+    fn of(&self, cluster: &ClusterRef) -> Arc<FakeRuntime> {
+        let shard = self.ownership.shard_of(&cluster.namespace, &cluster.name);
+        let others_in_flight = self
+            .replicas
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, o)| *name != self.replica && o.in_flight(shard) > 0)
+            .map(|(name, _)| *name)
+            .collect();
+        self.calls.lock().unwrap().push(RuntimeCall {
+            cluster: cluster.key(),
+            replica: self.replica,
+            at: Instant::now(),
+            others_in_flight,
+        });
+        self.runtimes
+            .lock()
+            .unwrap()
+            .entry(cluster.key())
+            .or_default()
+            .clone()
+    }
+}
+
+impl Runtime for Recorder {
+    async fn members(&self, cluster: &ClusterRef) -> Result<Vec<RuntimeMember>, RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.members(cluster).await
+    }
+
+    async fn reserve(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<RuntimeMember, RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.reserve(cluster, spec, name).await
+    }
+
+    async fn start(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        config: &MemberConfig,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.start(cluster, spec, name, config).await
+    }
+
+    async fn change_version(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+        version: &str,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.change_version(cluster, spec, name, version).await
+    }
+
+    async fn renew_certificates(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.renew_certificates(cluster, spec, name).await
+    }
+
+    async fn recover_quorum(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+        survivor: &str,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.recover_quorum(cluster, spec, survivor).await
+    }
+
+    async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.stop(cluster, name).await
+    }
+
+    fn snapshot_dir(&self, cluster: &ClusterRef) -> Option<std::path::PathBuf> {
+        self.of(cluster).snapshot_dir(cluster)
+    }
+
+    async fn announce_replacement(&self, cluster: &ClusterRef, member: &str, note: &str) {
+        let runtime = self.of(cluster);
+        runtime.announce_replacement(cluster, member, note).await;
+    }
+
+    async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
+        let runtime = self.of(cluster);
+        runtime.warn(cluster, reason, action, note).await;
+    }
+
+    async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.remove(cluster, name, keep_data).await
+    }
+
+    async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.teardown(cluster, keep_data).await
+    }
+
+    async fn client_tls(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ClusterSpecView,
+    ) -> Result<Option<etcd_operator_controller::tls::member::ClientTls>, RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.client_tls(cluster, spec).await
+    }
+
+    fn watch_children(
+        &self,
+        controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
+    ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
+        controller
+    }
+
+    fn resync_interval(&self) -> Duration {
+        Duration::from_secs(3)
+    }
+}
+
+/// A replica running the real member controller over the fake API's EtcdClusters.
+struct ControllerReplica {
+    name: &'static str,
+    ownership: ShardOwnership,
+    registry: prometheus_client::registry::Registry,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ControllerReplica {
+    fn start(
+        kube: &FakeKube,
+        name: &'static str,
+        replicas: &Replicas,
+        calls: &Arc<Mutex<Vec<RuntimeCall>>>,
+    ) -> Self {
+        let ownership = ShardOwnership::new(NonZeroU32::new(SHARDS).unwrap());
+        replicas.lock().unwrap().push((name, ownership.clone()));
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = etcd_operator_controller::metrics::ControllerMetrics::register(&mut registry);
+        let runtime = Recorder {
+            replica: name,
+            ownership: ownership.clone(),
+            replicas: replicas.clone(),
+            calls: calls.clone(),
+            runtimes: Mutex::default(),
+        };
+        let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
+            kube.client().unwrap(),
+            runtime,
+            Default::default(),
+            FakeMemberOps::new(None),
+        )
+        .with_metrics(metrics.clone())
+        .with_shards(ownership.clone());
+        let manager = ShardManager::new(
+            kube.client().unwrap(),
+            NAMESPACE,
+            LEASE,
+            name,
+            TIMING,
+            ownership.clone(),
+        )
+        .with_metrics(metrics);
+        let stop = CancellationToken::new();
+        let tasks = vec![
+            tokio::spawn(manager.run(stop.clone())),
+            tokio::spawn(etcd_operator_controller::reconcile::run(ctx, async move {
+                stop.cancelled().await;
+            })),
+        ];
+        Self {
+            name,
+            ownership,
+            registry,
+            tasks,
+        }
+    }
+
+    fn scrape(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text
+    }
+
+    /// Dies: both tasks aborted, nothing released.
+    fn kill(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn controller_settled(replicas: &[&ControllerReplica]) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut counts = Vec::new();
+    for r in replicas {
+        let held = r.ownership.held();
+        counts.push(held.len());
+        if !held.into_iter().all(|s| seen.insert(s)) {
+            return false;
+        }
+    }
+    let (min, max) = (
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
+    );
+    seen.len() == SHARDS as usize && min >= 1 && max - min <= 1
+}
+
+/// Per cluster key, the first runtime call by one of `by` at or after `since`.
+fn first_calls(
+    calls: &Arc<Mutex<Vec<RuntimeCall>>>,
+    since: Instant,
+    by: &[&str],
+) -> BTreeMap<String, Instant> {
+    let mut first = BTreeMap::new();
+    for call in calls.lock().unwrap().iter() {
+        if call.at >= since && by.contains(&call.replica) {
+            first.entry(call.cluster.clone()).or_insert(call.at);
+        }
+    }
+    first
+}
+
+/// The real member controller in three replicas over 24 EtcdClusters (fake runtime and fake
+/// member operations): each reconciles only the clusters of its shards, takes a gained shard's
+/// clusters at once (`reconcile_all_on`), forgets the series of a lost one, and a killed
+/// replica's clusters are taken over within a lease duration and a margin. At no runtime call of
+/// a reconcile does another replica run a reconcile of the same shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_controller_reconciles_only_the_clusters_of_its_shards() {
+    use etcd_operator_api::v1alpha2::EtcdCluster;
+
+    const COUNT: usize = 24;
+    let kube = FakeKube::start().await.unwrap();
+    let client = kube.client().unwrap();
+    for cluster in 0..COUNT {
+        let (namespace, name) = cluster_key(cluster);
+        let object: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.operator.dev/v1alpha2",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": 1, "version": "3.5.21"},
+        }))
+        .unwrap();
+        kube::Api::<EtcdCluster>::namespaced(client.clone(), &namespace)
+            .create(&kube::api::PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
+    let keys: Vec<String> = (0..COUNT)
+        .map(|c| {
+            let (ns, name) = cluster_key(c);
+            format!("{ns}/{name}")
+        })
+        .collect();
+    let shard_of = |key: &str| {
+        let (ns, name) = key.split_once('/').unwrap();
+        etcd_operator_controller::shard::shard_of(ns, name, NonZeroU32::new(SHARDS).unwrap())
+    };
+    let replicas: Replicas = Arc::default();
+    let calls: Arc<Mutex<Vec<RuntimeCall>>> = Arc::default();
+
+    let a = ControllerReplica::start(&kube, "replica-a", &replicas, &calls);
+    let b = ControllerReplica::start(&kube, "replica-b", &replicas, &calls);
+    wait_until("a and b share the shards", SETTLE, || {
+        controller_settled(&[&a, &b])
+    })
+    .await;
+    // Every cluster reconciled, each by the replica holding its shard.
+    let since = Instant::now();
+    let (a_held, b_held) = (a.ownership.held(), b.ownership.held());
+    wait_until("every cluster is reconciled", SETTLE, || {
+        first_calls(&calls, since, &["replica-a", "replica-b"]).len() == COUNT
+    })
+    .await;
+    assert_eq!(
+        (a.ownership.held(), b.ownership.held()),
+        (a_held.clone(), b_held.clone())
+    );
+    for call in calls.lock().unwrap().iter().filter(|c| c.at >= since) {
+        let held = if call.replica == "replica-a" {
+            &a_held
+        } else {
+            &b_held
+        };
+        assert!(
+            held.contains(&shard_of(&call.cluster)),
+            "{} reconciled {} of shard {} holding {held:?}",
+            call.replica,
+            call.cluster,
+            shard_of(&call.cluster)
+        );
+    }
+    // The controllers saw every cluster (their status written), and each replica's series are of
+    // its own clusters only.
+    wait_until("each replica's series are of its clusters", SETTLE, || {
+        keys.iter().all(|key| {
+            let (ns, name) = key.split_once('/').unwrap();
+            let series = format!("namespace=\"{ns}\",cluster=\"{name}\"");
+            let mine = if a_held.contains(&shard_of(key)) { &a } else { &b };
+            let other = if mine.name == "replica-a" { &b } else { &a };
+            mine.scrape().contains(&series) && !other.scrape().contains(&series)
+        })
+    })
+    .await;
+
+    // c joins: the clusters of the shards it gets are reconciled by it at once, and the replicas
+    // that gave them up drop their series.
+    let c = ControllerReplica::start(&kube, "replica-c", &replicas, &calls);
+    let joined = Instant::now();
+    wait_until("c gets its share", SETTLE, || controller_settled(&[&a, &b, &c])).await;
+    let c_held = c.ownership.held();
+    let moved: Vec<&String> = keys.iter().filter(|k| c_held.contains(&shard_of(k))).collect();
+    assert!(!moved.is_empty());
+    let took = wait_until(
+        "c reconciles the clusters of its shards",
+        Duration::from_secs(10),
+        || {
+            let first = first_calls(&calls, joined, &["replica-c"]);
+            moved.iter().all(|k| first.contains_key(*k))
+        },
+    )
+    .await;
+    println!(
+        "real controller: a joining replica had reconciled all {} clusters of its shards {took:?} after the shards settled",
+        moved.len()
+    );
+    wait_until("a and b forget the moved clusters' series", SETTLE, || {
+        moved.iter().all(|key| {
+            let (ns, name) = key.split_once('/').unwrap();
+            let series = format!("namespace=\"{ns}\",cluster=\"{name}\"");
+            !a.scrape().contains(&series) && !b.scrape().contains(&series)
+        })
+    })
+    .await;
+    for r in [&a, &b, &c] {
+        assert!(
+            r.scrape().lines().any(|l| l == "etcd_operator_shards_held 2"),
+            "{}",
+            r.name
+        );
+    }
+
+    // b dies: its clusters are reconciled by a or c within a lease duration and the margin.
+    let b_held = b.ownership.held();
+    let of_b: Vec<&String> = keys.iter().filter(|k| b_held.contains(&shard_of(k))).collect();
+    let killed = Instant::now();
+    b.kill();
+    wait_until("a and c reconcile b's clusters", SETTLE, || {
+        let first = first_calls(&calls, killed, &["replica-a", "replica-c"]);
+        of_b.iter().all(|k| first.contains_key(*k))
+    })
+    .await;
+    let first = first_calls(&calls, killed, &["replica-a", "replica-c"]);
+    let slowest = of_b
+        .iter()
+        .map(|k| first[*k].duration_since(killed))
+        .max()
+        .unwrap();
+    println!(
+        "real controller: a killed replica's {} clusters reconciled again after at most {slowest:?}",
+        of_b.len()
+    );
+    assert!(
+        slowest <= TIMING.duration + MARGIN + Duration::from_secs(1),
+        "{slowest:?}"
+    );
+    wait_until("a and c hold every shard", SETTLE, || {
+        controller_settled(&[&a, &c])
+    })
+    .await;
+
+    a.kill();
+    c.kill();
+    let calls = calls.lock().unwrap().clone();
+    let clashes: Vec<&RuntimeCall> = calls.iter().filter(|c| !c.others_in_flight.is_empty()).collect();
+    println!("real controller: {} runtime calls recorded", calls.len());
+    assert!(
+        clashes.is_empty(),
+        "runtime calls while another replica reconciled the same shard: {:?}",
+        clashes.iter().take(5).collect::<Vec<_>>()
     );
 }
