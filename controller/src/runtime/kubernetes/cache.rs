@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec, Secret};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
@@ -34,11 +34,13 @@ where
     K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
     K: serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    /// A store of every `K` carrying `label`, and the stream that fills it and yields the
-    /// objects it touched (for the controller to map to their owners).
+    /// A store of every `K` carrying `label`, each kept as `project` leaves it, and the stream
+    /// that fills it and yields the objects it touched (for the controller to map to their
+    /// owners).
     fn watch(
         client: Client,
         label: &str,
+        project: fn(&mut K),
     ) -> (
         Self,
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -47,7 +49,7 @@ where
         let ready = Arc::new(AtomicBool::new(false));
         let done = Arc::clone(&ready);
         let config = watcher::Config::default().labels(label);
-        let stream = reflector::reflector(writer, watcher(Api::<K>::all(client), config))
+        let stream = reflector::reflector(writer, watcher(Api::<K>::all(client), config).modify(project))
             .inspect(move |event| {
                 if matches!(event, Ok(watcher::Event::InitDone)) {
                     done.store(true, Ordering::Release);
@@ -69,6 +71,29 @@ where
             })
             .map(|o| K::clone(&o))
             .collect()
+    }
+}
+
+/// What the stores keep of any object: everything but `managedFields` (server-side apply's
+/// bookkeeping, which the runtime never reads and which is often the larger part of a
+/// member Secret or Pod).
+fn drop_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// What the stores keep of a member Pod: its metadata, its status and, of its spec, the volumes
+/// and the node (what observing a member reads: the member's recorded configuration and TLS in
+/// annotations, phase, readiness, restarts and init container states, whether its data is a
+/// tmpfs). The containers, probes and scheduling are written, never read back, and would make
+/// the fleet's Pods most of the operator's memory.
+fn project_pod(pod: &mut Pod) {
+    drop_managed_fields(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        *spec = PodSpec {
+            volumes: spec.volumes.take(),
+            node_name: spec.node_name.take(),
+            ..PodSpec::default()
+        };
     }
 }
 
@@ -117,9 +142,10 @@ impl ChildCache {
     /// started again after a lost leadership reads its own watches); the streams must be polled
     /// (by the controller) for them to fill.
     pub(super) fn watch(&self, client: &Client, label: &str) -> ChildStreams {
-        let (pods, pod_stream) = Reflected::<Pod>::watch(client.clone(), label);
-        let (pvcs, pvc_stream) = Reflected::<PersistentVolumeClaim>::watch(client.clone(), label);
-        let (secrets, secret_stream) = Reflected::<Secret>::watch(client.clone(), label);
+        let (pods, pod_stream) = Reflected::<Pod>::watch(client.clone(), label, project_pod);
+        let (pvcs, pvc_stream) =
+            Reflected::<PersistentVolumeClaim>::watch(client.clone(), label, drop_managed_fields);
+        let (secrets, secret_stream) = Reflected::<Secret>::watch(client.clone(), label, drop_managed_fields);
         *self.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores { pods, pvcs, secrets });
         (
             Box::pin(pod_stream),
@@ -252,6 +278,36 @@ mod tests {
             Instant::now().checked_sub(OWN_WRITES_WINDOW).unwrap(),
         );
         assert!(cache.read(&cluster("a")).is_some());
+    }
+
+    #[test]
+    fn a_stored_pod_keeps_what_observing_reads_and_nothing_written_only() {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "c-a", "namespace": "ns",
+                "labels": {"etcd.operator.dev/cluster": "c"},
+                "annotations": {"etcd.operator.dev/member-config": "{}"},
+                "ownerReferences": [{"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster", "name": "c", "uid": "u", "controller": true}],
+                "managedFields": [{"manager": "etcd-operator", "operation": "Apply"}]
+            },
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "etcd", "image": "etcd:v3.5.16", "command": ["etcd", "--name=c-a"]}],
+                "volumes": [{"name": "data", "emptyDir": {"medium": "Memory"}}]
+            },
+            "status": {"phase": "Running", "containerStatuses": [{"name": "etcd", "image": "etcd", "imageID": "", "ready": true, "restartCount": 2}]}
+        }))
+        .unwrap();
+        let before = p.clone();
+        project_pod(&mut p);
+        assert_eq!(p.metadata.managed_fields, None);
+        assert_eq!(p.metadata.annotations, before.metadata.annotations);
+        assert_eq!(p.metadata.owner_references, before.metadata.owner_references);
+        assert_eq!(p.status, before.status);
+        let spec = p.spec.unwrap();
+        assert!(spec.containers.is_empty());
+        assert_eq!(spec.volumes, before.spec.as_ref().unwrap().volumes);
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
     }
 
     #[test]
