@@ -1253,6 +1253,57 @@ async fn stopping_a_member_deletes_its_pod_and_keeps_its_claim() {
     .await;
 }
 
+/// A settled cluster is observed from the controller's watches: no request at all. Once this
+/// process writes to the cluster (here: a member stopped), its next observation lists from the
+/// API, so a step sees its own effect even before the watch event arrives.
+#[tokio::test]
+async fn members_come_from_the_watches_without_a_request_until_this_process_writes() {
+    let [a, b] = ["bbbbb", "ccccc"].map(member);
+    let cfg = config(&[&a, &b], InitialState::New);
+    fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
+        serde_json::from_value(v).unwrap()
+    }
+    let cache = etcd_operator_controller::runtime::kubernetes::ChildCache::filled(
+        vec![
+            object(pod(&a, "Running", Some(&cfg), false)),
+            object(pod(&b, "Running", Some(&cfg), false)),
+        ],
+        vec![
+            object(pvc(&a, Some(&cfg), false)),
+            object(pvc(&b, Some(&cfg), false)),
+        ],
+    );
+    let (a2, b2, cfg2) = (a.clone(), b.clone(), cfg.clone());
+    let (cached, listed) = scenario(
+        async move |api: &mut ApiServerVerifier| {
+            // Nothing for the first observation; the stop; then the list after it.
+            api.delete(&format!("/api/v1/namespaces/{NS}/pods/{a2}"), None)
+                .await;
+            api.list_members(
+                vec![pod(&b2, "Running", Some(&cfg2), false)],
+                vec![pvc(&a2, Some(&cfg2), false), pvc(&b2, Some(&cfg2), false)],
+            )
+            .await;
+        },
+        async |rt: KubernetesRuntime| {
+            let rt = rt.with_child_cache(cache);
+            let cached = rt.members(&cluster_ref()).await.unwrap();
+            rt.stop(&cluster_ref(), &a).await.unwrap();
+            let listed = rt.members(&cluster_ref()).await.unwrap();
+            (cached, listed)
+        },
+    )
+    .await;
+    let liveness = |members: &[RuntimeMember]| -> Vec<(String, bool)> {
+        members
+            .iter()
+            .map(|m| (m.name.clone(), m.liveness == Liveness::Running))
+            .collect()
+    };
+    assert_eq!(liveness(&cached), [(a.clone(), true), (b.clone(), true)]);
+    assert_eq!(liveness(&listed), [(a, false), (b, true)]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scale
 

@@ -980,12 +980,16 @@ fn a_call_without_a_rule_is_denied() {
 /// this test covers it: driven above, or calling only our own API (`etcd.operator.dev`, served
 /// by this process, authorized by its own SubjectAccessReviews, no RBAC rule for the
 /// ServiceAccount needed).
-const KUBE_CALLERS: [(&str, &str); 14] = [
+const KUBE_CALLERS: [(&str, &str); 15] = [
     (
         "apiserver/src/cluster/namespaces.rs",
         "driven: drive_serve_mode (Namespace lifecycle)",
     ),
     ("controller/src/runtime/kubernetes.rs", "driven: drive_runtime"),
+    (
+        "controller/src/runtime/kubernetes/cache.rs",
+        "driven: drive_runtime (watch_children: the watches of Pods and PVCs)",
+    ),
     (
         "controller/src/runtime/kubernetes/tls.rs",
         "driven: drive_runtime (member TLS)",

@@ -63,6 +63,20 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// Whether the reconcile waits for the world rather than failed: a deletion whose members
+    /// are still stopping. Looked at again soon, without backing off.
+    pub fn is_waiting(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Self::Cleanup(RuntimeError::Waiting { .. }) => true,
+            Self::Finalizer(e) => match e.as_ref() {
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.is_waiting(),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// The stable code of the failure (CamelCase), for logs and metrics.
     pub fn code(&self) -> &'static str {
         use kube::runtime::finalizer::Error as F;
@@ -235,6 +249,10 @@ fn error_policy<R: Runtime, M: MemberOps>(
     error: &ReconcileError,
     ctx: Arc<Context<R, M>>,
 ) -> Action {
+    if error.is_waiting() {
+        tracing::debug!(%error, "waiting");
+        return Action::requeue(Duration::from_secs(1));
+    }
     let delay = ctx.failed(&object_key(&obj));
     tracing::warn!(%error, retry_in = ?delay, "reconcile error; retrying");
     Action::requeue(delay)
@@ -811,6 +829,15 @@ mod tests {
         ];
         for (error, code) in cases {
             assert_eq!(error.code(), code, "{error}");
+            assert!(!error.is_waiting(), "{error}");
         }
+        let stopping = || {
+            ReconcileError::Cleanup(RuntimeError::Waiting {
+                member: "m".into(),
+                detail: "its etcd process is stopping".into(),
+            })
+        };
+        assert!(stopping().is_waiting());
+        assert!(wrapped(F::CleanupFailed(stopping())).is_waiting());
     }
 }

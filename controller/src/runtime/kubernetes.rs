@@ -41,7 +41,10 @@
 //! members are reported with `https://` URLs, and members with `auto` certificates report them
 //! ([`RuntimeMember::certificates`]) from their Secrets.
 
+mod cache;
 mod tls;
+
+pub use cache::{ChildCache, OWN_WRITES_WINDOW};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -92,12 +95,17 @@ pub struct KubernetesRuntime {
     /// `namespace/name`): issued from the cluster's CA when needed and kept in memory only, so the
     /// credential never leaves the process; a restarted operator issues a new one.
     identities: Arc<Mutex<HashMap<String, crate::tls::member::ClientTls>>>,
+    /// The member Pods and PVCs as the controller's watches keep them ([`cache`]).
+    cache: ChildCache,
 }
 
 /// On the Pod of a member started with `--force-new-cluster` by [`Runtime::recover_quorum`]:
 /// it is started again without the flag before any member is added back (a container restart
 /// with the flag would drop them again).
 pub const FORCE_NEW_CLUSTER_ANNOTATION: &str = "etcd.operator.dev/force-new-cluster";
+
+/// How often a settled cluster is looked at anyway ([`Runtime::resync_interval`]).
+pub const RESYNC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Whether the Pod reports `Ready=True`.
 fn pod_ready(pod: &Pod) -> bool {
@@ -314,6 +322,7 @@ impl KubernetesRuntime {
             recorder,
             memory: Arc::default(),
             identities: Arc::default(),
+            cache: ChildCache::default(),
             operator_image: std::env::var(resources::OPERATOR_IMAGE_ENV)
                 .ok()
                 .filter(|i| !i.is_empty()),
@@ -337,6 +346,14 @@ impl KubernetesRuntime {
             info!(cluster = %cluster.key(), claim = %name, "deleted the oldest set-aside member volume claim");
         }
         Ok(())
+    }
+
+    /// Observes members from `cache` (as [`Runtime::watch_children`] sets it up; tests fill one
+    /// by hand) when it can, instead of listing them from the API.
+    #[must_use]
+    pub fn with_child_cache(mut self, cache: ChildCache) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// Deletes Pod `name` (if there) and says whether it is gone: `false` while it stops (its
@@ -454,30 +471,37 @@ impl KubernetesRuntime {
         out
     }
 
-    /// Lists the Pods and PVCs of the cluster, grouped by member.
+    /// The Pods and PVCs of the cluster, grouped by member: from the controller's watches when
+    /// they can answer ([`ChildCache::read`]), else listed from the API.
     async fn list_objects(
         &self,
         cluster: &ClusterRef,
     ) -> Result<BTreeMap<String, MemberObjects>, RuntimeError> {
-        let params = ListParams::default().labels(&list_selector(cluster));
-        let pods = self
-            .api::<Pod>(cluster)
-            .list(&params)
-            .await
-            .map_err(kube_error("list member Pods"))?;
-        let pvcs = self
-            .api::<PersistentVolumeClaim>(cluster)
-            .list(&params)
-            .await
-            .map_err(kube_error("list member PersistentVolumeClaims"))?;
+        let (pods, pvcs) = match self.cache.read(cluster) {
+            Some(cached) => cached,
+            None => {
+                let params = ListParams::default().labels(&list_selector(cluster));
+                let pods = self
+                    .api::<Pod>(cluster)
+                    .list(&params)
+                    .await
+                    .map_err(kube_error("list member Pods"))?;
+                let pvcs = self
+                    .api::<PersistentVolumeClaim>(cluster)
+                    .list(&params)
+                    .await
+                    .map_err(kube_error("list member PersistentVolumeClaims"))?;
+                (pods.items, pvcs.items)
+            }
+        };
         let mut objects: BTreeMap<String, MemberObjects> = BTreeMap::new();
-        for pod in pods.items {
+        for pod in pods {
             match pod.labels().get(MEMBER_LABEL).cloned() {
                 Some(member) => objects.entry(member).or_default().pod = Some(pod),
                 None => debug!(pod = %pod.name_any(), "ignoring a Pod without the member label"),
             }
         }
-        for pvc in pvcs.items {
+        for pvc in pvcs {
             match pvc.labels().get(MEMBER_LABEL).cloned() {
                 Some(member) => objects.entry(member).or_default().pvc = Some(pvc),
                 None => debug!(pvc = %pvc.name_any(), "ignoring a PVC without the member label"),
@@ -887,6 +911,7 @@ impl Runtime for KubernetesRuntime {
         spec: &ValidatedCluster,
         name: &str,
     ) -> Result<RuntimeMember, RuntimeError> {
+        self.cache.wrote(cluster);
         self.settle_recovery(cluster, spec).await?;
         self.apply_services(cluster).await?;
         let existing = self.list_members(cluster).await?;
@@ -920,6 +945,7 @@ impl Runtime for KubernetesRuntime {
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         if let Some(plan) = &config.restore {
             // Refused before anything is created: a Pod whose init containers cannot fetch the
             // snapshot would only hang.
@@ -980,6 +1006,7 @@ impl Runtime for KubernetesRuntime {
         name: &str,
         version: &str,
     ) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
             return Err(RuntimeError::State {
                 member: name.to_owned(),
@@ -1057,6 +1084,7 @@ impl Runtime for KubernetesRuntime {
         spec: &ValidatedCluster,
         name: &str,
     ) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
             return Err(RuntimeError::State {
                 member: name.to_owned(),
@@ -1139,6 +1167,7 @@ impl Runtime for KubernetesRuntime {
         spec: &ValidatedCluster,
         survivor: &str,
     ) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         let state = |detail: &str| RuntimeError::State {
             member: survivor.to_owned(),
             detail: detail.to_owned(),
@@ -1194,6 +1223,7 @@ impl Runtime for KubernetesRuntime {
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         ignore_not_found(
             self.api::<Pod>(cluster)
                 .delete(name, &DeleteParams::default())
@@ -1235,6 +1265,7 @@ impl Runtime for KubernetesRuntime {
     }
 
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         ignore_not_found(
             self.api::<Pod>(cluster)
                 .delete(name, &DeleteParams::default())
@@ -1348,20 +1379,23 @@ impl Runtime for KubernetesRuntime {
         &self,
         controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
     ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
-        let children =
-            kube::runtime::watcher::Config::default().labels(etcd_operator_api::naming::CLUSTER_LABEL);
-        controller
-            .owns(Api::<Pod>::all(self.client.clone()), children.clone())
-            .owns(Api::<PersistentVolumeClaim>::all(self.client.clone()), children)
+        let (pods, pvcs) = self
+            .cache
+            .watch(&self.client, etcd_operator_api::naming::CLUSTER_LABEL);
+        controller.owns_stream(pods).owns_stream(pvcs)
     }
 
-    /// Pods report their changes; the resync only catches what etcd alone knows (a member
-    /// unhealthy behind a ready Pod).
+    /// Pods report their changes (a member that turns unhealthy fails its readiness probe, an
+    /// event too); the resync only catches what etcd alone knows (alarms, database sizes, a
+    /// leader change). Observing a settled cluster reads the controller's watches, so the resync
+    /// costs etcd probes and, when etcd's answers changed, one status write: at most one API
+    /// request per cluster per minute.
     fn resync_interval(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(15)
+        RESYNC_INTERVAL
     }
 
     async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
         let params = ListParams::default().labels(&list_selector(cluster));
         self.api::<Pod>(cluster)
             .delete_collection(&DeleteParams::default(), &params)

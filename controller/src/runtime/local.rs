@@ -166,6 +166,9 @@ pub struct LocalRuntime {
     binaries: PathBuf,
     /// How snapshots to restore from are fetched (S3 keys from the environment or a file).
     restore_credentials: crate::backup::Credentials,
+    /// The processes asked to stop, by pid, with when they were first sent SIGTERM (past
+    /// [`STOP_TIMEOUT`] they get SIGKILL).
+    stopping: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, std::time::Instant>>>,
 }
 
 fn io<'a>(op: &'static str, member: &'a str) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
@@ -183,6 +186,7 @@ impl LocalRuntime {
             root: root.into(),
             binaries: binaries.into(),
             restore_credentials: crate::backup::Credentials::Environment { file: None },
+            stopping: std::sync::Arc::default(),
         }
     }
 
@@ -529,22 +533,50 @@ impl LocalRuntime {
         .map_err(failed)
     }
 
-    async fn stop_process(&self, dir: &Path, name: &str) {
-        let Some(pid) = running_pid(dir) else { return };
-        let Ok(raw) = i32::try_from(pid) else { return };
-        let _ = kill(Pid::from_raw(raw), Signal::SIGTERM);
-        let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
-        while tokio::time::Instant::now() < deadline && running_pid(dir).is_some() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    /// Asks the member's process to stop and says whether it has: SIGTERM the first time,
+    /// SIGKILL once it has had [`STOP_TIMEOUT`]; [`RuntimeError::Waiting`] while it still runs.
+    /// Never waits: the next call looks again.
+    fn stop_process(&self, dir: &Path, name: &str) -> Result<(), RuntimeError> {
+        let Some(pid) = running_pid(dir) else {
+            return Ok(());
+        };
+        let Ok(raw) = i32::try_from(pid) else {
+            return Ok(());
+        };
+        let since = {
+            let mut stopping = self
+                .stopping
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Forget processes that are gone (pids are reused).
+            stopping.retain(|p, _| proc_state(*p).is_some_and(|(state, _)| state != 'Z'));
+            match stopping.get(&pid) {
+                Some(since) => Some(*since),
+                None => {
+                    stopping.insert(pid, std::time::Instant::now());
+                    None
+                }
+            }
+        };
+        match since {
+            None => {
+                let _ = kill(Pid::from_raw(raw), Signal::SIGTERM);
+                tracing::info!(member = %name, pid, "stopping etcd member");
+            }
+            Some(since) if since.elapsed() >= STOP_TIMEOUT => {
+                tracing::warn!(member = %name, pid, "etcd did not stop on SIGTERM; killing it");
+                let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
+            }
+            Some(_) => {}
         }
         if running_pid(dir).is_some() {
-            tracing::warn!(member = %name, pid, "etcd did not stop on SIGTERM; killing it");
-            let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
-            while running_pid(dir).is_some() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            return Err(RuntimeError::Waiting {
+                member: name.to_owned(),
+                detail: format!("its etcd process (pid {pid}) is stopping"),
+            });
         }
         tracing::info!(member = %name, pid, "stopped etcd member");
+        Ok(())
     }
 }
 
@@ -681,7 +713,7 @@ impl Runtime for LocalRuntime {
         }
         let mut file = self.read_member(&dir, name)?;
         if stale_version(&dir, &file).is_some() {
-            self.stop_process(&dir, name).await;
+            self.stop_process(&dir, name)?;
         }
         if running_pid(&dir).is_some() {
             return Ok(());
@@ -720,9 +752,9 @@ impl Runtime for LocalRuntime {
             config.previous_version = Some(std::mem::replace(&mut config.version, version.to_string()));
             file.config = Some(config.clone());
             self.write_member(&dir, &file)?;
-            self.stop_process(&dir, name).await;
+            self.stop_process(&dir, name)?;
         } else if stale_version(&dir, &file).is_some() {
-            self.stop_process(&dir, name).await;
+            self.stop_process(&dir, name)?;
         } else if running_pid(&dir).is_some() {
             return Ok(());
         }
@@ -752,7 +784,7 @@ impl Runtime for LocalRuntime {
         }
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
-        self.stop_process(&dir, name).await;
+        self.stop_process(&dir, name)?;
         self.launch(cluster, spec, &dir, &mut file, &config, false)
     }
 
@@ -776,9 +808,14 @@ impl Runtime for LocalRuntime {
         // Every member stops; the others are removed with their data kept aside (under
         // `.retained/`, for whoever wants to look at it), the survivor starts once with
         // --force-new-cluster: a one-member cluster on its data.
+        let mut waiting = None;
         for member in self.members(cluster).await? {
-            self.stop_process(&self.member_dir(cluster, &member.name), &member.name)
-                .await;
+            if let Err(e) = self.stop_process(&self.member_dir(cluster, &member.name), &member.name) {
+                waiting.get_or_insert(e);
+            }
+        }
+        if let Some(e) = waiting {
+            return Err(e);
         }
         for member in self.members(cluster).await? {
             if member.name != survivor {
@@ -795,8 +832,7 @@ impl Runtime for LocalRuntime {
                 name: name.to_string(),
             });
         }
-        self.stop_process(&dir, name).await;
-        Ok(())
+        self.stop_process(&dir, name)
     }
 
     fn snapshot_dir(&self, cluster: &ClusterRef) -> Option<PathBuf> {
@@ -823,7 +859,7 @@ impl Runtime for LocalRuntime {
         if !dir.exists() {
             return Ok(());
         }
-        self.stop_process(&dir, name).await;
+        self.stop_process(&dir, name)?;
         let retained = self.cluster_dir(cluster).join(".retained");
         if keep_data {
             std::fs::create_dir_all(&retained).map_err(io("retain member data", name))?;
@@ -883,9 +919,15 @@ impl Runtime for LocalRuntime {
     }
 
     async fn teardown(&self, cluster: &ClusterRef, keep_data: bool) -> Result<(), RuntimeError> {
+        let mut waiting = None;
         for member in self.members(cluster).await? {
             let dir = self.member_dir(cluster, &member.name);
-            self.stop_process(&dir, &member.name).await;
+            if let Err(e) = self.stop_process(&dir, &member.name) {
+                waiting.get_or_insert(e);
+            }
+        }
+        if let Some(e) = waiting {
+            return Err(e);
         }
         if !keep_data {
             let dir = self.cluster_dir(cluster);
@@ -909,6 +951,23 @@ impl Runtime for LocalRuntime {
 mod tests {
     use super::*;
     use crate::model::InitialState;
+
+    /// Runs a runtime call again while it answers that it waits (a process stopping), as the
+    /// controller's next reconcile would.
+    macro_rules! done {
+        ($call:expr) => {{
+            let mut tries = 0;
+            loop {
+                match $call.await {
+                    Err(RuntimeError::Waiting { .. }) if tries < 800 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                    }
+                    other => break other,
+                }
+            }
+        }};
+    }
 
     fn cluster() -> ClusterRef {
         ClusterRef {
@@ -951,7 +1010,7 @@ mod tests {
             let data = rt.member_dir(&cluster(), &name).join("data");
             std::fs::create_dir_all(data.join("member")).unwrap();
             std::fs::write(data.join("member").join("db"), name.as_bytes()).unwrap();
-            rt.remove(&cluster(), &name, false).await.unwrap();
+            done!(rt.remove(&cluster(), &name, false)).unwrap();
             assert!(!rt.member_dir(&cluster(), &name).exists());
             assert_eq!(
                 std::fs::read(removed.join(&name).join("data/member/db")).unwrap(),
@@ -974,10 +1033,10 @@ mod tests {
 
         // A member without data leaves nothing behind; one kept on purpose is never pruned.
         rt.reserve(&cluster(), &spec(), "c-empty").await.unwrap();
-        rt.remove(&cluster(), "c-empty", false).await.unwrap();
+        done!(rt.remove(&cluster(), "c-empty", false)).unwrap();
         assert!(!removed.join("c-empty").exists());
         rt.reserve(&cluster(), &spec(), "c-keep").await.unwrap();
-        rt.remove(&cluster(), "c-keep", true).await.unwrap();
+        done!(rt.remove(&cluster(), "c-keep", true)).unwrap();
         assert!(cluster_dir.join(".retained").join("c-keep").is_dir());
     }
 
@@ -1039,7 +1098,7 @@ mod tests {
         };
         assert_eq!(view.members.len(), 1);
         assert_eq!(view.members[0].name, "c-ccccc");
-        fresh.teardown(&cluster(), false).await.unwrap();
+        done!(fresh.teardown(&cluster(), false)).unwrap();
         assert!(fresh.members(&cluster()).await.unwrap().is_empty());
         assert!(!root.path().join("ns").join("c").exists());
     }
@@ -1091,9 +1150,7 @@ mod tests {
         assert_eq!(seen.config.as_ref().unwrap().version, "3.5.0");
         assert_eq!(seen.liveness, Liveness::Running);
 
-        rt.change_version(&cluster(), &spec(), &m.name, "3.5.1")
-            .await
-            .unwrap();
+        done!(rt.change_version(&cluster(), &spec(), &m.name, "3.5.1")).unwrap();
         let seen = &rt.members(&cluster()).await.unwrap()[0];
         let recorded = seen.config.clone().unwrap();
         assert_eq!(
@@ -1109,9 +1166,7 @@ mod tests {
         assert_eq!(got.kvs()[0].value(), b"yes");
         // Again with the same version: it runs, nothing restarts.
         let pid = std::fs::read_to_string(root.path().join("ns/c/c-ddddd/etcd.pid")).unwrap();
-        rt.change_version(&cluster(), &spec(), &m.name, "3.5.1")
-            .await
-            .unwrap();
+        done!(rt.change_version(&cluster(), &spec(), &m.name, "3.5.1")).unwrap();
         assert_eq!(
             std::fs::read_to_string(root.path().join("ns/c/c-ddddd/etcd.pid")).unwrap(),
             pid
@@ -1139,9 +1194,13 @@ mod tests {
             )
         };
         assert!(reason.contains("still runs etcd 3.5.1"), "{reason}");
-        rt.start(&cluster(), &spec(), &m.name, seen.config.as_ref().unwrap())
-            .await
-            .unwrap();
+        // The start stops the stale process first: it answers that it waits until it is gone.
+        assert!(matches!(
+            rt.start(&cluster(), &spec(), &m.name, seen.config.as_ref().unwrap())
+                .await,
+            Err(RuntimeError::Waiting { .. })
+        ));
+        done!(rt.start(&cluster(), &spec(), &m.name, seen.config.as_ref().unwrap())).unwrap();
         wait_for_version(&m.client_url, "3.5.0").await;
         assert_eq!(
             rt.members(&cluster()).await.unwrap()[0].liveness,
@@ -1149,7 +1208,7 @@ mod tests {
         );
 
         // Stop keeps data and config: restartable.
-        Runtime::stop(&rt, &cluster(), &m.name).await.unwrap();
+        done!(Runtime::stop(&rt, &cluster(), &m.name)).unwrap();
         assert!(matches!(
             rt.members(&cluster()).await.unwrap()[0].liveness,
             Liveness::Gone {
@@ -1161,7 +1220,7 @@ mod tests {
             rt.snapshot_dir(&cluster()),
             Some(root.path().join("ns").join("c").join("snapshots"))
         );
-        rt.teardown(&cluster(), false).await.unwrap();
+        done!(rt.teardown(&cluster(), false)).unwrap();
     }
 
     fn tls_spec() -> ValidatedCluster {
@@ -1252,7 +1311,7 @@ mod tests {
         let pid = pid_of(root.path(), &m.name);
         let tls = root.path().join("ns/c/c-rrrrr/tls");
         let server = std::fs::read_to_string(tls.join("server.crt")).unwrap();
-        rt.renew_certificates(&cluster(), &spec, &m.name).await.unwrap();
+        done!(rt.renew_certificates(&cluster(), &spec, &m.name)).unwrap();
         assert_eq!(pid_of(root.path(), &m.name), pid);
         assert_eq!(std::fs::read_to_string(tls.join("server.crt")).unwrap(), server);
 
@@ -1272,7 +1331,7 @@ mod tests {
         std::fs::write(tls.join("server.key"), &short.key_pem).unwrap();
         let seen = rt.members(&cluster()).await.unwrap().remove(0);
         assert!(seen.certificates.unwrap().valid_for <= Duration::from_secs(24 * 3600));
-        rt.renew_certificates(&cluster(), &spec, &m.name).await.unwrap();
+        done!(rt.renew_certificates(&cluster(), &spec, &m.name)).unwrap();
         let renewed = std::fs::read_to_string(tls.join("server.crt")).unwrap();
         assert_ne!(renewed, short.cert_pem);
         assert_ne!(
@@ -1288,17 +1347,13 @@ mod tests {
         let mut rotated = spec.clone();
         rotated.certificate_rotation = Some("r1".to_owned());
         let pid = pid_of(root.path(), &m.name);
-        rt.renew_certificates(&cluster(), &rotated, &m.name)
-            .await
-            .unwrap();
+        done!(rt.renew_certificates(&cluster(), &rotated, &m.name)).unwrap();
         assert_ne!(std::fs::read_to_string(tls.join("server.crt")).unwrap(), renewed);
         assert_ne!(pid_of(root.path(), &m.name), pid);
         let seen = rt.members(&cluster()).await.unwrap().remove(0);
         assert_eq!(seen.certificates.unwrap().rotation.as_deref(), Some("r1"));
         let pid = pid_of(root.path(), &m.name);
-        rt.renew_certificates(&cluster(), &rotated, &m.name)
-            .await
-            .unwrap();
+        done!(rt.renew_certificates(&cluster(), &rotated, &m.name)).unwrap();
         assert_eq!(
             pid_of(root.path(), &m.name),
             pid,
@@ -1307,14 +1362,14 @@ mod tests {
 
         // Unknown and never-started members are errors, not silent successes.
         assert!(matches!(
-            rt.renew_certificates(&cluster(), &spec, "c-nobody").await,
+            done!(rt.renew_certificates(&cluster(), &spec, "c-nobody")),
             Err(RuntimeError::UnknownMember { .. })
         ));
         rt.reserve(&cluster(), &spec, "c-unstarted").await.unwrap();
         assert!(matches!(
-            rt.renew_certificates(&cluster(), &spec, "c-unstarted").await,
+            done!(rt.renew_certificates(&cluster(), &spec, "c-unstarted")),
             Err(RuntimeError::State { .. })
         ));
-        rt.teardown(&cluster(), false).await.unwrap();
+        done!(rt.teardown(&cluster(), false)).unwrap();
     }
 }

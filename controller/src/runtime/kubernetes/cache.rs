@@ -1,0 +1,245 @@
+//! The member Pods and PVCs as the controller's own watches see them: reflector stores fed by
+//! the same streams that trigger reconciles (so a store has applied an event before the
+//! reconcile it triggers runs). A settled cluster is observed from them with no API request;
+//! a cluster this process wrote to a moment ago is read from the API instead, so a step always
+//! sees its own effect (a store may lag behind a write by the time its event travels).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector::Lookup};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::model::ClusterRef;
+
+/// How long after this process wrote to a cluster's Pods or PVCs its reads go to the API: far
+/// longer than a watch event takes, short enough that a settled cluster soon reads the stores.
+pub const OWN_WRITES_WINDOW: Duration = Duration::from_secs(10);
+
+/// One kind of child: its store and whether its first list is complete.
+#[derive(Clone)]
+struct Reflected<K: Lookup<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    ready: Arc<AtomicBool>,
+}
+
+impl<K> Reflected<K>
+where
+    K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    /// A store of every `K` carrying `label`, and the stream that fills it and yields the
+    /// objects it touched (for the controller to map to their owners).
+    fn watch(
+        client: Client,
+        label: &str,
+    ) -> (
+        Self,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    ) {
+        let (store, writer) = reflector::store();
+        let ready = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&ready);
+        let config = watcher::Config::default().labels(label);
+        let stream = reflector::reflector(writer, watcher(Api::<K>::all(client), config))
+            .inspect(move |event| {
+                if matches!(event, Ok(watcher::Event::InitDone)) {
+                    done.store(true, Ordering::Release);
+                }
+            })
+            .default_backoff()
+            .touched_objects();
+        (Self { store, ready }, stream)
+    }
+
+    /// Every `K` of the cluster (its namespace and cluster label).
+    fn of(&self, cluster: &ClusterRef) -> Vec<K> {
+        self.store
+            .state()
+            .into_iter()
+            .filter(|o| {
+                o.namespace().as_deref() == Some(cluster.namespace.as_str())
+                    && o.labels().get(etcd_operator_api::naming::CLUSTER_LABEL) == Some(&cluster.name)
+            })
+            .map(|o| K::clone(&o))
+            .collect()
+    }
+}
+
+/// The stores, once the controller's watches are set up.
+#[derive(Clone)]
+struct Stores {
+    pods: Reflected<Pod>,
+    pvcs: Reflected<PersistentVolumeClaim>,
+}
+
+/// The member objects the controller's watches keep, and when this process last wrote to each
+/// cluster's.
+#[derive(Clone, Default)]
+pub struct ChildCache {
+    stores: Arc<RwLock<Option<Stores>>>,
+    written: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl std::fmt::Debug for ChildCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let watching = self.stores.read().map(|s| s.is_some()).unwrap_or_default();
+        f.debug_struct("ChildCache")
+            .field("watching", &watching)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The streams that fill the stores: the controller watches them as its children.
+pub(super) type ChildStreams = (
+    std::pin::Pin<Box<dyn Stream<Item = Result<Pod, watcher::Error>> + Send>>,
+    std::pin::Pin<Box<dyn Stream<Item = Result<PersistentVolumeClaim, watcher::Error>> + Send>>,
+);
+
+impl ChildCache {
+    /// Starts new stores of the objects labelled `label` (replacing earlier ones: a controller
+    /// started again after a lost leadership reads its own watches); the streams must be polled
+    /// (by the controller) for them to fill.
+    pub(super) fn watch(&self, client: &Client, label: &str) -> ChildStreams {
+        let (pods, pod_stream) = Reflected::<Pod>::watch(client.clone(), label);
+        let (pvcs, pvc_stream) = Reflected::<PersistentVolumeClaim>::watch(client.clone(), label);
+        *self.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores { pods, pvcs });
+        (Box::pin(pod_stream), Box::pin(pvc_stream))
+    }
+
+    /// Records that this process is about to write to the cluster's Pods or PVCs.
+    pub fn wrote(&self, cluster: &ClusterRef) {
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cluster.key(), Instant::now());
+    }
+
+    /// The cluster's Pods and PVCs from the stores, when they are filled and this process has
+    /// not written to the cluster within [`OWN_WRITES_WINDOW`]; `None`: read the API.
+    pub fn read(&self, cluster: &ClusterRef) -> Option<(Vec<Pod>, Vec<PersistentVolumeClaim>)> {
+        {
+            let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = cluster.key();
+            match written.get(&key) {
+                Some(at) if at.elapsed() < OWN_WRITES_WINDOW => return None,
+                Some(_) => {
+                    written.remove(&key);
+                }
+                None => {}
+            }
+        }
+        let stores = self.stores.read().unwrap_or_else(PoisonError::into_inner);
+        let stores = stores.as_ref()?;
+        if !stores.pods.ready.load(Ordering::Acquire) || !stores.pvcs.ready.load(Ordering::Acquire) {
+            return None;
+        }
+        Some((stores.pods.of(cluster), stores.pvcs.of(cluster)))
+    }
+
+    /// Stores filled by hand (tests): `pods` and `pvcs` as if listed, ready.
+    #[doc(hidden)]
+    pub fn filled(pods: Vec<Pod>, pvcs: Vec<PersistentVolumeClaim>) -> Self {
+        fn fill<K>(objects: Vec<K>) -> Reflected<K>
+        where
+            K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+        {
+            let (store, mut writer) = reflector::store();
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for o in objects {
+                writer.apply_watcher_event(&watcher::Event::InitApply(o));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            Reflected {
+                store,
+                ready: Arc::new(AtomicBool::new(true)),
+            }
+        }
+        let cache = Self::default();
+        *cache.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores {
+            pods: fill(pods),
+            pvcs: fill(pvcs),
+        });
+        cache
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn cluster(name: &str) -> ClusterRef {
+        ClusterRef {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn pod(namespace: &str, cluster: &str, name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                labels: Some(
+                    [(
+                        etcd_operator_api::naming::CLUSTER_LABEL.to_owned(),
+                        cluster.to_owned(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn a_cluster_reads_its_own_objects_from_filled_stores_unless_written_a_moment_ago() {
+        let cache = ChildCache::filled(
+            vec![
+                pod("ns", "a", "a-1"),
+                pod("ns", "b", "b-1"),
+                pod("other", "a", "a-x"),
+            ],
+            Vec::new(),
+        );
+        let (pods, pvcs) = cache.read(&cluster("a")).unwrap();
+        assert_eq!(pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["a-1"]);
+        assert!(pvcs.is_empty());
+        // A write of this process: the API is read for that cluster only.
+        cache.wrote(&cluster("a"));
+        assert!(cache.read(&cluster("a")).is_none());
+        assert!(cache.read(&cluster("b")).is_some());
+        // Once the window is over, the stores again.
+        cache.written.lock().unwrap().insert(
+            "ns/a".into(),
+            Instant::now().checked_sub(OWN_WRITES_WINDOW).unwrap(),
+        );
+        assert!(cache.read(&cluster("a")).is_some());
+    }
+
+    #[test]
+    fn without_stores_or_before_their_first_list_the_api_is_read() {
+        assert!(ChildCache::default().read(&cluster("a")).is_none());
+        let cache = ChildCache::filled(Vec::new(), Vec::new());
+        cache
+            .stores
+            .read()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .pvcs
+            .ready
+            .store(false, Ordering::Release);
+        assert!(cache.read(&cluster("a")).is_none());
+    }
+}
