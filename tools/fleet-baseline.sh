@@ -13,7 +13,8 @@
 # both trees have (Context::with_member_ops, reconcile::run, KubernetesRuntime::new, MemberOps).
 # Built in release (cargo bench's profile) into FLEET_BASELINE_TARGET (default .bench/target;
 # pointing it at this tree's target directory shares the compiled dependencies, which the two
-# trees' identical Cargo.lock allows).
+# trees' near-identical Cargo.lock allows, at the price of rebuilding the workspace's own crates
+# on each switch), and copied to .bench/fleet-baseline-<rev>, whose path is printed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,4 +61,7 @@ BIN=$(cd "$DIR" && CARGO_TARGET_DIR=$TARGET "$CARGO" bench -p etcd-operator-test
     echo "fleet-baseline: the build named no bench binary" >&2
     exit 1
 }
-echo "$BIN"
+# Copied out: cargo names the workspace's artifacts the same in both trees, so a shared target
+# directory's next build of this tree overwrites the one at $BIN.
+cp "$BIN" "$ROOT/.bench/fleet-baseline-$REV"
+echo "$ROOT/.bench/fleet-baseline-$REV"

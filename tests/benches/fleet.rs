@@ -619,7 +619,8 @@ async fn measure(
         })
         .filter(|(_, v)| *v > 0.0)
         .collect();
-    figures.requests_per_min = delta.iter().map(|(_, v)| v).sum();
+    // `+ 0.0`: an empty sum is -0.0.
+    figures.requests_per_min = delta.iter().map(|(_, v)| v).sum::<f64>() + 0.0;
     delta.sort_by(|a, b| b.1.total_cmp(&a.1));
     delta.truncate(3);
     figures.top_requests = delta;
