@@ -8,6 +8,7 @@
 //! - [`status`] computes what the status says (pure);
 //! - [`metrics`] keeps the Prometheus series of reconciles, clusters, members and backups;
 //! - [`maintenance`] decides which members are due for defragmentation (pure);
+//! - [`shard`] says which clusters this replica reconciles (shards held through Leases);
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
 pub mod backup;
@@ -22,6 +23,7 @@ pub mod reconcile;
 pub mod resources;
 pub mod restore;
 pub mod runtime;
+pub mod shard;
 pub mod status;
 pub mod tls;
 pub mod validated;

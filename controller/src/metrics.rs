@@ -174,6 +174,8 @@ pub struct ControllerMetrics {
     backup_failures: Family<ReasonLabels, Counter>,
     etcdbackup_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     etcdbackup_failures: Family<ReasonLabels, Counter>,
+    shards: Gauge,
+    shards_held: Gauge,
     /// The members each cluster's series were last recorded for, to remove departed ones.
     recorded_members: Arc<Mutex<HashMap<ClusterLabels, BTreeSet<String>>>>,
 }
@@ -199,6 +201,8 @@ impl Default for ControllerMetrics {
             backup_failures: Family::default(),
             etcdbackup_last_success: Family::default(),
             etcdbackup_failures: Family::default(),
+            shards: Gauge::default(),
+            shards_held: Gauge::default(),
             recorded_members: Arc::default(),
         }
     }
@@ -290,7 +294,23 @@ impl ControllerMetrics {
             "EtcdBackups that failed for good (after their retries), by reason",
             m.etcdbackup_failures.clone(),
         );
+        r.register(
+            "shards",
+            "Shards the EtcdClusters are split into among the operator replicas (--shards)",
+            m.shards.clone(),
+        );
+        r.register(
+            "shards_held",
+            "Shards whose clusters this replica reconciles now",
+            m.shards_held.clone(),
+        );
         m
+    }
+
+    /// Records that this replica holds `held` of `total` shards.
+    pub fn set_shards(&self, held: usize, total: u32) {
+        self.shards.set(i64::from(total));
+        self.shards_held.set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// Records how long a reconcile took.
@@ -709,6 +729,17 @@ mod tests {
             &text,
             r#"etcd_operator_member_healthy{namespace="ns",cluster="other",member="c"} 1"#
         ));
+    }
+
+    #[test]
+    fn shards_held_survive_forgetting_the_clusters() {
+        let mut registry = Registry::default();
+        let m = ControllerMetrics::register(&mut registry);
+        m.set_shards(2, 6);
+        m.forget_all_clusters();
+        let text = scrape(&registry);
+        assert!(has(&text, "etcd_operator_shards 6"), "{text}");
+        assert!(has(&text, "etcd_operator_shards_held 2"), "{text}");
     }
 
     #[test]

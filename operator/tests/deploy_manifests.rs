@@ -332,6 +332,26 @@ fn answer_lease(state: &mut State, method: &Method, target: &Target, mut body: V
             state.leases.insert(key, body.clone());
             json_response(StatusCode::CREATED, &body)
         }
+        (&Method::GET, None) => {
+            // The shard manager's list (its label selector is not applied: only its Leases exist).
+            let items: Vec<Value> = state
+                .leases
+                .iter()
+                .filter(|((ns, _), _)| *ns == namespace)
+                .map(|(_, lease)| lease.clone())
+                .collect();
+            let list = json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "LeaseList",
+                "metadata": {"resourceVersion": state.revision.to_string()},
+                "items": items,
+            });
+            json_response(StatusCode::OK, &list)
+        }
+        (&Method::DELETE, Some(name)) => match state.leases.remove(&(namespace, name.clone())) {
+            Some(lease) => json_response(StatusCode::OK, &lease),
+            None => status(StatusCode::NOT_FOUND, "NotFound", "leases not found"),
+        },
         (&Method::PUT, Some(name)) => {
             let key = (namespace.clone(), name.clone());
             let Some(stored) = state.leases.get(&key) else {
@@ -829,7 +849,7 @@ fn rendered_leader_args(docs: &[Value]) -> LeaderElectionArgs {
     argv.extend(
         deployment_args(docs)
             .into_iter()
-            .filter(|a| a.starts_with("--leader-elect")),
+            .filter(|a| a.starts_with("--leader-elect") || a.starts_with("--shards")),
     );
     let flags = Flags::try_parse_from(argv).unwrap();
     assert!(
@@ -980,7 +1000,7 @@ fn a_call_without_a_rule_is_denied() {
 /// this test covers it: driven above, or calling only our own API (`etcd.operator.dev`, served
 /// by this process, authorized by its own SubjectAccessReviews, no RBAC rule for the
 /// ServiceAccount needed).
-const KUBE_CALLERS: [(&str, &str); 15] = [
+const KUBE_CALLERS: [(&str, &str); 16] = [
     (
         "apiserver/src/cluster/namespaces.rs",
         "driven: drive_serve_mode (Namespace lifecycle)",
@@ -1024,6 +1044,10 @@ const KUBE_CALLERS: [(&str, &str); 15] = [
     (
         "operator/src/serve_mode/leader.rs",
         "driven: drive_leader_election",
+    ),
+    (
+        "operator/src/serve_mode/shards.rs",
+        "driven: sharded_rbac_allows_every_call_of_the_shard_manager",
     ),
     (
         "apiserver/src/cluster/loopback.rs",
@@ -1414,4 +1438,167 @@ async fn serve_wiring_runs_the_controllers_only_while_leading() {
         released["spec"].get("holderIdentity").is_none_or(Value::is_null),
         "{released}"
     );
+}
+
+/// The chart rendered with one of its `ci/` value sets, as `helm install etcd-operator
+/// --namespace etcd-operator` would.
+fn rendered_with(values: &str) -> Vec<Value> {
+    let chart = workspace_root().join("charts").join("etcd-operator");
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = helm(None, home.path()).unwrap();
+    cmd.args(["template", "etcd-operator"])
+        .arg(&chart)
+        .args(["--namespace", LEASE_NS, "--kube-version", "1.35"])
+        .arg("--values")
+        .arg(chart.join("ci").join(values));
+    let out = run(&mut cmd).unwrap();
+    yaml_documents(&String::from_utf8(out.stdout).unwrap())
+}
+
+#[tokio::test]
+async fn sharded_rbac_allows_every_call_of_the_shard_manager() {
+    use etcd_operator::serve_mode::leader::Timing;
+    use etcd_operator::serve_mode::shards::ShardManager;
+    use etcd_operator_controller::shard::ShardOwnership;
+
+    let docs = rendered_with("sharded-values.yaml");
+    let grants = grants(&docs, &service_account(&docs));
+    let args = rendered_leader_args(&docs);
+    let shards = args.shard_count().unwrap();
+    assert!(shards.get() > 1, "the sharded value set shards");
+    // The chart's names; a short lease so that a departed replica's presence Lease is deleted
+    // within the test.
+    let timing = Timing {
+        duration: Duration::from_secs(2),
+        retry: Duration::from_millis(200),
+    };
+    let manager = |stub: &Stub, identity: &str, ownership: &ShardOwnership| {
+        ShardManager::new(
+            stub.client(),
+            &args.leader_elect_lease_namespace,
+            &args.leader_elect_lease_name,
+            identity,
+            timing,
+            ownership.clone(),
+        )
+    };
+    let stub = Stub::new(World::Empty);
+    // A replica that takes shards and dies.
+    let gone = ShardOwnership::new(shards);
+    let stop_gone = CancellationToken::new();
+    let task = tokio::spawn(manager(&stub, "replica-gone", &gone).run(stop_gone.clone()));
+    eventually("the first replica holds shards", || !gone.held().is_empty()).await;
+    task.abort();
+    // The next takes every shard over once they expired, deletes the departed presence Lease,
+    // and releases everything when it shuts down.
+    let ours = ShardOwnership::new(shards);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(manager(&stub, "replica-a", &ours).run(stop.clone()));
+    eventually("replica-a holds every shard", || {
+        ours.held().len() == shards.get() as usize
+    })
+    .await;
+    eventually("the departed presence Lease is deleted", || {
+        stub.calls().iter().any(|c| c.method == Method::DELETE)
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    let lease = stub
+        .lease(
+            &args.leader_elect_lease_namespace,
+            &format!("{}-shard-0", args.leader_elect_lease_name),
+        )
+        .unwrap();
+    assert!(
+        lease["spec"].get("holderIdentity").is_none_or(Value::is_null),
+        "{lease}"
+    );
+
+    let calls: std::collections::BTreeSet<ApiCall> = stub.calls().iter().map(api_call).collect();
+    let seen: std::collections::BTreeSet<String> = calls.iter().map(|c| c.verb.clone()).collect();
+    for verb in ["create", "get", "list", "update", "delete"] {
+        assert!(
+            seen.contains(verb),
+            "the shard manager was expected to {verb} Leases: {seen:?}"
+        );
+    }
+    let missing = denied(&grants, &calls);
+    assert!(
+        missing.is_empty(),
+        "charts/etcd-operator/templates/rbac.yaml with ci/sharded-values.yaml does not allow:\n  {}",
+        missing.join("\n  ")
+    );
+    // Without sharding, the Role names the one Lease: a shard Lease is not allowed.
+    let default_grants = grants_of_defaults();
+    let shard_call = calls.iter().find(|c| c.verb == "update").unwrap();
+    assert_eq!(denied(&default_grants, [shard_call]).len(), 1);
+}
+
+fn grants_of_defaults() -> Vec<Grant> {
+    let docs = manifests();
+    grants(&docs, &service_account(&docs))
+}
+
+#[tokio::test]
+async fn serve_wiring_with_shards_runs_the_controllers_and_holds_every_shard() {
+    let kube_apiserver = Stub::new(World::Empty);
+    let own_api = Stub::new(World::Empty);
+    let tasks = CancellationToken::new();
+    let mut args = leader_args("replica-a", true);
+    args.shards = 3;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = etcd_operator_controller::metrics::ControllerMetrics::register(&mut registry);
+    let task = spawn_controllers(
+        kube_apiserver.client(),
+        own_api.client(),
+        args,
+        tasks.clone(),
+        metrics,
+        Default::default(),
+    );
+    let scrape = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    };
+    // Alone, the replica takes every shard; the controllers run from the start.
+    eventually("every shard is held", || {
+        (0..3).all(|i| {
+            kube_apiserver
+                .lease(LEASE_NS, &format!("{LEASE}-shard-{i}"))
+                .is_some_and(|l| l["spec"]["holderIdentity"] == "replica-a")
+        })
+    })
+    .await;
+    eventually("the controllers watch the API", || {
+        own_api
+            .calls()
+            .iter()
+            .any(|c| c.path.contains("etcd.operator.dev"))
+    })
+    .await;
+    eventually("the gauge says so", || {
+        scrape().lines().any(|l| l == "etcd_operator_shards_held 3")
+    })
+    .await;
+    assert!(scrape().lines().any(|l| l == "etcd_operator_shards 3"));
+    // No single leader Lease in shard mode.
+    assert!(kube_apiserver.lease(LEASE_NS, LEASE).is_none());
+    tasks.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the controllers and the shard manager stop on shutdown")
+        .unwrap()
+        .unwrap();
+    for i in 0..3 {
+        let lease = kube_apiserver
+            .lease(LEASE_NS, &format!("{LEASE}-shard-{i}"))
+            .unwrap();
+        assert!(
+            lease["spec"].get("holderIdentity").is_none_or(Value::is_null),
+            "{lease}"
+        );
+    }
+    assert!(scrape().lines().any(|l| l == "etcd_operator_shards_held 0"));
 }

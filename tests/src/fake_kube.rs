@@ -891,19 +891,19 @@ fn patch(
         | "application/strategic-merge-patch+json"
         | "application/apply-patch+yaml" => json_patch::merge(&mut new, &patch),
         "application/json-patch+json" => {
-            let mut ops: json_patch::Patch = match serde_json::from_value(patch) {
+            // kube-apiserver's JSON patch finds a missing path equal to null in a `test`
+            // operation (kube-runtime's finalizer helper tests `/metadata/finalizers` so).
+            let mut patch = patch;
+            if let Some(ops) = patch.as_array_mut() {
+                ops.retain(|op| {
+                    let missing = op["path"].as_str().is_some_and(|p| new.pointer(p).is_none());
+                    !(op["op"] == "test" && op["value"].is_null() && missing)
+                });
+            }
+            let ops: json_patch::Patch = match serde_json::from_value(patch) {
                 Ok(p) => p,
                 Err(e) => return bad_request(format!("not a JSON patch: {e}")),
             };
-            // kube-apiserver's JSON patch takes a missing value for null, so
-            // `{"op":"test","path":"/metadata/finalizers","value":null}` passes on an object
-            // without finalizers (kube-runtime's finalizer helper sends it); json-patch fails it.
-            ops.0.retain(|op| match op {
-                json_patch::PatchOperation::Test(t) => {
-                    !(t.value.is_null() && new.pointer(t.path.as_str()).is_none_or(Value::is_null))
-                }
-                _ => true,
-            });
             if let Err(e) = json_patch::patch(&mut new, &ops) {
                 return status(
                     StatusCode::UNPROCESSABLE_ENTITY,

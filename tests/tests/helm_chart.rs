@@ -1236,6 +1236,44 @@ fn value_sets_render_what_they_select() {
     );
     assert!(custom.roles.is_empty(), "no lease Role without leader election");
 
+    // One Lease by name without sharding; with it, the shard and presence Leases (named after
+    // the Pods) need list and rules without names.
+    let lease_rules = |r: &Rendered| {
+        let [role] = r.roles.as_slice() else {
+            panic!("expected one Role, found {}", r.roles.len());
+        };
+        role.rules.clone().unwrap_or_default()
+    };
+    let leader_args = |r: &Rendered| {
+        r.deployments[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap_or_default()
+    };
+    let single = lease_rules(&defaults);
+    assert!(single.iter().all(|rule| !rule.verbs.contains(&"list".to_owned())));
+    assert!(leader_args(&defaults).contains(&"--shards=1".to_owned()));
+    let sharded = render("sharded-values.yaml");
+    let rules = lease_rules(&sharded);
+    assert!(
+        rules.iter().any(|rule| rule.resource_names.is_none()
+            && ["get", "list", "update", "delete"]
+                .iter()
+                .all(|v| rule.verbs.contains(&(*v).to_owned()))),
+        "{rules:?}"
+    );
+    let args = leader_args(&sharded);
+    assert!(args.contains(&"--shards=6".to_owned()), "{args:?}");
+    assert!(args.contains(&"--leader-elect-lease-name=etcd-operator-controllers".to_owned()));
+
     // Prometheus scraping is off by default and, when on, bound to the Prometheus named.
     assert!(defaults.service_monitors.is_empty());
     assert!(
@@ -1280,7 +1318,7 @@ fn value_sets_render_what_they_select() {
 
 #[test]
 fn invalid_values_fail_to_render_with_the_reason() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["etcd.replicas=2"], "etcd.replicas must be 1 or 3"),
         (&["etcd.mode=embedded"], "etcd.mode must be internal or external"),
         (&["etcd.mode=external"], "etcd.external.endpoints must list"),
@@ -1288,6 +1326,11 @@ fn invalid_values_fail_to_render_with_the_reason() {
             &["replicaCount=2", "leaderElection.enabled=false"],
             "replicaCount > 1 needs leaderElection",
         ),
+        (
+            &["replicaCount=1", "leaderElection.enabled=false", "shards=4"],
+            "shards > 1 needs leaderElection",
+        ),
+        (&["shards=0"], "shards must be between 1 and 1024"),
     ];
     for (set, reason) in cases {
         match template("prod", "team-x", None, set) {

@@ -119,4 +119,10 @@ app.kubernetes.io/component: backing-etcd
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount > 1 needs leaderElection.enabled: only one controller may act at a time" }}
 {{- end }}
+{{- if or (lt (int .Values.shards) 1) (gt (int .Values.shards) 1024) }}
+{{- fail (printf "shards must be between 1 and 1024, not %v" .Values.shards) }}
+{{- end }}
+{{- if and (gt (int .Values.shards) 1) (not .Values.leaderElection.enabled) }}
+{{- fail "shards > 1 needs leaderElection.enabled: the shards are held through Leases" }}
+{{- end }}
 {{- end }}

@@ -101,6 +101,8 @@ pub struct BackupContext {
     not_before: Mutex<HashMap<String, std::time::Instant>>,
     /// Where the last successful backup of each cluster and the failures are recorded.
     metrics: crate::metrics::ControllerMetrics,
+    /// Which clusters are this replica's (default: all); backups follow their cluster.
+    shards: crate::shard::ShardOwnership,
 }
 
 impl std::fmt::Debug for BackupContext {
@@ -123,7 +125,14 @@ impl BackupContext {
             last_taken: Mutex::new(HashMap::new()),
             not_before: Mutex::new(HashMap::new()),
             metrics: crate::metrics::ControllerMetrics::default(),
+            shards: crate::shard::ShardOwnership::all(),
         }
+    }
+
+    /// Backs up only the clusters of the shards `shards` holds (default: every cluster).
+    pub fn with_shards(mut self, shards: crate::shard::ShardOwnership) -> Self {
+        self.shards = shards;
+        self
     }
 
     /// Records backups in `metrics` (the member controller's, so that a deleted cluster's

@@ -26,6 +26,7 @@ pub async fn run(
 ) {
     let api: Api<EtcdBackup> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
+        .reconcile_all_on(ctx.shards.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -89,6 +90,10 @@ fn settled(obj: &EtcdBackup) -> bool {
 
 async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Action, BackupError> {
     let (Some(namespace), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    // Taken by the replica that reconciles the cluster it backs up.
+    let Some(_shard) = ctx.shards.enter(&namespace, &obj.spec.cluster_name) else {
         return Ok(Action::await_change());
     };
     if settled(&obj) {

@@ -28,6 +28,7 @@ pub async fn run(
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
+        .reconcile_all_on(ctx.shards.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -55,6 +56,9 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         return Ok(Action::await_change());
     };
     let (namespace, name) = (view.cluster.namespace.clone(), view.cluster.name.clone());
+    let Some(_shard) = ctx.shards.enter(&namespace, &name) else {
+        return Ok(Action::await_change());
+    };
     let Some(backup) = view.backup.clone() else {
         ctx.metrics.record_backup(&namespace, &name, None);
         return Ok(Action::await_change());

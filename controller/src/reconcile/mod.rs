@@ -141,6 +141,8 @@ pub struct Context<R: Runtime, M: MemberOps = EtcdClient> {
     backup_credentials: crate::backup::Credentials,
     /// Where reconciles, steps and the observed clusters are recorded.
     metrics: ControllerMetrics,
+    /// Which clusters are this replica's (default: all).
+    shards: crate::shard::ShardOwnership,
 }
 
 impl<R: Runtime, M: MemberOps> std::fmt::Debug for Context<R, M> {
@@ -169,7 +171,14 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
             memory: Mutex::new(HashMap::new()),
             backup_credentials: crate::backup::Credentials::Environment { file: None },
             metrics: ControllerMetrics::default(),
+            shards: crate::shard::ShardOwnership::all(),
         }
+    }
+
+    /// Reconciles only the clusters of the shards `shards` holds (default: every cluster).
+    pub fn with_shards(mut self, shards: crate::shard::ShardOwnership) -> Self {
+        self.shards = shards;
+        self
     }
 
     /// Records reconciles, steps and the observed clusters in `metrics` (default: series
@@ -230,7 +239,7 @@ pub async fn run<R: Runtime, M: MemberOps>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, watcher::Config::default());
+    let controller = Controller::new(api, watcher::Config::default()).reconcile_all_on(ctx.shards.changes());
     ctx.runtime
         .watch_children(controller)
         .graceful_shutdown_on(shutdown)
@@ -289,6 +298,19 @@ async fn reconcile<R: Runtime, M: MemberOps>(
     obj: Arc<EtcdCluster>,
     ctx: Arc<Context<R, M>>,
 ) -> Result<Action, ReconcileError> {
+    // Another replica's shard: what this one remembered is stale. The guard keeps the shard
+    // from being given up while this reconcile runs.
+    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let Some(_shard) = ctx.shards.enter(&namespace, &name) else {
+        ctx.metrics.forget_cluster(&namespace, &name);
+        ctx.forget(&ClusterRef {
+            namespace,
+            name,
+            uid: String::new(),
+        });
+        return Ok(Action::await_change());
+    };
     let start = Instant::now();
     let result = reconcile_one(obj, &ctx).await;
     ctx.metrics.observe_reconcile(start.elapsed().as_secs_f64());

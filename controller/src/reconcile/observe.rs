@@ -49,11 +49,14 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
     if let Ok(mut all) = ctx.memory.lock() {
         let memory = all.entry(cluster.key()).or_default();
         let formed = etcd.as_ref().is_some_and(|v| v.leader != 0);
+        // A bootstrap is under way once a member was started with `new`, whether its process
+        // runs or already exited: a member that dies at once (its port taken, say) keeps the
+        // clock running, so the bootstrap is wiped and reserved anew when it never forms.
         let bootstrapping = runtime.iter().any(|r| {
             r.config
                 .as_ref()
                 .is_some_and(|c| c.initial_state == InitialState::New)
-                && r.liveness == Liveness::Running
+                && r.liveness != Liveness::Reserved
         });
         if formed || !bootstrapping {
             memory.bootstrap_since = None;
@@ -173,6 +176,54 @@ mod tests {
             certificates: None,
             restarts: 0,
         }
+    }
+
+    #[tokio::test]
+    async fn a_bootstrap_whose_members_die_at_once_keeps_its_clock_running() {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let started = |name: &str, liveness| RuntimeMember {
+            config: Some(crate::model::MemberConfig {
+                version: "3.5.1".into(),
+                initial_cluster: vec![(name.into(), format!("https://{name}:2380"))],
+                initial_state: InitialState::New,
+                cluster_token: "t".into(),
+                previous_version: None,
+                restore: None,
+            }),
+            ..member(name, liveness)
+        };
+        let dead = || Liveness::Gone {
+            reason: "the process exited".into(),
+            restartable: true,
+        };
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            FakeRuntime::new(vec![started("a", dead()), started("b", dead())], None),
+            Thresholds::default(),
+            FakeMemberOps::new(None),
+        );
+        let cluster = ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        };
+        let first = observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap().0;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let second = observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap().0;
+        let (first, second) = (
+            first.timing.bootstrap_waiting.unwrap(),
+            second.timing.bootstrap_waiting.unwrap(),
+        );
+        assert!(
+            second >= first + std::time::Duration::from_millis(20),
+            "{first:?} then {second:?}"
+        );
+        // Members only reserved: no bootstrap yet, no clock.
+        ctx.runtime.set_liveness("a", Liveness::Reserved);
+        ctx.runtime.set_liveness("b", Liveness::Reserved);
+        let reserved = observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap().0;
+        assert_eq!(reserved.timing.bootstrap_waiting, None);
     }
 
     #[tokio::test]

@@ -11,9 +11,13 @@
 //! on its own monotonic clock, so clock skew between nodes does not matter.
 //!
 //! [`Observation`] (what to do with a Lease as read) is pure and unit-tested below; [`LeaseLock`]
-//! does the API calls; [`run_while_leader`] runs a controller for as long as the Lease is held.
+//! does the API calls; [`Timing::act_until`] is how long a holder may act after a renewal;
+//! [`run_while_leader`] runs a controller for as long as the Lease is held. Sharding
+//! ([`super::shards`]) holds one Lease per shard with the same three pieces.
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -45,6 +49,12 @@ pub struct LeaderElectionArgs {
     /// Seconds between attempts to acquire or renew (less than the lease duration).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub leader_elect_renew_period: u32,
+    /// Split the EtcdClusters into this many shards, each with its own Lease
+    /// (`<lease-name>-shard-<i>`), shared out among the replicas so that each reconciles the
+    /// clusters of the shards it holds (more than 1 needs `--leader-elect`). With 1, the holder of
+    /// the one Lease runs every controller.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shards: u32,
 }
 
 impl LeaderElectionArgs {
@@ -68,6 +78,25 @@ impl LeaderElectionArgs {
         }
         Ok(Timing { duration, retry })
     }
+
+    /// The number of shards; an error when more than one is asked for without leader election,
+    /// or with a lease name that cannot be a label value (shard Leases are listed by it).
+    pub fn shard_count(&self) -> Result<NonZeroU32, LeaderElectionError> {
+        let shards = NonZeroU32::new(self.shards).unwrap_or(NonZeroU32::MIN);
+        if shards.get() > 1 && !self.leader_elect {
+            return Err(LeaderElectionError::Config(format!(
+                "--shards={} needs --leader-elect (the shards are held through Leases)",
+                self.shards
+            )));
+        }
+        if shards.get() > 1 && self.leader_elect_lease_name.len() > 50 {
+            return Err(LeaderElectionError::Config(format!(
+                "--leader-elect-lease-name {:?} is longer than 50 characters, too long to name the shard Leases",
+                self.leader_elect_lease_name
+            )));
+        }
+        Ok(shards)
+    }
 }
 
 /// How long a Lease lasts and how often it is renewed.
@@ -77,6 +106,21 @@ pub struct Timing {
     pub duration: Duration,
     /// Time between acquire/renew attempts.
     pub retry: Duration,
+}
+
+impl Timing {
+    /// How long after *sending* a successful acquire or renew the holder may act: one duration
+    /// less one retry period. Another candidate waits a full duration from when it first *saw*
+    /// that renewal (which is after it was sent), so the holder stops at least one retry period
+    /// before anyone may take over, whatever the nodes' clocks say.
+    pub fn renew_deadline(&self) -> Duration {
+        self.duration.saturating_sub(self.retry)
+    }
+
+    /// The instant until which a holder whose acquire or renew was sent at `sent` may act.
+    pub fn act_until(&self, sent: Instant) -> Instant {
+        sent + self.renew_deadline()
+    }
 }
 
 /// Leader election failed.
@@ -97,6 +141,18 @@ pub enum LeaderElectionError {
         /// The error (boxed: `kube::Error` is large).
         #[source]
         source: Box<kube::Error>,
+    },
+    /// kube-apiserver did not answer in time (a holder must not wait past its deadline).
+    #[error("{op} Lease {namespace}/{name}: no answer within {after:?}")]
+    Timeout {
+        /// What was attempted.
+        op: &'static str,
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// How long it waited.
+        after: Duration,
     },
 }
 
@@ -206,6 +262,8 @@ pub struct LeaseLock {
     name: String,
     identity: String,
     timing: Timing,
+    /// Labels set on every write (shard Leases are listed by them).
+    labels: BTreeMap<String, String>,
 }
 
 /// The outcome of one attempt.
@@ -230,12 +288,24 @@ impl LeaseLock {
             name: name.to_owned(),
             identity: identity.to_owned(),
             timing,
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Sets `labels` on the Lease whenever it is written.
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
     }
 
     /// This lock's identity.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// The Lease's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     fn error(&self, op: &'static str) -> impl FnOnce(kube::Error) -> LeaderElectionError + '_ {
@@ -255,13 +325,28 @@ impl LeaseLock {
     ) -> Result<Attempt, LeaderElectionError> {
         let current = self.api.get_opt(&self.name).await.map_err(self.error("read"))?;
         let step = observation.step(current.as_ref(), &self.identity, Instant::now(), self.timing);
-        let desired = desired_lease(
-            current.as_ref(),
+        self.write(current.as_ref(), step).await
+    }
+
+    /// Carries out `step`, decided by [`Observation::step`] on `current` (the Lease as just
+    /// read): creates, renews or takes the Lease over, with an update conditional on the
+    /// `resourceVersion` read. [`Step::Wait`] writes nothing. A lost race is
+    /// [`Attempt::NotHeld`], not an error.
+    pub async fn write(&self, current: Option<&Lease>, step: Step) -> Result<Attempt, LeaderElectionError> {
+        let mut desired = desired_lease(
+            current,
             &self.name,
             &self.identity,
             self.timing,
             jiff::Timestamp::now(),
         );
+        if !self.labels.is_empty() {
+            desired
+                .metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .extend(self.labels.clone());
+        }
         let result = match &step {
             Step::Wait { .. } => return Ok(Attempt::NotHeld(step)),
             Step::Create => self.api.create(&PostParams::default(), &desired).await,
@@ -279,6 +364,27 @@ impl LeaseLock {
             } else {
                 "update"
             })(error)),
+        }
+    }
+
+    /// [`Self::try_acquire_or_renew`], given up after `limit` (an error then).
+    pub async fn try_acquire_or_renew_within(
+        &self,
+        observation: &mut Observation,
+        limit: Duration,
+    ) -> Result<Attempt, LeaderElectionError> {
+        tokio::time::timeout(limit, self.try_acquire_or_renew(observation))
+            .await
+            .unwrap_or_else(|_| Err(self.timeout("acquire or renew", limit)))
+    }
+
+    /// The error of a call that took longer than `after`.
+    pub fn timeout(&self, op: &'static str, after: Duration) -> LeaderElectionError {
+        LeaderElectionError::Timeout {
+            op,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            after,
         }
     }
 
@@ -334,14 +440,30 @@ where
     );
     let mut observation = Observation::default();
     let mut leading: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
-    let mut last_renewed = Instant::now();
     // Step down before others may take over: they wait a full duration after our last renew.
-    let renew_deadline = timing.duration.saturating_sub(timing.retry);
+    let mut act_until = Instant::now();
     let mut was_waiting_for: Option<String> = None;
     loop {
-        match lock.try_acquire_or_renew(&mut observation).await {
+        let sent = Instant::now();
+        if sent >= act_until
+            && let Some((stop, task)) = leading.take()
+        {
+            tracing::warn!(
+                identity = lock.identity(),
+                "could not renew the leader Lease in time; stopping the controller"
+            );
+            stop.cancel();
+            let _ = task.await;
+        }
+        // A hanging request must not keep the leader past its deadline.
+        let limit = if leading.is_some() {
+            timing.retry.min(act_until.saturating_duration_since(sent))
+        } else {
+            timing.retry
+        };
+        match lock.try_acquire_or_renew_within(&mut observation, limit).await {
             Ok(Attempt::Held) => {
-                last_renewed = Instant::now();
+                act_until = timing.act_until(sent);
                 was_waiting_for = None;
                 if leading.is_none() {
                     tracing::info!(identity = lock.identity(), lease = %args.leader_elect_lease_name, "acquired the leader Lease; starting the controller");
@@ -367,7 +489,7 @@ where
             }
             Err(error) => {
                 tracing::warn!(%error, "leader election");
-                if last_renewed.elapsed() >= renew_deadline
+                if Instant::now() >= act_until
                     && let Some((stop, task)) = leading.take()
                 {
                     tracing::warn!(
@@ -379,9 +501,17 @@ where
                 }
             }
         }
+        // While leading, wake at the deadline at the latest.
+        let pause = if leading.is_some() {
+            timing
+                .retry
+                .min(act_until.saturating_duration_since(Instant::now()))
+        } else {
+            timing.retry
+        };
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = tokio::time::sleep(timing.retry) => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
     if let Some((stop, task)) = leading.take() {
@@ -536,5 +666,40 @@ mod tests {
         assert_eq!(ok.timing().ok(), Some(T));
         assert_eq!(ok.identity(), "p-0");
         assert!(!ok.leader_elect);
+        assert_eq!(ok.shard_count().ok(), NonZeroU32::new(1));
+        let Ok(sharded) = parse(&["--shards=4"]) else {
+            unreachable!("the flags parse")
+        };
+        assert!(
+            matches!(sharded.shard_count(), Err(LeaderElectionError::Config(m)) if m.contains("needs --leader-elect"))
+        );
+        let Ok(sharded) = parse(&["--shards=4", "--leader-elect"]) else {
+            unreachable!("the flags parse")
+        };
+        assert_eq!(sharded.shard_count().ok(), NonZeroU32::new(4));
+        assert!(parse(&["--shards=0"]).is_err());
+    }
+
+    #[test]
+    fn a_holder_stops_one_retry_period_before_others_may_take_over() {
+        let sent = Instant::now();
+        assert_eq!(T.renew_deadline(), Duration::from_secs(10));
+        assert_eq!(T.act_until(sent), sent + Duration::from_secs(10));
+        // Another candidate first sees that renewal no earlier than it was sent, and waits a full
+        // duration from then.
+        let mut obs = Observation::default();
+        let seen = sent + Duration::from_millis(1);
+        assert!(matches!(
+            obs.step(Some(&lease(Some("b"), 1)), "a", seen, T),
+            Step::Wait { .. }
+        ));
+        assert!(matches!(
+            obs.step(Some(&lease(Some("b"), 1)), "a", T.act_until(sent) + T.retry, T),
+            Step::Wait { .. }
+        ));
+        assert_eq!(
+            obs.step(Some(&lease(Some("b"), 1)), "a", seen + T.duration, T),
+            Step::TakeOver
+        );
     }
 }

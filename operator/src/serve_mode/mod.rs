@@ -1,8 +1,10 @@
 //! `etcd-operator serve`: the API server and the controller inside a Kubernetes cluster, behind
 //! the kube-apiserver aggregator, the controllers running only while this replica holds the
-//! leader Lease ([`leader`]).
+//! leader Lease ([`leader`]), or, with `--shards N`, for the clusters of the shards whose Leases
+//! it holds ([`shards`]).
 
 pub mod leader;
+pub mod shards;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +23,7 @@ use etcd_operator_apiserver::http::{self, AppState, Stores, openapi};
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{Storage, StorageError, StorageOptions};
 use etcd_operator_controller::metrics::ControllerMetrics;
+use etcd_operator_controller::shard::ShardOwnership;
 use prometheus_client::registry::Registry;
 
 /// How often the authentication ConfigMap is re-read.
@@ -162,7 +165,9 @@ async fn etcd_client(args: &ServeArgs) -> Result<etcd_client::Client, ServeModeE
 /// (the loopback identity). They run only while this replica holds the leader Lease (always,
 /// without `--leader-elect`), are stopped when it is lost and started anew when it is regained.
 /// They record in `metrics`; the per-cluster series go when leadership does (only the leader's
-/// view is current).
+/// view is current). With `--shards N` (N > 1) they run from the start and reconcile the
+/// clusters of the shards the [`shards::ShardManager`] holds; a cluster's series go when its
+/// shard does.
 pub fn spawn_controllers(
     kube: kube::Client,
     controller_client: kube::Client,
@@ -173,42 +178,66 @@ pub fn spawn_controllers(
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
-    tokio::spawn(leader::run_while_leader(
-        kube,
-        leader_election,
-        tasks,
-        move |stop: CancellationToken| {
-            let ctx = etcd_operator_controller::reconcile::Context::new(
-                controller_client.clone(),
-                runtime.clone(),
-                thresholds.clone(),
-            )
-            .with_backup_credentials(credentials.clone())
-            .with_metrics(metrics.clone());
-            let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
-                controller_client.clone(),
-                credentials.clone(),
-            )
-            .with_metrics(metrics.clone());
-            let metrics = metrics.clone();
-            async move {
-                let stop_members = stop.clone();
-                tokio::join!(
-                    etcd_operator_controller::reconcile::run(
-                        ctx,
-                        async move { stop_members.cancelled().await }
-                    ),
-                    etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
-                );
-                metrics.forget_all_clusters();
-            }
-        },
-    ))
+    let controller_metrics = metrics.clone();
+    let controllers = move |stop: CancellationToken, shards: ShardOwnership| {
+        let metrics = controller_metrics.clone();
+        let ctx = etcd_operator_controller::reconcile::Context::new(
+            controller_client.clone(),
+            runtime.clone(),
+            thresholds.clone(),
+        )
+        .with_backup_credentials(credentials.clone())
+        .with_metrics(metrics.clone())
+        .with_shards(shards.clone());
+        let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
+            controller_client.clone(),
+            credentials.clone(),
+        )
+        .with_metrics(metrics.clone())
+        .with_shards(shards);
+        async move {
+            let stop_members = stop.clone();
+            tokio::join!(
+                etcd_operator_controller::reconcile::run(ctx, async move { stop_members.cancelled().await }),
+                etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
+            );
+            metrics.forget_all_clusters();
+        }
+    };
+    let shard_count = match leader_election.shard_count() {
+        Ok(count) => count,
+        Err(error) => return tokio::spawn(async move { Err(error) }),
+    };
+    if shard_count.get() == 1 {
+        return tokio::spawn(leader::run_while_leader(
+            kube,
+            leader_election,
+            tasks,
+            move |stop: CancellationToken| controllers(stop, ShardOwnership::all()),
+        ));
+    }
+    tokio::spawn(async move {
+        let timing = leader_election.timing()?;
+        let ownership = ShardOwnership::new(shard_count);
+        let manager = shards::ShardManager::new(
+            kube,
+            &leader_election.leader_elect_lease_namespace,
+            &leader_election.leader_elect_lease_name,
+            &leader_election.identity(),
+            timing,
+            ownership.clone(),
+        )
+        .with_metrics(metrics);
+        let stop = tasks.child_token();
+        tokio::join!(manager.run(tasks), controllers(stop, ownership));
+        Ok(())
+    })
 }
 
 /// Runs serve mode until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     args.leader_election.timing()?;
+    args.leader_election.shard_count()?;
     serve::install_crypto_provider();
     let kube = kube_client(args.kubeconfig.as_ref()).await?;
     let etcd = etcd_client(&args).await?;
