@@ -11,11 +11,13 @@
 //! Per N (`BENCH_CLUSTERS`, default `100,1000`), it measures:
 //! - operator RSS: at start (no cluster), settled with N, and its peak (`VmHWM`);
 //! - CPU per idle minute: the operator's utime + stime over a settled window
-//!   (`BENCH_IDLE_SECONDS`, default 60), as % of one core;
+//!   (`BENCH_IDLE_SECONDS`, default 60, from 5 s after the last write of the operator or the
+//!   kubelet), as % of one core;
 //! - API requests per minute while settled (same window), in all and per cluster, with the
 //!   three biggest kinds (verb and resource);
 //! - time for all N to reach `Available=True` from the first create (and the operator's CPU
-//!   seconds until then);
+//!   seconds until then), and until the last write of the operator or the kubelet (every Pod
+//!   Ready, every status written);
 //! - reaction to a spec change amid N settled clusters: `spec.replicas` 3→4 on one cluster
 //!   (`BENCH_REACTIONS` clusters, default 20, one after another, each let finish scaling before
 //!   the next), from the moment the API received the patch to the first write the operator sends
@@ -83,8 +85,8 @@ const CHILDREN: &[&str] = &[
 /// How long a change may wait for its first act, and a scaled cluster for its new member.
 const REACTION_TIMEOUT: Duration = Duration::from_secs(30);
 const SCALE_TIMEOUT: Duration = Duration::from_secs(120);
-/// Settled: no write from the operator for this long (looked at once a second), at most
-/// [`SETTLE_LIMIT`] after the last cluster became Available.
+/// Settled: no write from the operator or the kubelet for this long (looked at once a second),
+/// at most [`SETTLE_LIMIT`] after the last cluster became Available.
 const QUIET: Duration = Duration::from_secs(5);
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
@@ -180,11 +182,18 @@ struct Figures {
     creates_took: Duration,
     all_available: Duration,
     cpu_to_available_s: f64,
+    /// From the first create to the last write of the operator or the kubelet before the
+    /// settled window.
+    settled_after: Duration,
     settle_note: String,
     idle_window: Duration,
     idle_cpu_pct: f64,
     requests_per_min: f64,
     top_requests: Vec<(String, f64)>,
+    /// Clusters whose members the operator listed from the API in the idle window, and the
+    /// most lists of one cluster.
+    clusters_listed: usize,
+    most_lists_of_one: usize,
     reactions: Vec<Duration>,
     first_acts: BTreeMap<String, usize>,
 }
@@ -315,12 +324,44 @@ fn operator_requests(kube: &FakeKube) -> BTreeMap<(&'static str, String), u64> {
         .collect()
 }
 
-fn operator_writes(kube: &FakeKube) -> u64 {
-    operator_requests(kube)
+/// Every write so far by the operator and the kubelet (the world changing).
+fn world_writes(kube: &FakeKube) -> u64 {
+    kube.request_counts()
         .iter()
-        .filter(|((verb, _), _)| !matches!(*verb, "get" | "list" | "watch"))
+        .filter(|((agent, verb, _), _)| {
+            (agent == OPERATOR_AGENT || agent == KUBELET_AGENT) && !matches!(*verb, "get" | "list" | "watch")
+        })
         .map(|(_, n)| n)
         .sum()
+}
+
+/// Counts the operator's lists of each cluster's members (by namespace and label selector)
+/// while it runs (a task to abort, and the counts).
+fn follow_lists(kube: &FakeKube) -> (tokio::task::JoinHandle<()>, Arc<Mutex<HashMap<String, usize>>>) {
+    let mut seen = kube.requests_seen();
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let kept = counts.clone();
+    let follow = tokio::spawn(async move {
+        loop {
+            match seen.recv().await {
+                Ok(r)
+                    if r.agent == OPERATOR_AGENT
+                        && r.verb == "list"
+                        && CHILDREN.contains(&r.resource.as_str()) =>
+                {
+                    let key = format!(
+                        "{}/{}",
+                        r.namespace.unwrap_or_default(),
+                        r.label_selector.unwrap_or_default()
+                    );
+                    *kept.lock().unwrap().entry(key).or_insert(0) += 1;
+                }
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+    (follow, counts)
 }
 
 /// `(namespace, name)` of cluster `i` of `n`.
@@ -565,22 +606,25 @@ async fn measure(
         figures.all_available.as_secs_f64()
     ));
 
-    // Settle: no write from the operator for a while.
+    // Settle: no write from the operator or the kubelet for a while (Pods turning Ready after
+    // their cluster is Available still bring reconciles).
     let settle_start = Instant::now();
-    let mut writes = operator_writes(kube);
+    let mut writes = world_writes(kube);
     let mut quiet_since = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = operator_writes(kube);
+        let now = world_writes(kube);
         if now != writes {
             writes = now;
             quiet_since = Instant::now();
         }
         if quiet_since.elapsed() >= QUIET {
+            figures.settled_after = quiet_since.saturating_duration_since(start);
             figures.settle_note = format!("quiet after {:.0} s", settle_start.elapsed().as_secs_f64());
             break;
         }
         if settle_start.elapsed() >= SETTLE_LIMIT {
+            figures.settled_after = settle_start.elapsed() + figures.all_available;
             figures.settle_note = format!("still writing after {} s", SETTLE_LIMIT.as_secs());
             break;
         }
@@ -594,6 +638,7 @@ async fn measure(
     ));
 
     // The idle window.
+    let lists = follow_lists(kube);
     let before = operator_requests(kube);
     let cpu_before = cpu_seconds(pid, knobs.clock_ticks)?;
     let window_start = Instant::now();
@@ -609,6 +654,13 @@ async fn measure(
     figures.idle_window = window_start.elapsed();
     let cpu = cpu_seconds(pid, knobs.clock_ticks)? - cpu_before;
     let after = operator_requests(kube);
+    lists.0.abort();
+    let listed = lists.1.lock().unwrap().clone();
+    figures.clusters_listed = listed.len();
+    figures.most_lists_of_one = listed.values().copied().max().unwrap_or(0);
+    if let Some((most, count)) = listed.iter().max_by_key(|(_, c)| **c) {
+        progress(&format!("most listed in the idle window: {most} ({count} lists)"));
+    }
     let minutes = figures.idle_window.as_secs_f64() / 60.0;
     figures.idle_cpu_pct = 100.0 * cpu / figures.idle_window.as_secs_f64();
     let mut delta: Vec<(String, f64)> = after
@@ -892,9 +944,11 @@ fn table(n: usize, knobs: &Knobs, results: &[(&str, anyhow::Result<Figures>)]) -
                 let acts: Vec<String> = f.first_acts.iter().map(|(a, c)| format!("{a} x{c}")).collect();
                 let _ = writeln!(
                     out,
-                    "  {label}: settle {}; most requests while settled: {}; first act: {}",
+                    "  {label}: settle {}; most requests while settled: {}; clusters listed in the window: {} (at most {} lists of one); first act: {}",
                     f.settle_note,
                     top.join(", "),
+                    f.clusters_listed,
+                    f.most_lists_of_one,
                     acts.join(", ")
                 );
             }

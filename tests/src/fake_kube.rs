@@ -116,6 +116,8 @@ pub struct RequestSeen {
     pub namespace: Option<String>,
     /// The object's name, for requests on one object.
     pub name: Option<String>,
+    /// The label selector of a list, watch or collection delete.
+    pub label_selector: Option<String>,
 }
 
 impl RequestSeen {
@@ -512,6 +514,7 @@ async fn handle(
         subresource: target.subresource.clone(),
         namespace: target.namespace.clone(),
         name: target.name.clone(),
+        label_selector: query.get("labelSelector").cloned(),
     });
     match (method, target.name.clone()) {
         (Method::GET, Some(name)) => get(&shared, &target, &name),

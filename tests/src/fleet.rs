@@ -410,7 +410,7 @@ impl MemberOps for SimulatedEtcd {
 pub const NODE: &str = "fleet-node";
 
 /// How many Pods the [`Kubelet`] handles at once.
-const KUBELET_CONCURRENCY: usize = 16;
+const KUBELET_CONCURRENCY: usize = 32;
 
 /// See the module documentation. Stops when dropped.
 #[derive(Debug)]
