@@ -1272,6 +1272,7 @@ async fn members_come_from_the_watches_without_a_request_until_this_process_writ
             object(pvc(&a, Some(&cfg), false)),
             object(pvc(&b, Some(&cfg), false)),
         ],
+        Vec::new(),
     );
     let (a2, b2, cfg2) = (a.clone(), b.clone(), cfg.clone());
     let (cached, listed) = scenario(
@@ -2676,6 +2677,58 @@ mod tls {
             Duration::ZERO,
             "a certificate of another CA counts as expired"
         );
+
+        // The same from the controller's watches: the same answer, and not one request.
+        fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
+            serde_json::from_value(v).unwrap()
+        }
+        let cache = etcd_operator_controller::runtime::kubernetes::ChildCache::filled(
+            vec![object(tls_pod(&a)), object(tls_pod(&b))],
+            vec![object(tls_pvc(&a)), object(tls_pvc(&b))],
+            vec![
+                object(ca_secret(&client_ca, Plane::Client)),
+                object(ca_secret(&peer_ca, Plane::Peer)),
+                object(member_secret(
+                    &a,
+                    &client_ca,
+                    &peer_ca,
+                    20,
+                    Some("r1"),
+                    "2026-01-01T00:00:00Z",
+                )),
+                object(member_secret(
+                    &b,
+                    &other,
+                    &other,
+                    365,
+                    None,
+                    "2026-01-01T00:00:00Z",
+                )),
+            ],
+        );
+        let cached = scenario(
+            async |_: &mut ApiServerVerifier| {},
+            async |rt: KubernetesRuntime| rt.with_child_cache(cache).members(&cluster_ref()).await.unwrap(),
+        )
+        .await;
+        // The same members; the certificates' remaining validity is taken a moment later.
+        let strip = |ms: &[RuntimeMember]| -> Vec<RuntimeMember> {
+            ms.iter()
+                .map(|m| RuntimeMember {
+                    certificates: None,
+                    ..m.clone()
+                })
+                .collect()
+        };
+        assert_eq!(strip(&cached), strip(&members));
+        for (c, m) in cached.iter().zip(&members) {
+            let (c, m) = (c.certificates.clone().unwrap(), m.certificates.clone().unwrap());
+            assert_eq!(c.rotation, m.rotation);
+            assert!(
+                m.valid_for.abs_diff(c.valid_for) < Duration::from_secs(5),
+                "{c:?} {m:?}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -727,16 +727,20 @@ async fn drive_child_watches(stub: &Stub) {
         |_, _, _| Action::await_change(),
         Arc::new(()),
     );
-    // Until both children are watched (the watchers list first, then watch).
+    // Until every child is watched (the watchers list first, then watch).
     let watched = || {
         let calls = stub.calls();
-        ["/api/v1/pods", "/api/v1/persistentvolumeclaims"]
-            .iter()
-            .all(|path| {
-                calls
-                    .iter()
-                    .any(|c| c.path == *path && c.query.as_deref().is_some_and(|q| q.contains("watch=true")))
-            })
+        [
+            "/api/v1/pods",
+            "/api/v1/persistentvolumeclaims",
+            "/api/v1/secrets",
+        ]
+        .iter()
+        .all(|path| {
+            calls
+                .iter()
+                .any(|c| c.path == *path && c.query.as_deref().is_some_and(|q| q.contains("watch=true")))
+        })
     };
     let waited = async {
         while !watched() {
@@ -884,6 +888,7 @@ async fn rendered_rbac_allows_every_call_the_code_makes() {
         ("list", "pods"),
         ("watch", "pods"),
         ("watch", "persistentvolumeclaims"),
+        ("watch", "secrets"),
         ("patch", "pods"),
         ("delete", "pods"),
         ("deletecollection", "pods"),
@@ -934,9 +939,9 @@ fn a_call_without_a_rule_is_denied() {
         })
     };
     let uncovered = [
-        // Secrets are applied (server-side), never updated or watched.
+        // Secrets are applied (server-side), never updated; they are watched across
+        // namespaces (the clusters' own, by label), never per namespace.
         call(Method::PUT, "/api/v1/namespaces/prod/secrets/demo-a-tls", None),
-        call(Method::GET, "/api/v1/namespaces/prod/secrets", Some("watch=true")),
         // cert-manager Certificates are applied, never read.
         call(
             Method::GET,

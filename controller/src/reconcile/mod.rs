@@ -719,6 +719,18 @@ async fn apply<R: Runtime, M: MemberOps>(
 mod tests {
     use super::*;
 
+    /// A context over a fake runtime and fake members, whose API client is never called.
+    fn idle_context() -> Context<crate::runtime::fake::FakeRuntime, crate::member_ops::fake::FakeMemberOps> {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            crate::runtime::fake::FakeRuntime::new(Vec::new(), None),
+            Thresholds::default(),
+            crate::member_ops::fake::FakeMemberOps::new(None),
+        )
+    }
+
     #[test]
     fn failures_back_off_exponentially_with_jitter_up_to_a_limit() {
         let (first, longest) = BACKOFF;
@@ -742,14 +754,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_quorum_recovery_is_carried_on_while_its_request_stands() {
-        let (service, _handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
-        let ctx = Context::with_member_ops(
-            kube::Client::new(service, "default"),
-            crate::runtime::fake::FakeRuntime::new(Vec::new(), None),
-            Thresholds::default(),
-            crate::member_ops::fake::FakeMemberOps::new(None),
-        );
+        let ctx = idle_context();
         let step = Step::RecoverQuorum {
             survivor: "a".into(),
             lost: vec!["b".into()],
@@ -810,14 +815,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_failure_count_backs_off_and_a_success_resets_it() {
-        let (service, _handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
-        let ctx = Context::with_member_ops(
-            kube::Client::new(service, "default"),
-            crate::runtime::fake::FakeRuntime::new(Vec::new(), None),
-            Thresholds::default(),
-            crate::member_ops::fake::FakeMemberOps::new(None),
-        );
+        let ctx = idle_context();
         let (first, _) = BACKOFF;
         assert!(ctx.failed("ns/c") <= first.mul_f64(1.2));
         assert!(ctx.failed("ns/c") >= (first * 2).mul_f64(0.8));

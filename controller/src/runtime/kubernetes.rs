@@ -1379,10 +1379,13 @@ impl Runtime for KubernetesRuntime {
         &self,
         controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
     ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
-        let (pods, pvcs) = self
+        let (pods, pvcs, secrets) = self
             .cache
             .watch(&self.client, etcd_operator_api::naming::CLUSTER_LABEL);
-        controller.owns_stream(pods).owns_stream(pvcs)
+        controller
+            .owns_stream(pods)
+            .owns_stream(pvcs)
+            .owns_stream(secrets)
     }
 
     /// Pods report their changes (a member that turns unhealthy fails its readiness probe, an

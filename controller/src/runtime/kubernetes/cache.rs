@@ -1,4 +1,4 @@
-//! The member Pods and PVCs as the controller's own watches see them: reflector stores fed by
+//! The member Pods, PVCs and certificate Secrets as the controller's own watches see them: reflector stores fed by
 //! the same streams that trigger reconciles (so a store has applied an event before the
 //! reconcile it triggers runs). A settled cluster is observed from them with no API request;
 //! a cluster this process wrote to a moment ago is read from the API instead, so a step always
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
@@ -77,6 +77,15 @@ where
 struct Stores {
     pods: Reflected<Pod>,
     pvcs: Reflected<PersistentVolumeClaim>,
+    secrets: Reflected<Secret>,
+}
+
+impl Stores {
+    fn ready(&self) -> bool {
+        [&self.pods.ready, &self.pvcs.ready, &self.secrets.ready]
+            .iter()
+            .all(|r| r.load(Ordering::Acquire))
+    }
 }
 
 /// The member objects the controller's watches keep, and when this process last wrote to each
@@ -100,6 +109,7 @@ impl std::fmt::Debug for ChildCache {
 pub(super) type ChildStreams = (
     std::pin::Pin<Box<dyn Stream<Item = Result<Pod, watcher::Error>> + Send>>,
     std::pin::Pin<Box<dyn Stream<Item = Result<PersistentVolumeClaim, watcher::Error>> + Send>>,
+    std::pin::Pin<Box<dyn Stream<Item = Result<Secret, watcher::Error>> + Send>>,
 );
 
 impl ChildCache {
@@ -109,8 +119,13 @@ impl ChildCache {
     pub(super) fn watch(&self, client: &Client, label: &str) -> ChildStreams {
         let (pods, pod_stream) = Reflected::<Pod>::watch(client.clone(), label);
         let (pvcs, pvc_stream) = Reflected::<PersistentVolumeClaim>::watch(client.clone(), label);
-        *self.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores { pods, pvcs });
-        (Box::pin(pod_stream), Box::pin(pvc_stream))
+        let (secrets, secret_stream) = Reflected::<Secret>::watch(client.clone(), label);
+        *self.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores { pods, pvcs, secrets });
+        (
+            Box::pin(pod_stream),
+            Box::pin(pvc_stream),
+            Box::pin(secret_stream),
+        )
     }
 
     /// Records that this process is about to write to the cluster's Pods or PVCs.
@@ -121,9 +136,9 @@ impl ChildCache {
             .insert(cluster.key(), Instant::now());
     }
 
-    /// The cluster's Pods and PVCs from the stores, when they are filled and this process has
-    /// not written to the cluster within [`OWN_WRITES_WINDOW`]; `None`: read the API.
-    pub fn read(&self, cluster: &ClusterRef) -> Option<(Vec<Pod>, Vec<PersistentVolumeClaim>)> {
+    /// The stores, when they are filled and this process has not written to the cluster's
+    /// children within [`OWN_WRITES_WINDOW`]; `None`: read the API.
+    fn fresh(&self, cluster: &ClusterRef) -> Option<Stores> {
         {
             let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
             let key = cluster.key();
@@ -136,16 +151,24 @@ impl ChildCache {
             }
         }
         let stores = self.stores.read().unwrap_or_else(PoisonError::into_inner);
-        let stores = stores.as_ref()?;
-        if !stores.pods.ready.load(Ordering::Acquire) || !stores.pvcs.ready.load(Ordering::Acquire) {
-            return None;
-        }
+        stores.as_ref().filter(|s| s.ready()).cloned()
+    }
+
+    /// The cluster's Pods and PVCs from the stores (see [`Self::fresh`]).
+    pub fn read(&self, cluster: &ClusterRef) -> Option<(Vec<Pod>, Vec<PersistentVolumeClaim>)> {
+        let stores = self.fresh(cluster)?;
         Some((stores.pods.of(cluster), stores.pvcs.of(cluster)))
     }
 
-    /// Stores filled by hand (tests): `pods` and `pvcs` as if listed, ready.
+    /// The cluster's labelled Secrets (its CAs and member certificates) from the stores (see
+    /// [`Self::fresh`]).
+    pub fn read_secrets(&self, cluster: &ClusterRef) -> Option<Vec<Secret>> {
+        Some(self.fresh(cluster)?.secrets.of(cluster))
+    }
+
+    /// Stores filled by hand (tests): `pods`, `pvcs` and `secrets` as if listed, ready.
     #[doc(hidden)]
-    pub fn filled(pods: Vec<Pod>, pvcs: Vec<PersistentVolumeClaim>) -> Self {
+    pub fn filled(pods: Vec<Pod>, pvcs: Vec<PersistentVolumeClaim>, secrets: Vec<Secret>) -> Self {
         fn fill<K>(objects: Vec<K>) -> Reflected<K>
         where
             K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
@@ -165,6 +188,7 @@ impl ChildCache {
         *cache.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores {
             pods: fill(pods),
             pvcs: fill(pvcs),
+            secrets: fill(secrets),
         });
         cache
     }
@@ -211,13 +235,16 @@ mod tests {
                 pod("other", "a", "a-x"),
             ],
             Vec::new(),
+            Vec::new(),
         );
         let (pods, pvcs) = cache.read(&cluster("a")).unwrap();
         assert_eq!(pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["a-1"]);
         assert!(pvcs.is_empty());
+        assert_eq!(cache.read_secrets(&cluster("a")), Some(Vec::new()));
         // A write of this process: the API is read for that cluster only.
         cache.wrote(&cluster("a"));
         assert!(cache.read(&cluster("a")).is_none());
+        assert!(cache.read_secrets(&cluster("a")).is_none());
         assert!(cache.read(&cluster("b")).is_some());
         // Once the window is over, the stores again.
         cache.written.lock().unwrap().insert(
@@ -230,7 +257,7 @@ mod tests {
     #[test]
     fn without_stores_or_before_their_first_list_the_api_is_read() {
         assert!(ChildCache::default().read(&cluster("a")).is_none());
-        let cache = ChildCache::filled(Vec::new(), Vec::new());
+        let cache = ChildCache::filled(Vec::new(), Vec::new(), Vec::new());
         cache
             .stores
             .read()

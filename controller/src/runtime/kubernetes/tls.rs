@@ -208,6 +208,15 @@ impl KubernetesRuntime {
     ) -> Result<CertificateAuthority, RuntimeError> {
         let secrets = self.api::<Secret>(cluster);
         let name = ca_secret_name(cluster, plane);
+        // A settled cluster's CA comes from the controller's watches; a missing one is looked
+        // up in the API before anything is created.
+        if let Some(secret) = self
+            .cache
+            .read_secrets(cluster)
+            .and_then(|all| all.into_iter().find(|s| s.name_any() == name))
+        {
+            return self.load_ca(cluster, &name, &secret).await;
+        }
         if let Some(secret) = secrets
             .get_opt(&name)
             .await
@@ -598,12 +607,16 @@ impl KubernetesRuntime {
         &self,
         cluster: &ClusterRef,
     ) -> Result<BTreeMap<String, (MemberCertificates, Option<jiff::Timestamp>)>, RuntimeError> {
-        let secrets = self
-            .api::<Secret>(cluster)
-            .list(&ListParams::default().labels(&list_selector(cluster)))
-            .await
-            .map_err(kube_error("list the cluster's certificate Secrets"))?
-            .items;
+        let secrets = match self.cache.read_secrets(cluster) {
+            Some(cached) => cached,
+            None => {
+                self.api::<Secret>(cluster)
+                    .list(&ListParams::default().labels(&list_selector(cluster)))
+                    .await
+                    .map_err(kube_error("list the cluster's certificate Secrets"))?
+                    .items
+            }
+        };
         let ca = |plane| {
             secrets
                 .iter()
