@@ -911,6 +911,14 @@ fn table(n: usize, knobs: &Knobs, results: &[(&str, anyhow::Result<Figures>)]) -
     );
     row(
         &mut out,
+        "last write (operator, kubelet) from create (s)",
+        results,
+        |f| f.settled_after.as_secs_f64(),
+        1,
+        "",
+    );
+    row(
+        &mut out,
         "reaction to a spec change, p50 (ms)",
         results,
         |f| ms(quantile(&f.reactions, 0.5)),
