@@ -5,7 +5,7 @@ CARGO ?= cargo
 # cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
 TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
 
-.PHONY: help run test test-kube bench tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+.PHONY: help run test test-kube bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
 
 help:
 	@echo "make run    start etcd-operator locally (state in .local/)"
@@ -13,6 +13,7 @@ help:
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
 	@echo "make test-kube  the suite against a real kube-apiserver (KUBEBUILDER_ASSETS=DIR)"
 	@echo "make bench  run the benchmarks (release build) and print their figures"
+	@echo "make bench-fleet  only the fleet benchmark (BENCH_CLUSTERS=100,1000), beside the base commit"
 
 ## Components (pinned, checksummed, into .tools/; see tools/install.sh)
 tools:
@@ -66,3 +67,10 @@ bench: tools
 	$(CARGO) bench -p etcd-operator-tests --bench upgrade
 	$(CARGO) bench -p etcd-operator-tests --bench backup
 	$(CARGO) bench -p etcd-operator-tests --bench snapshot_memory
+	$(MAKE) bench-fleet
+
+## The controller over a fleet of EtcdClusters (in-memory Kubernetes API, simulated etcd), beside
+## the controller of the base commit 18d8eb5 built by tools/fleet-baseline.sh (into .bench/).
+bench-fleet: tools-protoc
+	baseline=$$(tools/fleet-baseline.sh); \
+	BENCH_BASELINE_BINARY=$$baseline $(CARGO) bench -p etcd-operator-tests --bench fleet

@@ -12,9 +12,18 @@
 //! (no field ownership); there is no garbage collection, no discovery and no authentication.
 //! The real kube-apiserver suite (`make test-kube`) covers those.
 //!
+//! It also serves EtcdClusters (`etcd.operator.dev`) the way this project's API server does as
+//! far as the controller can tell (status subresource, a new object's status saying that no
+//! generation was observed yet), without validation or conversion, so one fake API can hold the
+//! clusters and their children (the fleet benchmark). Like kube-apiserver it keeps a bounded
+//! window of changes: a watch from a resourceVersion older than that window gets `410 Gone`
+//! (`Expired`) and the client lists again. Every request is counted by the client's
+//! `User-Agent`, verb and resource ([`FakeKube::request_counts`]) and can be followed as it comes
+//! ([`FakeKube::requests_seen`]), which is how the benchmark counts the controller's requests.
+//!
 //! Hand-written: no crate offers an in-process Kubernetes API server.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,7 +46,13 @@ const STATUS_RESOURCES: &[&str] = &[
     "poddisruptionbudgets",
     "nodes",
     "namespaces",
+    "etcdclusters",
+    "etcdbackups",
 ];
+
+/// How many changes are kept for watches from an older resourceVersion (kube-apiserver's watch
+/// cache and etcd's compaction keep a window too); older ones get `410 Gone`.
+pub const DEFAULT_HISTORY: usize = 20_000;
 
 /// How long a Pod's graceful deletion takes when neither the request nor the Pod says.
 const DEFAULT_GRACE_SECONDS: i64 = 30;
@@ -75,13 +90,70 @@ struct Store {
     rv: u64,
     uid: u64,
     objects: BTreeMap<Key, Value>,
-    history: Vec<Change>,
+    /// The newest changes, oldest first.
+    history: VecDeque<Change>,
+    /// How many changes `history` keeps.
+    history_limit: usize,
+    /// The resourceVersion of the newest change no longer in `history` (0: none dropped).
+    compacted: u64,
+}
+
+/// One request the fake API received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSeen {
+    /// When it arrived.
+    pub at: std::time::Instant,
+    /// The client's `User-Agent` (empty when it sent none).
+    pub agent: String,
+    /// kube-apiserver's verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete` or
+    /// `deletecollection`.
+    pub verb: &'static str,
+    /// The resource (`pods`, `etcdclusters`, ...).
+    pub resource: String,
+    /// The subresource (`status`, `binding`, ...), if any.
+    pub subresource: Option<String>,
+    /// The namespace, for namespaced requests.
+    pub namespace: Option<String>,
+    /// The object's name, for requests on one object.
+    pub name: Option<String>,
+    /// The label selector of a list, watch or collection delete.
+    pub label_selector: Option<String>,
+}
+
+impl RequestSeen {
+    /// Whether it asks for a change (create, update, patch, delete).
+    pub fn is_write(&self) -> bool {
+        !matches!(self.verb, "get" | "list" | "watch")
+    }
+}
+
+/// Requests counted by (agent, verb, resource): see [`FakeKube::request_counts`].
+pub type RequestCounts = BTreeMap<(String, &'static str, String), u64>;
+
+impl Store {
+    /// The stored objects of the target's group/version and resource (in its namespace when it
+    /// names one), in key order: a range of the map, not a scan of every object.
+    fn of<'a>(&'a self, target: &'a Target) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        let start: Key = (
+            target.group_version.clone(),
+            target.resource.clone(),
+            target.namespace.clone().unwrap_or_default(),
+            String::new(),
+        );
+        self.objects.range(start..).take_while(move |(k, _)| {
+            k.0 == target.group_version
+                && k.1 == target.resource
+                && target.namespace.as_ref().is_none_or(|ns| *ns == k.2)
+        })
+    }
 }
 
 #[derive(Debug)]
 struct Shared {
     store: Mutex<Store>,
     changes: broadcast::Sender<Change>,
+    counts: Mutex<RequestCounts>,
+    requests: broadcast::Sender<RequestSeen>,
 }
 
 impl Shared {
@@ -108,9 +180,25 @@ impl Shared {
             key,
             object: object.clone(),
         };
-        store.history.push(change.clone());
+        store.history.push_back(change.clone());
+        while store.history.len() > store.history_limit {
+            if let Some(dropped) = store.history.pop_front() {
+                store.compacted = dropped.rv;
+            }
+        }
         let _ = self.changes.send(change);
         object
+    }
+
+    /// Counts a request and tells whoever follows them.
+    fn count(&self, seen: RequestSeen) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        *counts
+            .entry((seen.agent.clone(), seen.verb, seen.resource.clone()))
+            .or_default() += 1;
+        drop(counts);
+        // Nobody following is no failure.
+        let _ = self.requests.send(seen);
     }
 }
 
@@ -123,16 +211,29 @@ pub struct FakeKube {
 }
 
 impl FakeKube {
-    /// Serves plain HTTP on a free loopback port.
+    /// Serves plain HTTP on a free loopback port, keeping [`DEFAULT_HISTORY`] changes for
+    /// watches.
     pub async fn start() -> Result<Self, FakeKubeError> {
+        Self::start_with_history(DEFAULT_HISTORY).await
+    }
+
+    /// Serves plain HTTP on a free loopback port, keeping the newest `history` changes for
+    /// watches from a resourceVersion (older ones get `410 Gone`).
+    pub async fn start_with_history(history: usize) -> Result<Self, FakeKubeError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(FakeKubeError::Listen)?;
         let addr = listener.local_addr().map_err(FakeKubeError::Listen)?;
         let (changes, _) = broadcast::channel(4096);
+        let (requests, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::default()),
+            store: Mutex::new(Store {
+                history_limit: history.max(1),
+                ..Store::default()
+            }),
             changes,
+            counts: Mutex::new(RequestCounts::new()),
+            requests,
         });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let server = tokio::spawn(async move {
@@ -176,6 +277,27 @@ impl FakeKube {
         kube::Client::try_from(config)
     }
 
+    /// A client for this API that names itself `agent` (its `User-Agent`, by which
+    /// [`Self::request_counts`] tells clients apart).
+    pub fn client_as(&self, agent: &str) -> Result<kube::Client, kube::Error> {
+        client_for(&self.url(), agent)
+    }
+
+    /// Every request so far, counted by (`User-Agent`, verb, resource).
+    pub fn request_counts(&self) -> RequestCounts {
+        self.shared
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Each request from now on, as it arrives (a receiver that falls more than 4096 requests
+    /// behind loses the oldest).
+    pub fn requests_seen(&self) -> broadcast::Receiver<RequestSeen> {
+        self.shared.requests.subscribe()
+    }
+
     /// Every stored object of `resource` (any group), for assertions.
     pub fn objects(&self, resource: &str) -> Vec<Value> {
         self.shared
@@ -192,6 +314,22 @@ impl Drop for FakeKube {
     fn drop(&mut self) {
         self.server.abort();
     }
+}
+
+/// A client for the fake API at `url` (from [`FakeKube::url`], in this or another process) that
+/// names itself `agent` (its `User-Agent`, by which [`FakeKube::request_counts`] tells clients
+/// apart).
+pub fn client_for(url: &str, agent: &str) -> Result<kube::Client, kube::Error> {
+    // kube's TLS stack needs a process-wide provider even for plain HTTP.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = url
+        .parse()
+        .map_err(|e: axum::http::uri::InvalidUri| kube::Error::Service(e.into()))?;
+    let mut config = kube::Config::new(url);
+    config.default_namespace = "default".to_owned();
+    let agent = header::HeaderValue::from_str(agent).map_err(|e| kube::Error::Service(Box::new(e)))?;
+    config.headers.push((header::USER_AGENT, agent));
+    kube::Client::try_from(config)
 }
 
 /// What a request's path names.
@@ -363,11 +501,24 @@ async fn handle(
         .unwrap_or_default()
         .to_owned();
     let dry_run = query.contains_key("dryRun");
+    let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    shared.count(RequestSeen {
+        at: std::time::Instant::now(),
+        agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        verb: verb(&method, target.name.is_some(), watching),
+        resource: target.resource.clone(),
+        subresource: target.subresource.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        label_selector: query.get("labelSelector").cloned(),
+    });
     match (method, target.name.clone()) {
         (Method::GET, Some(name)) => get(&shared, &target, &name),
-        (Method::GET, None) if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) => {
-            watch(shared, target, &query)
-        }
+        (Method::GET, None) if watching => watch(shared, target, &query),
         (Method::GET, None) => list(&shared, &target, &query),
         (Method::POST, None) => create(&shared, &target, body, dry_run),
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("binding") => {
@@ -395,6 +546,21 @@ async fn handle(
     }
 }
 
+/// kube-apiserver's name for what a request does (as audit logs and metrics say it).
+fn verb(method: &Method, named: bool, watching: bool) -> &'static str {
+    match (method, named) {
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if watching => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    }
+}
+
 fn get(shared: &Shared, target: &Target, name: &str) -> Response {
     match shared.lock().objects.get(&target.key(name)) {
         Some(object) => ok(StatusCode::OK, object.clone()),
@@ -417,6 +583,8 @@ fn list_kind(target: &Target, items: &[Value]) -> String {
         ("namespaces", "Namespace"),
         ("leases", "Lease"),
         ("configmaps", "ConfigMap"),
+        ("etcdclusters", "EtcdCluster"),
+        ("etcdbackups", "EtcdBackup"),
     ];
     let kind = known
         .iter()
@@ -432,8 +600,7 @@ fn list(shared: &Shared, target: &Target, query: &BTreeMap<String, String>) -> R
     };
     let store = shared.lock();
     let items: Vec<Value> = store
-        .objects
-        .iter()
+        .of(target)
         .filter(|(k, v)| selection.matches(target, k, v))
         .map(|(_, v)| v.clone())
         .collect();
@@ -471,20 +638,32 @@ fn watch(shared: Arc<Shared>, target: Target, query: &BTreeMap<String, String>) 
         let changes = shared.changes.subscribe();
         let initial: Vec<(&'static str, Value)> = match since {
             None => store
-                .objects
-                .iter()
+                .of(&target)
                 .filter(|(k, v)| selection.matches(&target, k, v))
                 .map(|(_, v)| ("ADDED", v.clone()))
                 .collect(),
-            Some(rv) => store
-                .history
-                .iter()
-                .filter(|c| c.rv > rv && selection.matches(&target, &c.key, &c.object))
-                .map(|c| (c.kind, c.object.clone()))
-                .collect(),
+            // Older than the window kept: kube-apiserver's answer, and the client lists again.
+            Some(rv) if rv < store.compacted => vec![(
+                "ERROR",
+                json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": format!("too old resource version: {rv} ({})", store.compacted + 1),
+                    "reason": "Expired", "code": 410,
+                }),
+            )],
+            Some(rv) => {
+                let first = store.history.partition_point(|c| c.rv <= rv);
+                store
+                    .history
+                    .range(first..)
+                    .filter(|c| selection.matches(&target, &c.key, &c.object))
+                    .map(|c| (c.kind, c.object.clone()))
+                    .collect()
+            }
         };
         (initial, changes)
     };
+    let expired = initial.first().is_some_and(|(kind, _)| *kind == "ERROR");
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
         let event = |kind: &str, object: Value| {
@@ -496,6 +675,9 @@ fn watch(shared: Arc<Shared>, target: Target, query: &BTreeMap<String, String>) 
             if tx.send(event(kind, object)).await.is_err() {
                 return;
             }
+        }
+        if expired {
+            return;
         }
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -527,6 +709,8 @@ fn initial_status(resource: &str) -> Option<Value> {
     match resource {
         "pods" => Some(json!({"phase": "Pending"})),
         "persistentvolumeclaims" => Some(json!({"phase": "Pending"})),
+        // This project's API server: no generation observed yet (see its cluster strategy).
+        "etcdclusters" => Some(json!({"observedGeneration": 0})),
         r if STATUS_RESOURCES.contains(&r) => Some(json!({})),
         _ => None,
     }
@@ -862,8 +1046,7 @@ fn delete_collection(shared: &Shared, target: &Target, query: &BTreeMap<String, 
     };
     let names: Vec<String> = shared
         .lock()
-        .objects
-        .iter()
+        .of(target)
         .filter(|(k, v)| selection.matches(target, k, v))
         .map(|(k, _)| k.3.clone())
         .collect();
@@ -1025,5 +1208,161 @@ mod http_tests {
         assert!(matches!(bad, kube::Error::Api(ref s) if s.code == 400), "{bad:?}");
         pods.delete("b", &DeleteParams::default()).await.unwrap();
         assert!(pods.get_opt("b").await.unwrap().is_none());
+    }
+
+    /// What the controller sends for EtcdClusters works here as on this project's API server:
+    /// kube-runtime's finalizer patch (a JSON patch testing for null finalizers), the status
+    /// patch conditional on the resourceVersion read (409 when stale), main-resource writes that
+    /// keep the status, and the status a new object gets.
+    #[tokio::test]
+    async fn etcd_clusters_take_the_finalizer_and_status_patches_the_controller_sends() {
+        use etcd_operator_api::v1alpha2::EtcdCluster;
+        let kube = FakeKube::start().await.unwrap();
+        let clusters: Api<EtcdCluster> = Api::namespaced(kube.client().unwrap(), "ns");
+        let mut cluster = EtcdCluster::new("demo", "ns", Default::default());
+        cluster.status = Some(Default::default());
+        let created = clusters.create(&PostParams::default(), &cluster).await.unwrap();
+        assert_eq!(
+            created.status.as_ref().and_then(|s| s.observed_generation),
+            Some(0)
+        );
+
+        // kube-runtime adds its finalizer with a test for null, then a second one after the first.
+        let add = |value: serde_json::Value| {
+            serde_json::from_value::<json_patch::Patch>(value)
+                .map(Patch::<()>::Json)
+                .unwrap()
+        };
+        let first = add(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["a"]},
+        ]));
+        clusters
+            .patch("demo", &PatchParams::default(), &first)
+            .await
+            .unwrap();
+        // The same patch again fails its test: the finalizers are there now.
+        let again = clusters
+            .patch("demo", &PatchParams::default(), &first)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(again, kube::Error::Api(ref s) if s.code == 422),
+            "{again:?}"
+        );
+        let second = add(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": ["a"]},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": "b"},
+        ]));
+        let stored = clusters
+            .patch("demo", &PatchParams::default(), &second)
+            .await
+            .unwrap();
+        assert_eq!(stored.metadata.finalizers, Some(vec!["a".into(), "b".into()]));
+
+        // Status: conditional on the resourceVersion read; only the status changes.
+        let rv = stored.metadata.resource_version.clone().unwrap();
+        let status = |rv: &str| {
+            add(json!([
+                {"op": "add", "path": "/metadata/resourceVersion", "value": rv},
+                {"op": "add", "path": "/status", "value": {"readyReplicas": 3, "observedGeneration": 1}},
+                {"op": "add", "path": "/spec/replicas", "value": 9},
+            ]))
+        };
+        let written = clusters
+            .patch_status("demo", &PatchParams::default(), &status(&rv))
+            .await
+            .unwrap();
+        let written_status = written.status.clone().unwrap();
+        assert_eq!(written_status.ready_replicas, Some(3));
+        assert_eq!(written.spec.replicas, None);
+        assert_eq!(written.metadata.generation, Some(1));
+        let stale = clusters
+            .patch_status("demo", &PatchParams::default(), &status(&rv))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(stale, kube::Error::Api(ref s) if s.code == 409),
+            "{stale:?}"
+        );
+
+        // A spec change keeps the status and moves the generation.
+        let changed = clusters
+            .patch(
+                "demo",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 4}, "status": {"readyReplicas": 0}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(changed.spec.replicas, Some(4));
+        assert_eq!(changed.metadata.generation, Some(2));
+        assert_eq!(changed.status.unwrap().ready_replicas, Some(3));
+    }
+
+    /// A watch from a resourceVersion older than the changes kept gets `410 Expired` (as from
+    /// kube-apiserver) and a newer one the changes since; requests are counted by client.
+    #[tokio::test]
+    async fn old_watches_expire_and_requests_are_counted_by_client() {
+        use futures::StreamExt;
+        let kube = FakeKube::start_with_history(2).await.unwrap();
+        let mut seen = kube.requests_seen();
+        let pods: Api<Pod> = Api::namespaced(kube.client_as("tester").unwrap(), "ns");
+        let first = pods.create(&PostParams::default(), &pod("a")).await.unwrap();
+        let first_rv = first.metadata.resource_version.unwrap();
+        for name in ["b", "c", "d"] {
+            pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        }
+        let expired = pods
+            .watch(&kube::api::WatchParams::default(), &first_rv)
+            .await
+            .unwrap()
+            .boxed()
+            .next()
+            .await
+            .unwrap();
+        assert!(
+            matches!(expired, Ok(kube::api::WatchEvent::Error(ref s)) if s.code == 410 && s.reason == "Expired"),
+            "{expired:?}"
+        );
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        assert_eq!(list.items.len(), 4);
+        // The newest two changes are kept: a watch from the one before them sees both.
+        let third_rv = list.items[2].metadata.resource_version.clone().unwrap();
+        let before = (third_rv.parse::<u64>().unwrap() - 1).to_string();
+        let events: Vec<_> = pods
+            .watch(&kube::api::WatchParams::default().timeout(1), &before)
+            .await
+            .unwrap()
+            .boxed()
+            .take(2)
+            .collect()
+            .await;
+        assert!(
+            events
+                .iter()
+                .all(|e| matches!(e, Ok(kube::api::WatchEvent::Added(_)))),
+            "{events:?}"
+        );
+
+        let counts = kube.request_counts();
+        let count = |verb| {
+            counts
+                .get(&("tester".to_owned(), verb, "pods".to_owned()))
+                .copied()
+        };
+        assert_eq!(
+            (count("create"), count("watch"), count("list")),
+            (Some(4), Some(2), Some(1))
+        );
+        let first_seen = seen.recv().await.unwrap();
+        assert_eq!(
+            (
+                first_seen.verb,
+                first_seen.namespace.as_deref(),
+                first_seen.is_write()
+            ),
+            ("create", Some("ns"), true)
+        );
     }
 }

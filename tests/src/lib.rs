@@ -9,11 +9,13 @@
 //! For the kubernetes runtime: an in-memory Kubernetes API ([`fake_kube`]), a test node agent
 //! that runs member Pods as local etcd processes ([`node_agent`]) in a private mount namespace
 //! whose `/etc/hosts` names them ([`private_hosts`]), and a real control plane from
-//! `KUBEBUILDER_ASSETS` for `make test-kube` ([`envtest`]).
+//! `KUBEBUILDER_ASSETS` for `make test-kube` ([`envtest`]); for the fleet benchmark, a simulated
+//! etcd behind the controller's member operations and a kubelet that runs nothing ([`fleet`]).
 
 pub mod envtest;
 pub mod etcd;
 pub mod fake_kube;
+pub mod fleet;
 pub mod kube;
 pub mod kube_client;
 pub mod kubectl;
