@@ -38,6 +38,10 @@ use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
 /// The finalizer that makes deletion stop members and remove their data first.
 pub const FINALIZER: &str = "etcd.operator.dev/cleanup";
 pub use crate::validated::KEEP_DATA_ANNOTATION;
+/// Reconciles run at once (of different clusters; one cluster is never reconciled twice at
+/// once). A reconcile takes one step and never waits, so a bound costs a fleet little latency,
+/// and it bounds the memory and connections of a burst (a thousand clusters created at once).
+pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 
 /// A reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -239,7 +243,9 @@ pub async fn run<R: Runtime, M: MemberOps>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, watcher::Config::default()).reconcile_all_on(ctx.shards.changes());
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
+        .reconcile_all_on(ctx.shards.changes());
     ctx.runtime
         .watch_children(controller)
         .graceful_shutdown_on(shutdown)
