@@ -100,6 +100,13 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
 
+    /// Progress of the latest rolling restart onto a changed member template: `spec.podTemplate`,
+    /// `spec.repository`, and the etcd flags the spec amounts to (maintenance, quota). Members are
+    /// re-created one at a time on their own data (followers first, the leader last after a
+    /// leadership move), each health-gated. Absent until the first one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+
     /// The latest quorum recovery, asked for with the annotation
     /// `etcd.operator.dev/recover-quorum` (see docs/day2.md): what was chosen and what was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +270,37 @@ pub struct UpgradeStatus {
     pub current_member: Option<String>,
 
     /// Why the roll halted, and what was done about the failed member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A rolling restart onto a changed member template.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The hash of the member template the members move to (recorded on each member as the
+    /// annotation `etcd.operator.dev/template-hash` in Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_hash: Option<String>,
+
+    /// One of Rolling, Complete, Halted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<UpgradePhase>,
+
+    /// Members that run the template and are healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_members: Option<i32>,
+
+    /// Members in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_members: Option<i32>,
+
+    /// The member being re-created (or that did not come back, when `Halted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_member: Option<String>,
+
+    /// Why the rollout halted. A halted rollout touches no further member until the template
+    /// changes again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -8,6 +8,7 @@
 //! - [`status`] computes what the status says (pure);
 //! - [`metrics`] keeps the Prometheus series of reconciles, clusters, members and backups;
 //! - [`maintenance`] decides which members are due for defragmentation (pure);
+//! - [`template`] hashes the member template, so a changed one is rolled out;
 //! - [`shard`] says which clusters this replica reconciles (shards held through Leases);
 //! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
 
@@ -25,5 +26,6 @@ pub mod restore;
 pub mod runtime;
 pub mod shard;
 pub mod status;
+pub mod template;
 pub mod tls;
 pub mod validated;

@@ -553,6 +553,7 @@ mod tests {
             liveness: Liveness::Running,
             certificates: None,
             restarts: 0,
+            template_hash: None,
         }
     }
 

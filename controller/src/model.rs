@@ -111,6 +111,10 @@ pub struct RuntimeMember {
     /// `restartCount` of the etcd container). 0 where the operator restarts members itself
     /// (local): there each exit shows as [`Liveness::Gone`].
     pub restarts: u32,
+    /// The hash of the member template it was created with (see
+    /// [`crate::runtime::Runtime::template_hash`]); `None` when it does not run or was created
+    /// before templates were recorded (such a member is adopted as it is, not rolled).
+    pub template_hash: Option<String>,
 }
 
 /// What the runtime knows about a member's certificates, so the planner can decide on a

@@ -17,6 +17,8 @@ pub struct Outcome {
     pub error: Option<StepError>,
     /// The rolling version change as the reconcile left it (persisted in `status.upgrade`).
     pub roll: Option<RollRecord>,
+    /// The template rollout as the reconcile left it (persisted in `status.rollout`).
+    pub rollout: Option<crate::validated::RolloutRecord>,
     /// The maintenance record as the reconcile left it (persisted in `status.maintenance`);
     /// `None` keeps the previous one.
     pub maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
@@ -29,6 +31,7 @@ impl Outcome {
             step: Step::Idle,
             error: None,
             roll: None,
+            rollout: None,
             maintenance: None,
         }
     }

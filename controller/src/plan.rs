@@ -220,6 +220,24 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+    /// Re-create a member on the spec's member template (its Pod or process was made from
+    /// another one), its data kept: the template roll.
+    RollTemplate {
+        /// Member name.
+        name: String,
+        /// The template hash it runs now.
+        from: Option<String>,
+        /// The template hash of the spec.
+        to: String,
+    },
+    /// A member re-created on the template did not become healthy in time: halt the rollout
+    /// (no further member is touched until the template changes again).
+    HaltRollout {
+        /// Member name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// Reclaim space after a NOSPACE alarm: compact the history, defragment every member one at a
     /// time (followers first, the leader last), then disarm the alarms.
     ReclaimSpace {
@@ -441,6 +459,20 @@ pub enum WaitReason {
         /// The member waiting for its new certificates.
         name: String,
     },
+    /// The template roll re-creates the next member only when every voter is healthy.
+    UnhealthyBeforeTemplateRoll {
+        /// The member waiting for its turn.
+        name: String,
+    },
+    /// A member re-created on the new template is not healthy yet.
+    VerifyingTemplate {
+        /// The member.
+        name: String,
+        /// How long it has waited so far.
+        waited: Duration,
+        /// How long it may take.
+        timeout: Duration,
+    },
     /// A member is due for defragmentation but not every voter is healthy.
     UnhealthyBeforeDefragmentation {
         /// The member due.
@@ -500,7 +532,9 @@ impl WaitReason {
             | Self::UnhealthyBeforeScaleDown
             | Self::UnhealthyBeforeRollStep { .. }
             | Self::UnhealthyBeforeRenewal { .. }
+            | Self::UnhealthyBeforeTemplateRoll { .. }
             | Self::UnhealthyBeforeDefragmentation { .. } => "WaitingForHealthyMembers",
+            Self::VerifyingTemplate { .. } => "VerifyingTemplate",
             Self::NoLeaderSuccessor | Self::NoLeaderSuccessorForRoll => "NoLeaderSuccessor",
             Self::MembersNotHealthy => "MembersNotHealthy",
             Self::VerifyingVersion { .. } => "VerifyingVersion",
@@ -581,6 +615,20 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "waiting for every member to be healthy before restarting {name} on new certificates"
             ),
+            Self::UnhealthyBeforeTemplateRoll { name } => write!(
+                f,
+                "waiting for every member to be healthy before re-creating {name} on the changed member template"
+            ),
+            Self::VerifyingTemplate {
+                name,
+                waited,
+                timeout,
+            } => write!(
+                f,
+                "waiting for member {name}, re-created on the changed member template, to be healthy ({}s of {}s)",
+                waited.as_secs(),
+                timeout.as_secs()
+            ),
             Self::UnhealthyBeforeDefragmentation { name } => write!(
                 f,
                 "waiting for every member to be healthy before defragmenting {name}"
@@ -652,6 +700,8 @@ impl Step {
             Step::ReclaimSpace { .. } => "ReclaimSpace",
             Step::RecoverQuorum { .. } => "RecoverQuorum",
             Step::RenewCertificates { .. } => "RenewCertificates",
+            Step::RollTemplate { .. } => "RollTemplate",
+            Step::HaltRollout { .. } => "HaltRollout",
             Step::Defragment { .. } => "Defragment",
             Step::WipeBootstrap { .. } => "WipeBootstrap",
             Step::Wait { .. } => "Wait",
@@ -778,6 +828,10 @@ pub fn plan(
     {
         return step;
     }
+    // 3c. A member the template roll re-created that has not come back in time halts it.
+    if let Some(step) = plan_template_in_flight(desired, etcd, observed, thresholds) {
+        return step;
+    }
     // The member a halted roll stopped on the version that failed for it stays stopped.
     let held = held_member(desired, observed);
 
@@ -884,6 +938,9 @@ pub fn plan(
     if let Some(step) = plan_roll(desired, etcd, observed, held) {
         return step;
     }
+    if let Some(step) = plan_template_roll(desired, etcd, observed, thresholds) {
+        return step;
+    }
     if let Some(step) = plan_certificate_renewal(desired, etcd, observed, thresholds) {
         return step;
     }
@@ -949,6 +1006,19 @@ pub fn roll_finished(version: &str, observed: &Observed) -> bool {
         .iter()
         .all(|r| r.config.as_ref().is_none_or(|c| c.version == version))
         && etcd.members.iter().all(|m| runs_version(etcd, m, version))
+}
+
+/// Whether every member runs the member template `hash` (members that record none are adopted
+/// as they are) and every etcd member is healthy: the template rollout is done.
+pub fn rollout_finished(hash: &str, observed: &Observed) -> bool {
+    let Some(etcd) = observed.etcd.as_ref().filter(|v| v.leader != 0) else {
+        return false;
+    };
+    observed
+        .runtime
+        .iter()
+        .all(|r| r.liveness == Liveness::Running && r.template_hash.as_ref().is_none_or(|h| h == hash))
+        && etcd.members.iter().all(is_healthy)
 }
 
 /// The name of the member a halted roll stopped on the version that failed for it (it is not
@@ -1129,6 +1199,154 @@ fn plan_roll(
         from: c.version.clone(),
         to: target.clone(),
     })
+}
+
+/// How long a member has been unhealthy (or gone), as observed.
+fn unhealthy_for(observed: &Observed, name: &str) -> Duration {
+    observed
+        .timing
+        .unhealthy_for
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, d)| *d)
+        .unwrap_or_default()
+}
+
+/// Step 3c: the member the template roll re-created last, on the template now, and still not
+/// healthy after [`Thresholds::upgrade_timeout`]: the rollout halts (a template that cannot run
+/// — too little memory, a node selector no node matches — is not rolled onto the next member).
+fn plan_template_in_flight(
+    desired: &ValidatedCluster,
+    etcd: &EtcdView,
+    observed: &Observed,
+    thresholds: &Thresholds,
+) -> Option<Step> {
+    let target = desired.template_hash.as_ref()?;
+    let rollout = desired.rollout.as_ref()?;
+    if rollout.target != *target || rollout.halted.is_some() || rollout.complete {
+        return None;
+    }
+    let name = rollout.current_member.as_ref()?;
+    let r = observed.runtime.iter().find(|r| &r.name == name)?;
+    // Only a member that runs the new template, or whose Pod or process is gone, is waited for.
+    if r.template_hash.as_ref().is_some_and(|h| h != target) {
+        return None;
+    }
+    let healthy = etcd.by_peer_url(&r.peer_url).is_some_and(is_healthy);
+    let waited = unhealthy_for(observed, name);
+    if healthy || waited < thresholds.upgrade_timeout {
+        return None;
+    }
+    Some(Step::HaltRollout {
+        name: name.clone(),
+        reason: format!(
+            "member {name} did not become healthy within {}s of being re-created on the changed member template",
+            thresholds.upgrade_timeout.as_secs()
+        ),
+    })
+}
+
+/// Members created from another member template than the spec's (`spec.podTemplate`,
+/// `spec.repository`, the etcd flags of the spec): re-created one at a time on their own data,
+/// followers before the leader (which hands leadership over first), each only when every voter
+/// is healthy, as in a version roll. A member that is down already goes first (re-creating it
+/// costs nothing more), as long as every other voter is healthy. Members that record no
+/// template (created before templates were recorded) are adopted as they are. A memory-backed
+/// member loses its data when it stops, so it is replaced (removed; the scale-up adds a new
+/// member on the template) instead, never the last one.
+fn plan_template_roll(
+    desired: &ValidatedCluster,
+    etcd: &EtcdView,
+    observed: &Observed,
+    thresholds: &Thresholds,
+) -> Option<Step> {
+    let target = desired.template_hash.as_ref()?;
+    if desired.rollout.as_ref().is_some_and(|r| r.halted_for(target)) {
+        // Touch nothing more until the template changes; status says why.
+        return None;
+    }
+    let outdated: Vec<(&EtcdMember, &RuntimeMember)> = etcd
+        .voters()
+        .filter_map(|m| {
+            let r = runtime_for(observed, m)?;
+            let had = r.template_hash.as_ref()?;
+            (had != target && r.liveness == Liveness::Running && r.config.is_some()).then_some((m, r))
+        })
+        .collect();
+    let (m, r) = *outdated.first()?;
+    let voters = etcd.voters().count();
+    let step = |m: &EtcdMember, r: &RuntimeMember| {
+        if matches!(
+            desired.storage.medium,
+            Some(etcd_operator_api::v1alpha2::StorageMedium::Memory)
+        ) {
+            if voters < 2 {
+                return None;
+            }
+            return Some(Step::RemoveFromEtcd {
+                id: m.id,
+                name: r.name.clone(),
+                reason: "memory-backed member replaced to move it onto the changed member template".into(),
+            });
+        }
+        Some(Step::RollTemplate {
+            name: r.name.clone(),
+            from: r.template_hash.clone(),
+            to: target.clone(),
+        })
+    };
+    // A member that is down already goes first, while every other voter is healthy.
+    if let Some((m, r)) = outdated.iter().find(|(m, _)| !is_healthy(m))
+        && etcd.healthy_voters() + 1 >= voters
+        && m.id != etcd.leader
+    {
+        return step(m, r);
+    }
+    if etcd.healthy_voters() < voters {
+        // The member re-created last, not healthy yet: say so (3c halts it past the timeout).
+        let current = desired
+            .rollout
+            .as_ref()
+            .filter(|ro| ro.target == *target)
+            .and_then(|ro| ro.current_member.as_ref())
+            .and_then(|name| observed.runtime.iter().find(|x| &x.name == name))
+            .filter(|x| x.template_hash.as_ref().is_none_or(|h| h == target));
+        if let Some(current) = current {
+            return Some(Step::Wait {
+                reason: WaitReason::VerifyingTemplate {
+                    name: current.name.clone(),
+                    waited: unhealthy_for(observed, &current.name),
+                    timeout: thresholds.upgrade_timeout,
+                },
+            });
+        }
+        return Some(Step::Wait {
+            reason: WaitReason::UnhealthyBeforeTemplateRoll { name: r.name.clone() },
+        });
+    }
+    let (m, r) = outdated
+        .iter()
+        .find(|(m, _)| m.id != etcd.leader)
+        .copied()
+        .unwrap_or((m, r));
+    if m.id == etcd.leader && voters > 1 {
+        let to = etcd
+            .voters()
+            .filter(|v| v.id != m.id && is_healthy(v))
+            .max_by_key(|v| {
+                runtime_for(observed, v).is_some_and(|x| x.template_hash.as_ref() == Some(target))
+            });
+        return Some(match to {
+            Some(to) => Step::MoveLeader {
+                from: m.id,
+                to: to.id,
+            },
+            None => Step::Wait {
+                reason: WaitReason::NoLeaderSuccessorForRoll,
+            },
+        });
+    }
+    step(m, r)
 }
 
 /// Members whose certificates expire within [`Thresholds::renew_before`] or were issued under
@@ -1670,6 +1888,7 @@ fn plan_without_etcd(
 mod tests {
     use super::*;
     use crate::model::MemberHealth;
+    use crate::validated::RolloutRecord;
 
     fn desired(replicas: usize) -> ValidatedCluster {
         let mut obj = etcd_operator_api::v1alpha2::EtcdCluster::new("c", "ns", Default::default());
@@ -1708,6 +1927,7 @@ mod tests {
             liveness,
             certificates: None,
             restarts: 0,
+            template_hash: None,
         }
     }
 
@@ -2564,6 +2784,173 @@ mod tests {
             ),
             timing: Timing::default(),
         }
+    }
+
+    /// Three running members, b the leader, on templates `hashes`.
+    fn templated(hashes: [Option<&str>; 3]) -> Observed {
+        Observed {
+            runtime: ["a", "b", "c"]
+                .iter()
+                .zip(hashes)
+                .map(|(n, h)| RuntimeMember {
+                    template_hash: h.map(str::to_owned),
+                    ..runtime(n, Liveness::Running, Some(InitialState::New))
+                })
+                .collect(),
+            etcd: view(
+                vec![
+                    member(1, "a", false, true),
+                    member(2, "b", false, true),
+                    member(3, "c", false, true),
+                ],
+                2,
+            ),
+            timing: Timing::default(),
+        }
+    }
+
+    fn with_template(hash: &str) -> ValidatedCluster {
+        let mut d = desired(3);
+        d.template_hash = Some(hash.into());
+        d
+    }
+
+    #[test]
+    fn a_changed_template_rolls_followers_first_then_the_leader_after_a_move() {
+        let d = with_template("new");
+        // Every member on the template, or recording none (adopted): nothing to do.
+        assert_eq!(run(&d, &templated([Some("new"); 3])), Step::Idle);
+        assert_eq!(run(&d, &templated([None, Some("new"), None])), Step::Idle);
+        // A runtime that does not roll templates never rolls.
+        assert_eq!(run(&desired(3), &templated([Some("old"); 3])), Step::Idle);
+
+        // Followers first, in order.
+        let o = templated([Some("old"); 3]);
+        assert_eq!(
+            run(&d, &o),
+            Step::RollTemplate {
+                name: "a".into(),
+                from: Some("old".into()),
+                to: "new".into()
+            }
+        );
+        let o = templated([Some("new"), Some("old"), Some("old")]);
+        assert!(matches!(run(&d, &o), Step::RollTemplate { ref name, .. } if name == "c"));
+        // Only the leader is left: leadership moves first, to a member on the new template.
+        let o = templated([Some("new"), Some("old"), Some("new")]);
+        let Step::MoveLeader { from: 2, to } = run(&d, &o) else {
+            panic!("expected move leader: {:?}", run(&d, &o))
+        };
+        assert!(to == 1 || to == 3);
+        let mut moved = o.clone();
+        if let Some(v) = moved.etcd.as_mut() {
+            v.leader = 1;
+        }
+        assert!(matches!(run(&d, &moved), Step::RollTemplate { ref name, .. } if name == "b"));
+    }
+
+    #[test]
+    fn the_template_roll_is_health_gated_and_a_member_already_down_goes_first() {
+        let d = with_template("new");
+        // The member re-created last (c) is not healthy yet: wait, saying for whom.
+        let mut d_rolling = d.clone();
+        d_rolling.rollout = Some(RolloutRecord {
+            target: "new".into(),
+            current_member: Some("c".into()),
+            ..RolloutRecord::default()
+        });
+        let mut o = templated([Some("old"), Some("old"), Some("new")]);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        let Step::Wait { reason } = run(&d_rolling, &o) else {
+            panic!("expected a wait: {:?}", run(&d_rolling, &o))
+        };
+        assert!(matches!(reason, WaitReason::VerifyingTemplate { ref name, .. } if name == "c"));
+        // An unhealthy member on the old template, the others healthy: it goes first.
+        let mut o = templated([Some("old"); 3]);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        assert!(matches!(run(&d, &o), Step::RollTemplate { ref name, .. } if name == "c"));
+        // Two down: nothing is re-created (one more down would cost quorum).
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        assert!(matches!(run(&d, &o), Step::Wait { .. }), "{:?}", run(&d, &o));
+    }
+
+    #[test]
+    fn a_member_that_does_not_come_back_on_the_template_halts_the_rollout() {
+        let mut d = with_template("new");
+        d.rollout = Some(RolloutRecord {
+            target: "new".into(),
+            current_member: Some("a".into()),
+            ..RolloutRecord::default()
+        });
+        let mut o = templated([Some("new"), Some("old"), Some("old")]);
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        // Within the timeout: wait for it.
+        o.timing.unhealthy_for = vec![("a".into(), Duration::from_secs(30))];
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::VerifyingTemplate { .. }
+            }
+        ));
+        // Past it: halt.
+        o.timing.unhealthy_for = vec![("a".into(), Duration::from_secs(121))];
+        let step = run(&d, &o);
+        assert!(
+            matches!(step, Step::HaltRollout { ref name, .. } if name == "a"),
+            "{step:?}"
+        );
+        // Halted: no further member is touched; a new template starts over.
+        let mut halted = d.clone();
+        if let Some(r) = halted.rollout.as_mut() {
+            r.halted = Some("did not come back".into());
+        }
+        let mut healthy = templated([Some("new"), Some("old"), Some("old")]);
+        healthy.timing = Timing::default();
+        assert_eq!(run(&halted, &healthy), Step::Idle);
+        halted.template_hash = Some("newer".into());
+        assert!(matches!(run(&halted, &healthy), Step::RollTemplate { ref name, .. } if name == "a"));
+    }
+
+    #[test]
+    fn memory_backed_members_are_replaced_rather_than_re_created() {
+        let mut d = with_template("new");
+        d.storage.medium = Some(etcd_operator_api::v1alpha2::StorageMedium::Memory);
+        let o = templated([Some("old"); 3]);
+        assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { ref name, .. } if name == "a"));
+        // The last member is never removed for a template.
+        d.replicas = 1;
+        let mut one = templated([Some("old"), None, None]);
+        one.runtime.truncate(1);
+        if let Some(v) = one.etcd.as_mut() {
+            v.members.truncate(1);
+            v.leader = 1;
+        }
+        assert_eq!(run(&d, &one), Step::Idle);
+    }
+
+    #[test]
+    fn the_rollout_is_finished_when_every_member_runs_the_template_and_is_healthy() {
+        assert!(rollout_finished(
+            "new",
+            &templated([Some("new"), None, Some("new")])
+        ));
+        assert!(!rollout_finished(
+            "new",
+            &templated([Some("new"), Some("old"), Some("new")])
+        ));
+        let mut sick = templated([Some("new"); 3]);
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[1].status = None;
+        }
+        assert!(!rollout_finished("new", &sick));
     }
 
     #[test]

@@ -6,13 +6,14 @@
 
 use etcd_operator_api::status::{
     CONDITION_AVAILABLE, CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_RECONCILING,
-    CONDITION_STALLED, ClusterPhase, EtcdClusterStatus, MemberStatus, UpgradePhase, UpgradeStatus,
+    CONDITION_STALLED, ClusterPhase, EtcdClusterStatus, MemberStatus, RolloutStatus, UpgradePhase,
+    UpgradeStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::model::{is_healthy, quorum};
 use crate::plan::{self, Observed, RollRecord, Step};
-use crate::validated::ValidatedCluster;
+use crate::validated::{RolloutRecord, ValidatedCluster};
 
 pub use crate::outcome::Outcome;
 
@@ -30,8 +31,9 @@ const OWNED_CONDITIONS: [&str; 6] = [
 /// the quota, delete data, ask for a recovery). They make the cluster `Stalled` (kstatus:
 /// Failed), as do failed steps that [`StepError::needs_a_person`](crate::outcome::StepError)
 /// and a replacement awaiting its request.
-const NEEDS_A_PERSON: [&str; 5] = [
+const NEEDS_A_PERSON: [&str; 6] = [
     "UpgradeHalted",
+    "RolloutHalted",
     "CorruptAlarm",
     "NoSpace",
     "DataLost",
@@ -169,6 +171,45 @@ fn upgrade_status(
     })
 }
 
+/// `status.rollout` for the rollout to `hash`; `None` for a record of another template (the
+/// spec moved on: that rollout no longer applies).
+fn rollout_status(record: &RolloutRecord, hash: &str, observed: &Observed) -> Option<RolloutStatus> {
+    if record.target != hash {
+        return None;
+    }
+    let phase = if record.halted.is_some() {
+        UpgradePhase::Halted
+    } else if record.complete {
+        UpgradePhase::Complete
+    } else {
+        UpgradePhase::Rolling
+    };
+    let healthy = |r: &crate::model::RuntimeMember| {
+        observed
+            .etcd
+            .as_ref()
+            .and_then(|v| v.by_peer_url(&r.peer_url))
+            .is_some_and(is_healthy)
+    };
+    let updated = observed
+        .runtime
+        .iter()
+        .filter(|r| r.template_hash.as_ref().is_none_or(|h| h == hash) && healthy(r))
+        .count();
+    Some(RolloutStatus {
+        template_hash: Some(record.target.clone()),
+        phase: Some(phase.clone()),
+        updated_members: i32::try_from(updated).ok(),
+        total_members: i32::try_from(observed.runtime.len()).ok(),
+        current_member: if phase == UpgradePhase::Complete {
+            None
+        } else {
+            record.current_member.clone()
+        },
+        message: record.halted.clone(),
+    })
+}
+
 fn condition(type_: &str, status: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
     Condition {
         type_: type_.to_string(),
@@ -258,6 +299,11 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             format!("{reason}; starting {name} again on etcd {to}"),
         ),
         Step::HaltUpgrade { reason, .. } => ("UpgradeHalted", reason.clone()),
+        Step::RollTemplate { name, .. } => (
+            "RollingTemplate",
+            format!("re-creating member {name} on the changed member template (its data kept)"),
+        ),
+        Step::HaltRollout { reason, .. } => ("RolloutHalted", reason.clone()),
         Step::Wait { reason } => ("Waiting", reason.to_string()),
         Step::Idle => ("Reconciled", "the cluster matches the spec".into()),
     }
@@ -306,10 +352,18 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
         .roll
         .as_ref()
         .and_then(|roll| upgrade_status(roll, &version, observed, &outcome.step, previous.upgrade.as_ref()));
+    status.rollout = match (&outcome.rollout, &spec.template_hash) {
+        (Some(record), Some(hash)) => rollout_status(record, hash, observed),
+        _ => None,
+    };
     let rolling = status
         .upgrade
         .as_ref()
-        .is_some_and(|u| u.phase == Some(UpgradePhase::Rolling));
+        .is_some_and(|u| u.phase == Some(UpgradePhase::Rolling))
+        || status
+            .rollout
+            .as_ref()
+            .is_some_and(|r| r.phase == Some(UpgradePhase::Rolling));
 
     let (available, available_reason, available_message);
     let mut degraded: Option<(&str, String)> = None;
@@ -442,6 +496,11 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
         .as_ref()
         .filter(|u| u.phase == Some(UpgradePhase::Halted))
         .and_then(|u| u.message.clone());
+    let rollout_halted = status
+        .rollout
+        .as_ref()
+        .filter(|r| r.phase == Some(UpgradePhase::Halted))
+        .map(|r| r.message.clone().unwrap_or_default());
     if let Some(error) = &outcome.error {
         degraded = Some((error.reason(), error.to_string()));
     } else if let Some(message) = halted {
@@ -449,6 +508,13 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
             "UpgradeHalted",
             format!(
                 "the roll to etcd {version} halted: {message}; no further member is touched until spec.version changes"
+            ),
+        ));
+    } else if let Some(message) = rollout_halted {
+        degraded = Some((
+            "RolloutHalted",
+            format!(
+                "the rollout of the changed member template halted: {message}; no further member is re-created until the template (spec.podTemplate, spec.repository, spec.maintenance) changes again"
             ),
         ));
     } else if let Step::Wait { reason } = &outcome.step
@@ -666,6 +732,7 @@ mod tests {
             },
             error: None,
             roll: None,
+            rollout: None,
             maintenance: None,
         };
         let s = compute(&cluster(), &nothing, &forming);
@@ -741,6 +808,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -788,6 +856,7 @@ mod tests {
             },
             error: None,
             roll: None,
+            rollout: None,
             maintenance: None,
         };
         let s = compute(&cluster(), &observed, &announce);
@@ -825,6 +894,7 @@ mod tests {
             },
             error: None,
             roll: None,
+            rollout: None,
             maintenance: None,
         };
         let s = compute(&cluster(), &observed, &wait);
@@ -877,6 +947,7 @@ mod tests {
                 },
                 error: None,
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -890,6 +961,7 @@ mod tests {
                 step: Step::Idle,
                 error: Some(crate::outcome::StepError::LeaderUnreachable { id: 1 }),
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -907,6 +979,7 @@ mod tests {
                 step: Step::Idle,
                 error: Some(crate::outcome::StepError::Runtime(restore)),
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -931,6 +1004,7 @@ mod tests {
                 step: Step::Idle,
                 error: Some(crate::outcome::StepError::Runtime(tampered)),
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -1011,6 +1085,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -1026,6 +1101,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -1120,6 +1196,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -1167,6 +1244,7 @@ mod tests {
                 },
                 error: None,
                 roll: Some(roll.clone()),
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -1187,6 +1265,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: Some(roll),
+                rollout: None,
                 maintenance: None,
             },
         );
@@ -1213,6 +1292,7 @@ mod tests {
             step: Step::Idle,
             error: None,
             roll: Some(roll.clone()),
+            rollout: None,
             maintenance: None,
         };
         let s = compute(&c, &three_on("3.5.1"), &outcome);
@@ -1279,6 +1359,7 @@ mod tests {
                 step: Step::Idle,
                 error: None,
                 roll: None,
+                rollout: None,
                 maintenance: None,
             },
         );

@@ -81,6 +81,39 @@ impl RollRecord {
     }
 }
 
+/// A rolling restart onto a changed member template, as remembered in `status.rollout`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RolloutRecord {
+    /// The template hash it moves the members to.
+    pub target: String,
+    /// The member re-created last (the one that did not come back, when halted).
+    pub current_member: Option<String>,
+    /// Why it halted; a halted rollout touches no further member until the template changes.
+    pub halted: Option<String>,
+    /// Every member runs the template and is healthy.
+    pub complete: bool,
+}
+
+impl RolloutRecord {
+    /// The rollout remembered in a status (the inverse of what [`crate::status::compute`]
+    /// writes).
+    pub fn from_status(status: Option<&EtcdClusterStatus>) -> Option<Self> {
+        let rollout = status?.rollout.as_ref()?;
+        let halted = rollout.phase == Some(UpgradePhase::Halted);
+        Some(Self {
+            target: rollout.template_hash.clone()?,
+            current_member: rollout.current_member.clone(),
+            halted: halted.then(|| rollout.message.clone().unwrap_or_else(|| "halted".into())),
+            complete: rollout.phase == Some(UpgradePhase::Complete),
+        })
+    }
+
+    /// Whether this record halted the rollout to `hash`.
+    pub fn halted_for(&self, hash: &str) -> bool {
+        self.target == hash && self.halted.is_some()
+    }
+}
+
 /// The size trigger of defragmentation (`spec.maintenance.defragmentation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DefragPolicy {
@@ -139,6 +172,12 @@ pub struct ValidatedCluster {
     pub paused: bool,
     /// The latest rolling version change, as remembered in status (or, newer, by this process).
     pub roll: Option<RollRecord>,
+    /// The latest rolling restart onto a changed member template, as remembered in status.
+    pub rollout: Option<RolloutRecord>,
+    /// The hash of the member template this spec renders to, as the runtime renders it
+    /// ([`crate::runtime::Runtime::template_hash`]; filled in by the reconcile). `None`: the
+    /// runtime does not roll templates.
+    pub template_hash: Option<String>,
     /// `spec.bootstrap.restore` of a cluster that never formed: the snapshot to start from.
     pub restore_request: Option<RestoreSpec>,
     /// The restore asked for, resolved to a snapshot by the reconcile (it reads the EtcdBackup).
@@ -237,6 +276,8 @@ impl ValidatedCluster {
             formed_before,
             paused: spec.paused.unwrap_or(false),
             roll: RollRecord::from_status(status.as_ref()),
+            rollout: RolloutRecord::from_status(status.as_ref()),
+            template_hash: None,
             restore_request: spec
                 .bootstrap
                 .as_ref()

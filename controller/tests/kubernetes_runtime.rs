@@ -619,6 +619,7 @@ fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
         liveness: Liveness::Reserved,
         certificates: None,
         restarts: 0,
+        template_hash: None,
     }
 }
 
@@ -1694,6 +1695,7 @@ async fn members_are_classified_running_gone_or_reserved() {
         liveness,
         certificates: None,
         restarts: 0,
+        template_hash: None,
     };
     let gone = |reason: String, restartable: bool| Liveness::Gone { reason, restartable };
     assert_eq!(
@@ -1701,6 +1703,7 @@ async fn members_are_classified_running_gone_or_reserved() {
         vec![
             RuntimeMember {
                 restarts: 4,
+                template_hash: None,
                 ..with(&running, Liveness::Running)
             },
             with(&pending, Liveness::Running),

@@ -789,6 +789,20 @@ impl Runtime for Recorder {
         runtime.recover_quorum(cluster, spec, survivor).await
     }
 
+    fn template_hash(&self, cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
+        self.of(cluster).template_hash(cluster, spec)
+    }
+
+    async fn recreate(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.recreate(cluster, spec, name).await
+    }
+
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
         let runtime = self.of(cluster);
         runtime.stop(cluster, name).await

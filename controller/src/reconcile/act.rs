@@ -229,6 +229,16 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             ctx.runtime.renew_certificates(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
         }
+        Step::RollTemplate { name, from, to } => {
+            ctx.runtime.recreate(cluster, spec, name).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, from = ?from, %to, "re-creating member on the changed member template");
+        }
+        Step::HaltRollout { name, reason } => {
+            tracing::warn!(cluster = %cluster.key(), member = %name, %reason, "halting the template rollout");
+            ctx.runtime
+                .warn(cluster, "RolloutHalted", "RollTemplate", reason)
+                .await;
+        }
         Step::RollBack {
             name,
             from,
@@ -391,6 +401,7 @@ mod tests {
             liveness: Liveness::Running,
             certificates: None,
             restarts: 0,
+            template_hash: None,
         }
     }
 

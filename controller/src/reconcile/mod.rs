@@ -32,6 +32,7 @@ use crate::outcome::{Outcome, StepError};
 use crate::plan::{self, Observed, Step, Thresholds, Timing};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::status;
+use crate::validated::RolloutRecord;
 use crate::validated::{RollRecord, ValidatedCluster, ValidationError};
 use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
 
@@ -116,6 +117,8 @@ struct Memory {
     /// The roll as this process last left it: newer than the watched object's status until the
     /// status patch comes back through the watch.
     roll: Option<RollRecord>,
+    /// The template rollout as this process last left it (same reason as `roll`).
+    rollout: Option<RolloutRecord>,
     /// The maintenance record as this process last left it (same reason as `roll`).
     maintenance: Option<etcd_operator_api::status::MaintenanceStatus>,
     /// Reconciles or steps that failed in a row (the retry backs off with it).
@@ -123,6 +126,62 @@ struct Memory {
     /// A quorum recovery under way (its step answered that it waits, e.g. for the survivor's Pod
     /// to stop): carried on as planned, since its survivor may not answer meanwhile.
     recovering: Option<Step>,
+}
+
+/// The template rollout after a step: started (or moved on) by a member re-created on the
+/// template, halted by [`Step::HaltRollout`], complete once every member runs the template and
+/// is healthy. A record of another template is dropped once a member is re-created on this one.
+fn rollout_after(
+    record: Option<RolloutRecord>,
+    hash: Option<&str>,
+    step: &Step,
+    result: &Result<act::Acted, StepError>,
+    observed: &Observed,
+) -> Option<RolloutRecord> {
+    let hash = hash?;
+    let mut record = record.filter(|r| r.target == hash);
+    match (step, result) {
+        (Step::RollTemplate { name, .. }, _) => {
+            let r = record.get_or_insert_with(|| RolloutRecord {
+                target: hash.to_owned(),
+                ..RolloutRecord::default()
+            });
+            r.current_member = Some(name.clone());
+            r.complete = false;
+        }
+        // A memory-backed member on another template is replaced rather than re-created.
+        (Step::RemoveFromEtcd { name, .. }, Ok(_))
+            if observed
+                .runtime
+                .iter()
+                .any(|r| &r.name == name && r.template_hash.as_deref().is_some_and(|h| h != hash)) =>
+        {
+            let r = record.get_or_insert_with(|| RolloutRecord {
+                target: hash.to_owned(),
+                ..RolloutRecord::default()
+            });
+            r.current_member = Some(name.clone());
+            r.complete = false;
+        }
+        (Step::HaltRollout { name, reason }, _) => {
+            let r = record.get_or_insert_with(|| RolloutRecord {
+                target: hash.to_owned(),
+                ..RolloutRecord::default()
+            });
+            r.current_member = Some(name.clone());
+            r.halted = Some(reason.clone());
+        }
+        _ => {}
+    }
+    if let Some(r) = record.as_mut()
+        && r.halted.is_none()
+        && !r.complete
+        && plan::rollout_finished(hash, observed)
+    {
+        r.complete = true;
+        r.current_member = None;
+    }
+    record
 }
 
 /// See [`Memory::failed_starts`].
@@ -509,6 +568,15 @@ async fn apply<R: Runtime, M: MemberOps>(
     {
         view.roll = Some(remembered);
     }
+    view.template_hash = ctx.runtime.template_hash(&cluster, &view);
+    if let Ok(all) = ctx.memory.lock()
+        && let Some(remembered) = all
+            .get(&key)
+            .and_then(|m| m.rollout.clone())
+            .filter(|r| view.template_hash.as_ref() == Some(&r.target))
+    {
+        view.rollout = Some(remembered);
+    }
     if let Some(request) = view.restore_request.clone() {
         match resolve_restore(&ctx.client, &cluster.namespace, &request).await {
             Ok(plan) => view.restore = Some(plan),
@@ -584,6 +652,7 @@ async fn apply<R: Runtime, M: MemberOps>(
                         step,
                         error: result.err(),
                         roll: None,
+                        rollout: None,
                         maintenance: None,
                     }
                 }
@@ -625,6 +694,13 @@ async fn apply<R: Runtime, M: MemberOps>(
             let mut roll = view.roll.clone();
             let result = act::act(&step, &cluster, &view, &observed, ctx, &mut roll).await;
             view.roll = roll;
+            view.rollout = rollout_after(
+                view.rollout.take(),
+                view.template_hash.as_deref(),
+                &step,
+                &result,
+                &observed,
+            );
             ctx.metrics.stepped(&step);
             if let Ok(mut all) = ctx.memory.lock() {
                 let memory = all.entry(key.clone()).or_default();
@@ -668,6 +744,7 @@ async fn apply<R: Runtime, M: MemberOps>(
                 step,
                 error: result.err(),
                 roll: None,
+                rollout: None,
                 maintenance: None,
             }
         }
@@ -684,6 +761,7 @@ async fn apply<R: Runtime, M: MemberOps>(
 
     // Write status once.
     outcome.roll = view.roll.clone();
+    outcome.rollout = view.rollout.clone();
     outcome.maintenance = if observed.runtime.is_empty() {
         maintenance
     } else {
@@ -694,6 +772,7 @@ async fn apply<R: Runtime, M: MemberOps>(
     if let Ok(mut all) = ctx.memory.lock() {
         let memory = all.entry(key.clone()).or_default();
         memory.roll = RollRecord::from_status(Some(&new_status));
+        memory.rollout = RolloutRecord::from_status(Some(&new_status));
         memory.maintenance = new_status.maintenance.clone();
     }
     write_status(api, obj, &new_status).await?;

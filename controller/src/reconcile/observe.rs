@@ -175,6 +175,7 @@ mod tests {
             liveness,
             certificates: None,
             restarts: 0,
+            template_hash: None,
         }
     }
 

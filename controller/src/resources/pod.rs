@@ -26,6 +26,9 @@ use crate::model::{ClusterRef, MemberConfig};
 use crate::restore::{self, RestoreError, RestoreMember, RestorePlan, SnapshotSource};
 use crate::runtime::ValidatedCluster;
 
+/// The hash of the member template a Pod was built from (see [`template_hash`]).
+pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.operator.dev/template-hash";
+
 /// Init container fetching and verifying the snapshot (operator image).
 pub const RESTORE_FETCH_CONTAINER: &str = "restore-fetch";
 /// Init container running the etcd image's restore tool.
@@ -85,7 +88,47 @@ pub fn probes_for(version: &str) -> Probes {
 /// The planes `spec.tls` asks for are served over HTTPS with their certificates mounted
 /// read-only from their Secrets (see [`super::tls`]); the Pod then carries
 /// [`TLS_ANNOTATION`].
+///
+/// The Pod carries [`TEMPLATE_HASH_ANNOTATION`]: the hash of the member template it was built
+/// from, compared by the template roll.
 pub fn build_pod(
+    cluster: &ClusterRef,
+    spec: &ValidatedCluster,
+    member: &str,
+    config: &MemberConfig,
+    operator_image: Option<&str>,
+    force_new_cluster: bool,
+) -> Result<Pod, ResourceError> {
+    let mut pod = render_pod(cluster, spec, member, config, operator_image, force_new_cluster)?;
+    if let Some(hash) = template_hash(cluster, spec) {
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(TEMPLATE_HASH_ANNOTATION.to_owned(), hash);
+    }
+    Ok(pod)
+}
+
+/// The hash of the member template `spec` renders to in Kubernetes: the Pod of a placeholder
+/// member (fixed name, start configuration and version), so everything but per-member identity
+/// and the etcd version counts: `spec.podTemplate` (labels, annotations, resources,
+/// scheduling), `spec.repository`, the etcd flags of the spec (maintenance, quota, TLS), and the
+/// operator's own Pod layout (probes, security context), so that an operator upgrade that
+/// changes the layout rolls the members onto it too.
+pub fn template_hash(cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
+    let placeholder = render_pod(
+        cluster,
+        spec,
+        crate::template::PLACEHOLDER_MEMBER,
+        &crate::template::placeholder_config(),
+        None,
+        false,
+    )
+    .ok()?;
+    crate::template::hash_of(&placeholder)
+}
+
+fn render_pod(
     cluster: &ClusterRef,
     spec: &ValidatedCluster,
     member: &str,
@@ -504,6 +547,45 @@ mod tests {
             }),
         };
         (cluster, view, config)
+    }
+
+    #[test]
+    fn the_template_hash_follows_the_template_not_the_member_or_its_version() {
+        let (cluster, view, config) = restored("3.5.21", SnapshotSource::Url("http://x/s.db".into()));
+        let hash = template_hash(&cluster, &view);
+        assert!(hash.is_some());
+        // Every member's Pod carries the same hash, whatever its name, version or restore.
+        let pod_hash = |member: &str, config: &MemberConfig| {
+            build_pod(&cluster, &view, member, config, Some("op:1"), false)
+                .ok()
+                .and_then(|p| p.metadata.annotations)
+                .and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION).cloned())
+        };
+        let mut other = config.clone();
+        other.version = "3.6.4".into();
+        other.restore = None;
+        assert_eq!(pod_hash("c-a", &config), hash);
+        assert_eq!(pod_hash("c-b", &other), hash);
+        // Resources, labels, the repository and the etcd flags change it.
+        let mut resources = view.clone();
+        resources.pod.spec.resources = Some(ResourceRequirements {
+            limits: Some([("memory".to_owned(), Quantity("1Gi".into()))].into()),
+            ..ResourceRequirements::default()
+        });
+        let mut labels = view.clone();
+        labels.pod.labels.insert("team".into(), "a".into());
+        let mut repository = view.clone();
+        repository.repository = "registry.example/etcd".into();
+        let mut quota = view.clone();
+        quota.quota_backend_bytes += 1;
+        quota.maintenance_flags.push("--quota-backend-bytes=1".into());
+        for changed in [&resources, &labels, &repository, &quota] {
+            assert_ne!(template_hash(&cluster, changed), hash);
+        }
+        // A version change alone does not (the version roll re-creates the members).
+        let mut version = view.clone();
+        version.version = "3.6.4".into();
+        assert_eq!(template_hash(&cluster, &version), hash);
     }
 
     #[test]

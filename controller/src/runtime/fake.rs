@@ -22,6 +22,8 @@ pub enum RuntimeCall {
     RenewCertificates(String, Option<String>),
     /// `recover_quorum(survivor)`.
     RecoverQuorum(String),
+    /// `recreate(name)` on the template hash asked for.
+    Recreate(String, Option<String>),
     /// `stop(name)`.
     Stop(String),
     /// `announce_replacement(member, note)`.
@@ -47,6 +49,8 @@ pub enum RuntimeOp {
     RenewCertificates,
     /// [`Runtime::recover_quorum`].
     RecoverQuorum,
+    /// [`Runtime::recreate`].
+    Recreate,
     /// [`Runtime::stop`].
     Stop,
     /// [`Runtime::remove`].
@@ -68,6 +72,7 @@ pub struct FakeRuntime {
     state: Mutex<State>,
     snapshot_dir: Option<PathBuf>,
     client_tls: Option<crate::tls::member::ClientTls>,
+    template: Mutex<Option<String>>,
 }
 
 impl FakeRuntime {
@@ -80,6 +85,23 @@ impl FakeRuntime {
             }),
             snapshot_dir,
             client_tls: None,
+            template: Mutex::new(None),
+        }
+    }
+
+    /// Answers [`Runtime::template_hash`] with `hash` from now on (a spec edit, as the test
+    /// scripts it); members started or re-created from now on report it.
+    pub fn set_template(&self, hash: Option<&str>) {
+        *self
+            .template
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hash.map(str::to_owned);
+    }
+
+    /// Sets the template hash a member reports.
+    pub fn set_member_template(&self, name: &str, hash: Option<&str>) {
+        if let Some(m) = self.state().members.iter_mut().find(|m| m.name == name) {
+            m.template_hash = hash.map(str::to_owned);
         }
     }
 
@@ -169,6 +191,7 @@ impl Runtime for FakeRuntime {
             liveness: Liveness::Reserved,
             certificates: None,
             restarts: 0,
+            template_hash: None,
         };
         state.members.push(m.clone());
         Ok(m)
@@ -177,7 +200,7 @@ impl Runtime for FakeRuntime {
     async fn start(
         &self,
         _cluster: &ClusterRef,
-        _spec: &ValidatedCluster,
+        spec: &ValidatedCluster,
         name: &str,
         config: &MemberConfig,
     ) -> Result<(), RuntimeError> {
@@ -187,6 +210,9 @@ impl Runtime for FakeRuntime {
         )?;
         let m = member(&mut state, name)?;
         m.config.get_or_insert_with(|| config.clone());
+        if m.liveness != Liveness::Running {
+            m.template_hash = spec.template_hash.clone();
+        }
         m.liveness = Liveness::Running;
         Ok(())
     }
@@ -245,6 +271,31 @@ impl Runtime for FakeRuntime {
         )?;
         member(&mut state, survivor)?.liveness = Liveness::Running;
         state.members.retain(|m| m.name == survivor);
+        Ok(())
+    }
+
+    fn template_hash(&self, _cluster: &ClusterRef, _spec: &ValidatedCluster) -> Option<String> {
+        self.template
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops the member, as the real runtimes do; the next start brings it back on the template.
+    async fn recreate(
+        &self,
+        _cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.call(
+            RuntimeCall::Recreate(name.to_owned(), spec.template_hash.clone()),
+            RuntimeOp::Recreate,
+        )?;
+        member(&mut state, name)?.liveness = Liveness::Gone {
+            reason: "re-created on a new template".into(),
+            restartable: true,
+        };
         Ok(())
     }
 

@@ -62,6 +62,7 @@ use tracing::{debug, info, warn};
 
 use super::{RETAINED_REMOVED_LIMIT, Runtime, RuntimeError, ValidatedCluster};
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
+use crate::resources::TEMPLATE_HASH_ANNOTATION;
 use crate::resources::tls::{TLS_ANNOTATION, TlsSchemes, certificate_resource, client_url_for, peer_url_for};
 use crate::resources::{
     self, FIELD_MANAGER, MEMBER_CONFIG_ANNOTATION, RELEASED_FROM_ANNOTATION, REMOVED_AT_ANNOTATION,
@@ -574,6 +575,9 @@ impl KubernetesRuntime {
             liveness,
             certificates: None,
             restarts: pod.map_or(0, container_restarts),
+            template_hash: pod
+                .filter(|p| !being_deleted(*p))
+                .and_then(|p| p.annotations().get(TEMPLATE_HASH_ANNOTATION).cloned()),
         }))
     }
 
@@ -935,6 +939,7 @@ impl Runtime for KubernetesRuntime {
             liveness: Liveness::Reserved,
             certificates: None,
             restarts: 0,
+            template_hash: None,
         })
     }
 
@@ -1150,6 +1155,60 @@ impl Runtime for KubernetesRuntime {
             format!(
                 "Deleted Pod {name} to restart it on PersistentVolumeClaim {} with new certificates ({reason})",
                 naming::member_pvc_name(name)
+            ),
+            None,
+        )
+        .await;
+        Ok(())
+    }
+
+    fn template_hash(&self, cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
+        resources::template_hash(cluster, spec)
+    }
+
+    /// Deletes the member's Pod when it was built from another template; the next start
+    /// creates it anew from `spec` on its PersistentVolumeClaim, as a version change does.
+    async fn recreate(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
+        if matches!(spec.storage.medium, Some(StorageMedium::Memory)) {
+            return Err(RuntimeError::State {
+                member: name.to_owned(),
+                detail: "a memory-backed member loses its data when its Pod stops, so it is replaced rather than re-created".to_owned(),
+            });
+        }
+        let pods = self.api::<Pod>(cluster);
+        let pod = pods
+            .get_opt(name)
+            .await
+            .map_err(kube_error("read the member Pod"))?;
+        let Some(pod) = pod.filter(|p| !being_deleted(p)) else {
+            // Gone or going: the next start creates it from `spec`.
+            return Ok(());
+        };
+        let wanted = resources::template_hash(cluster, spec);
+        let had = pod.annotations().get(TEMPLATE_HASH_ANNOTATION).cloned();
+        if had == wanted {
+            return Ok(());
+        }
+        ignore_not_found(
+            pods.delete(name, &DeleteParams::default()).await,
+            "delete the member Pod to re-create it on the new template",
+        )?;
+        info!(cluster = %cluster.key(), member = name, from = ?had, to = ?wanted, "deleted member Pod to re-create it on the new template");
+        self.publish(
+            cluster,
+            "MemberTemplateChanging",
+            "DeletePod",
+            format!(
+                "Deleted Pod {name} to re-create it on PersistentVolumeClaim {} from the changed member template ({} -> {})",
+                naming::member_pvc_name(name),
+                had.as_deref().unwrap_or("none"),
+                wanted.as_deref().unwrap_or("none"),
             ),
             None,
         )

@@ -419,6 +419,7 @@ impl LocalRuntime {
             liveness,
             certificates: self.member_certificates(dir, file),
             restarts: 0,
+            template_hash: running_template(dir),
         }
     }
 
@@ -489,8 +490,12 @@ impl LocalRuntime {
         let mut child = cmd.spawn().map_err(io("start etcd", &file.name))?;
         let pid = child.id().unwrap_or_default();
         let start = proc_state(pid).map(|(_, start)| start).unwrap_or_default();
-        std::fs::write(dir.join("etcd.pid"), format!("{pid} {start} {}", config.version))
-            .map_err(io("write etcd.pid", &file.name))?;
+        let template = local_template_hash(spec).unwrap_or_else(|| "-".to_owned());
+        std::fs::write(
+            dir.join("etcd.pid"),
+            format!("{pid} {start} {} {template}", config.version),
+        )
+        .map_err(io("write etcd.pid", &file.name))?;
         // Reap it when it exits while we run; after an operator restart it is re-adopted by pid.
         tokio::spawn(async move {
             let _ = child.wait().await;
@@ -588,6 +593,38 @@ fn stale_version(dir: &Path, file: &MemberFile) -> Option<(String, String)> {
     let running = text.split_whitespace().nth(2)?.to_owned();
     let configured = file.config.as_ref()?.version.clone();
     (running != configured).then_some((running, configured))
+}
+
+/// The template hash the member's running process was started from (the pid file's fourth
+/// field; absent for a process started before templates were recorded).
+fn running_template(dir: &Path) -> Option<String> {
+    running_pid(dir)?;
+    let text = std::fs::read_to_string(dir.join("etcd.pid")).ok()?;
+    text.split_whitespace()
+        .nth(3)
+        .filter(|h| *h != "-")
+        .map(str::to_owned)
+}
+
+/// The local member template: the etcd flags `spec` gives a placeholder member (maintenance,
+/// quota and whatever else the spec turns into flags). Addresses, data directory and
+/// certificate files are per member and fixed at its reservation, so they do not count.
+fn local_template_hash(spec: &ValidatedCluster) -> Option<String> {
+    let config = crate::template::placeholder_config();
+    let launch = crate::etcd_args::MemberLaunch {
+        name: crate::template::PLACEHOLDER_MEMBER,
+        config: &config,
+        data_dir: String::new(),
+        listen_peer_url: String::new(),
+        advertise_peer_url: String::new(),
+        listen_client_url: String::new(),
+        advertise_client_url: String::new(),
+        listen_metrics_url: None,
+        client_tls: None,
+        peer_tls: None,
+        force_new_cluster: false,
+    };
+    crate::template::hash_of(&crate::etcd_args::etcd_args(spec, &launch))
 }
 
 /// The pid of the member's etcd if it runs. The pid file holds `<pid> <start time>`, so a pid
@@ -784,6 +821,30 @@ impl Runtime for LocalRuntime {
         }
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
+        self.stop_process(&dir, name)?;
+        self.launch(cluster, spec, &dir, &mut file, &config, false)
+    }
+
+    fn template_hash(&self, _cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
+        local_template_hash(spec)
+    }
+
+    async fn recreate(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let (dir, mut file, config) = self.started_member(
+            cluster,
+            name,
+            "it was never started, so it has no process to re-create",
+        )?;
+        if running_pid(&dir).is_some() && running_template(&dir) == local_template_hash(spec) {
+            return Ok(());
+        }
+        // etcd reads its flags at start: stop (never waiting; `Waiting` until it has stopped),
+        // then start on the flags of `spec`.
         self.stop_process(&dir, name)?;
         self.launch(cluster, spec, &dir, &mut file, &config, false)
     }

@@ -190,6 +190,23 @@ pub trait Runtime: Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
+    /// The hash of the member template `spec` renders to in this runtime (see
+    /// [`crate::template`]): what a member reports in [`RuntimeMember::template_hash`] once it
+    /// was created from this spec. `None`: this runtime does not roll members onto templates.
+    fn template_hash(&self, cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String>;
+
+    /// Re-creates a running member on the member template `spec` renders to, its data and
+    /// configuration kept: stops it and starts it again from `spec` (Kubernetes: deletes its Pod,
+    /// which the next start creates anew on its volume). Never waits: a member still stopping is
+    /// [`RuntimeError::Waiting`], and a later call (or start) carries on. Idempotent: a member
+    /// already on the template is left alone.
+    fn recreate(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
     /// Rebuilds a cluster that lost quorum from `survivor`: stops every member, removes every
     /// other member with its data, and starts the survivor once with `--force-new-cluster` (a
     /// one-member cluster with its data; the controller adds members back as for a scale-up).
