@@ -129,3 +129,41 @@ pub async fn assert_no_write_lost(endpoints: &[String], tls: Option<&TlsOptions>
         );
     }
 }
+
+/// `HashKV` at one revision agrees on every member (retried for 20 s while members catch up).
+///
+/// # Panics
+/// When the hashes still differ after that, or etcd cannot be read (a test failure).
+#[allow(clippy::unwrap_used, clippy::panic)]
+pub async fn assert_hash_kv_agrees(endpoints: &[String]) {
+    let mut client = Client::connect(endpoints, None).await.unwrap();
+    let revision = client.get("w-", None).await.unwrap().header().unwrap().revision();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut hashes = Vec::new();
+        for ep in endpoints {
+            let mut one = Client::connect([ep.as_str()], None).await.unwrap();
+            match one.hash_kv(revision).await {
+                Ok(h) => hashes.push((ep.clone(), Some(h.hash()))),
+                Err(e) => {
+                    println!("hash_kv at {ep}: {e}");
+                    hashes.push((ep.clone(), None));
+                }
+            }
+        }
+        let first = hashes[0].1;
+        if first.is_some() && hashes.iter().all(|h| h.1 == first) {
+            println!(
+                "HashKV at revision {revision} agrees on {} members: {:#x}",
+                hashes.len(),
+                first.unwrap_or_default()
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "HashKV differs at revision {revision}: {hashes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

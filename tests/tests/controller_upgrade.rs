@@ -14,7 +14,7 @@ use etcd_client::Client;
 use etcd_operator_tests::kubectl::{Watched, apply, condition, kubectl, output, status, wait_for};
 use etcd_operator_tests::local_cluster::{cluster_dir, endpoints};
 use etcd_operator_tests::operator::OperatorOptions;
-use etcd_operator_tests::writer::{Writes, assert_no_write_lost, start_writer};
+use etcd_operator_tests::writer::{Writes, assert_hash_kv_agrees, assert_no_write_lost, start_writer};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, tools};
 use serde_json::Value;
 
@@ -127,40 +127,6 @@ fn strip_ansi(line: &str) -> String {
         }
     }
     out
-}
-
-/// `HashKV` at one revision on every member agrees.
-async fn assert_hash_kv_agrees(endpoints: &[String]) {
-    let mut client = Client::connect(endpoints, None).await.unwrap();
-    let revision = client.get("w-", None).await.unwrap().header().unwrap().revision();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut hashes = Vec::new();
-        for ep in endpoints {
-            let mut one = Client::connect([ep.as_str()], None).await.unwrap();
-            match one.hash_kv(revision).await {
-                Ok(h) => hashes.push((ep.clone(), Some(h.hash()))),
-                Err(e) => {
-                    println!("hash_kv at {ep}: {e}");
-                    hashes.push((ep.clone(), None));
-                }
-            }
-        }
-        let first = hashes[0].1;
-        if first.is_some() && hashes.iter().all(|h| h.1 == first) {
-            println!(
-                "HashKV at revision {revision} agrees on {} members: {:#x}",
-                hashes.len(),
-                first.unwrap_or_default()
-            );
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "HashKV differs at revision {revision}: {hashes:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Upgrades a 3-member cluster from `from` to `to` under a continuous writer, optionally

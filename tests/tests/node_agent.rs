@@ -412,6 +412,136 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     Ok(())
 }
 
+/// A changed `spec.podTemplate` (resources) on a running 3-member cluster under a continuous
+/// writer: every member's Pod is re-created exactly once on its own PVC (same member IDs), the
+/// leader last, the new Pods carry the new resources and the template hash `status.rollout`
+/// reports, no acknowledged write is lost and HashKV agrees. The longest write gap is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer")? else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "tr";
+    apply(&op, &cluster_yaml(name, 3, "3.5.34"))?;
+    let status = wait_available(&op, name, 3, "3 members Available", TIMEOUT).await;
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    let template_of = |pod: &Value| {
+        pod["metadata"]["annotations"]["etcd.operator.dev/template-hash"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let before = template_of(&pods[0]).context("a member Pod without a template hash")?;
+    assert!(pods.iter().all(|p| template_of(p).as_deref() == Some(before.as_str())), "{pods:#?}");
+    let uid_of = |pod: &Value| pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    let name_of = |pod: &Value| pod["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let original: std::collections::BTreeMap<String, String> =
+        pods.iter().map(|p| (name_of(p), uid_of(p))).collect();
+    let endpoints: Vec<String> = original
+        .keys()
+        .filter_map(|n| agent.address("default", n))
+        .map(|ip| format!("http://{ip}:2379"))
+        .collect();
+    assert_eq!(endpoints.len(), 3);
+    let ids = member_list(&endpoints[0]);
+    let leader = status["leader"].as_str().context("no leader in status")?.to_owned();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = etcd_operator_tests::writer::start_writer(endpoints.clone(), None, stop.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = std::time::Instant::now();
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "etcdcluster",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"podTemplate":{"spec":{"resources":{"requests":{"cpu":"100m","memory":"256Mi"},"limits":{"memory":"512Mi"}}}}}}"#,
+        ],
+        None,
+    )?;
+    // Follow the Pods: the order in which each member's Pod went away (deleted for the
+    // re-creation), and every uid each member had.
+    let mut order: Vec<String> = Vec::new();
+    let mut uids: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = original
+        .iter()
+        .map(|(n, u)| (n.clone(), [u.clone()].into()))
+        .collect();
+    let deadline = tokio::time::Instant::now() + TIMEOUT * 2;
+    let status = loop {
+        let now = pods_of(&kube_api, name);
+        for member in original.keys() {
+            let pod = now.iter().find(|p| &name_of(p) == member);
+            let replaced = pod.is_none_or(|p| uid_of(p) != original[member] || p["metadata"]["deletionTimestamp"].is_string());
+            if replaced && !order.contains(member) {
+                order.push(member.clone());
+            }
+            if let Some(p) = pod
+                && let Some(set) = uids.get_mut(member)
+            {
+                set.insert(uid_of(p));
+            }
+        }
+        let s = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+        if s["rollout"]["phase"] == "Complete" && available(&s, 3) && now.len() == 3 && now.iter().all(ready) {
+            break s;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the rollout did not complete within {:?}: {s:#}",
+            TIMEOUT * 2
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.await?;
+    eprintln!(
+        "node agent e2e: template rollout of 3 members in {:.1} s under a writer: {} writes acknowledged, {} failed attempts, longest write gap {:.2} s; order {order:?}, leader before {leader}",
+        took.as_secs_f64(),
+        writes.acknowledged.len(),
+        writes.failures,
+        writes.longest_gap.as_secs_f64()
+    );
+
+    // Every member re-created once, the leader last, on its own data.
+    assert_eq!(order.len(), 3, "{order:?}");
+    assert_eq!(order.last(), Some(&leader), "the leader goes last: {order:?}");
+    for (member, seen) in &uids {
+        assert_eq!(seen.len(), 2, "member {member} had Pods {seen:?}: re-created exactly once");
+    }
+    assert_eq!(member_list(&endpoints[0]), ids, "the same members: data kept");
+    let pods = pods_of(&kube_api, name);
+    let after = status["rollout"]["templateHash"].as_str().context("no rollout hash")?;
+    assert_ne!(after, before);
+    assert_eq!(status["rollout"]["updatedMembers"], 3, "{status:#}");
+    for pod in &pods {
+        assert_eq!(template_of(pod).as_deref(), Some(after), "{pod:#}");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["limits"]["memory"], "512Mi",
+            "{pod:#}"
+        );
+    }
+    assert!(!writes.acknowledged.is_empty());
+    etcd_operator_tests::writer::assert_no_write_lost(&endpoints, None, &writes).await;
+    etcd_operator_tests::writer::assert_hash_kv_agrees(&endpoints).await;
+
+    // Settled: nothing more is re-created.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still: std::collections::BTreeSet<String> = pods_of(&kube_api, name).iter().map(uid_of).collect();
+    let settled: std::collections::BTreeSet<String> = pods.iter().map(uid_of).collect();
+    assert_eq!(still, settled, "no Pod re-created after the rollout completed");
+    Ok(())
+}
+
 /// TLS on both planes through the kubernetes runtime: `auto` CA and member certificates in
 /// Secrets, mounted into the Pods (the node agent writes them out), members serving HTTPS for
 /// their `.svc` names and requiring client certificates; the operator reaches them with its own.
