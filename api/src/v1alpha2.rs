@@ -218,7 +218,7 @@ pub struct MaintenanceSpec {
     /// Above it etcd raises a NOSPACE alarm and refuses writes; the operator then compacts,
     /// defragments the members one at a time and disarms the alarm. Defaults to three quarters
     /// of `storage.size` (at most 8Gi), so the alarm comes before the volume or tmpfs is full.
-    /// A change applies to each member when it next restarts.
+    /// A change re-creates the members one at a time on their data (see `status.rollout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_backend_bytes: Option<Quantity>,
 

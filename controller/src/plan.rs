@@ -667,7 +667,7 @@ impl std::fmt::Display for WaitReason {
             }
             Self::DataExceedsQuota { in_use, quota } => write!(
                 f,
-                "NOSPACE: the data uses {} MiB of the {} MiB quota even after compaction and defragmentation; raise spec.maintenance.quotaBackendBytes (members pick it up as they restart) or delete data",
+                "NOSPACE: the data uses {} MiB of the {} MiB quota even after compaction and defragmentation; raise spec.maintenance.quotaBackendBytes (the members are re-created on it one at a time) or delete data",
                 in_use >> 20,
                 quota >> 20
             ),

@@ -1218,6 +1218,74 @@ mod tests {
     }
 
     #[test]
+    fn a_template_rollout_shows_progress_and_a_halt_needs_a_person() {
+        let mut view = ValidatedCluster::for_test(cluster());
+        view.template_hash = Some("new".into());
+        let mut observed = three_on("3.5.1");
+        observed.runtime = [("a", "new"), ("b", "old"), ("c", "old")]
+            .iter()
+            .map(|(n, h)| crate::model::RuntimeMember {
+                name: (*n).into(),
+                peer_url: format!("http://{n}:2380"),
+                client_url: format!("http://{n}:2379"),
+                config: None,
+                liveness: crate::model::Liveness::Running,
+                certificates: None,
+                restarts: 0,
+                template_hash: Some((*h).into()),
+            })
+            .collect();
+        let record = RolloutRecord {
+            target: "new".into(),
+            current_member: Some("a".into()),
+            ..RolloutRecord::default()
+        };
+        let outcome = |step: Step, record: &RolloutRecord| Outcome {
+            step,
+            error: None,
+            roll: None,
+            rollout: Some(record.clone()),
+            maintenance: None,
+        };
+        let s = super::compute(
+            &view,
+            &observed,
+            &outcome(
+                Step::RollTemplate {
+                    name: "b".into(),
+                    from: Some("old".into()),
+                    to: "new".into(),
+                },
+                &record,
+            ),
+        );
+        let r = s.rollout.clone().unwrap();
+        assert_eq!(r.phase, Some(UpgradePhase::Rolling));
+        assert_eq!(r.template_hash.as_deref(), Some("new"));
+        assert_eq!((r.updated_members, r.total_members), (Some(1), Some(3)));
+        assert_eq!(get(&s, "Progressing").reason, "RollingTemplate");
+        assert_eq!(s.phase, Some(ClusterPhase::Upgrading));
+        assert_eq!(RolloutRecord::from_status(Some(&s)), Some(record.clone()));
+
+        // Halted: Degraded and Stalled with the reason, until the template changes.
+        let halted = RolloutRecord {
+            halted: Some("member a did not become healthy".into()),
+            ..record.clone()
+        };
+        let s = super::compute(&view, &observed, &outcome(Step::Idle, &halted));
+        assert_eq!(s.rollout.as_ref().unwrap().phase, Some(UpgradePhase::Halted));
+        assert_eq!(get(&s, "Degraded").reason, "RolloutHalted");
+        assert_eq!(get(&s, "Stalled").status, "True");
+        assert_eq!(RolloutRecord::from_status(Some(&s)), Some(halted.clone()));
+        // A record of another template is not reported.
+        view.template_hash = Some("newer".into());
+        assert_eq!(
+            super::compute(&view, &observed, &outcome(Step::Idle, &halted)).rollout,
+            None
+        );
+    }
+
+    #[test]
     fn a_roll_shows_progress_then_completes() {
         let mut c = cluster();
         c.spec.version = Some("3.5.1".into());

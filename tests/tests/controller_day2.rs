@@ -477,3 +477,77 @@ async fn the_defragmentation_schedule_takes_every_member_once_per_time() {
         "a pass is not run again right after the last one: {gap}s"
     );
 }
+
+/// The command line of process `pid`, space-separated.
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn a_changed_quota_rolls_every_member_onto_it_one_at_a_time_keeping_the_data() {
+    // Local mode: the members' etcd flags are their template. A new quota re-creates every
+    // member's process once on its data, and status.rollout follows it to Complete.
+    let op = LocalOperator::start().await.unwrap();
+    let name = "quota";
+    let before = three_members_with_a_key(&op, name).await;
+    let pids = member_pids(&op, name);
+    assert_eq!(pids.len(), 3);
+    assert!(
+        pids.iter()
+            .all(|p| !cmdline(*p).contains("--quota-backend-bytes=67108864"))
+    );
+    let started = std::time::Instant::now();
+    let out = etcd_operator_tests::kubectl::output(
+        &op,
+        &[
+            "patch",
+            "ec",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"maintenance":{"quotaBackendBytes":"64Mi"}}}"#,
+        ],
+        None,
+    )
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Never more than one member down at a time while it rolls.
+    let mut least_healthy = 3;
+    let s = wait_for(
+        &op,
+        Watched::status("ec", name).every(Duration::from_millis(100)),
+        "the rollout onto the new quota",
+        Duration::from_secs(120),
+        |s| {
+            if let Some(n) = s["readyReplicas"].as_i64() {
+                least_healthy = least_healthy.min(n);
+            }
+            s["rollout"]["phase"] == "Complete" && available(s, 3)
+        },
+    )
+    .await
+    .unwrap();
+    println!(
+        "local template rollout of 3 members in {:.1} s; fewest healthy members seen: {least_healthy}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(least_healthy >= 2, "two members were down at once");
+    assert_eq!(s["rollout"]["updatedMembers"], 3, "{s:#}");
+    let now = member_pids(&op, name);
+    assert_eq!(now.len(), 3);
+    assert!(
+        now.iter().all(|p| !pids.contains(p)),
+        "every member restarted: {pids:?} -> {now:?}"
+    );
+    for pid in &now {
+        assert!(
+            cmdline(*pid).contains("--quota-backend-bytes=67108864"),
+            "{}",
+            cmdline(*pid)
+        );
+    }
+    back_with_the_same_id_and_data(&op, name, &before, &pids).await;
+}

@@ -418,7 +418,8 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
 /// reports, no acknowledged write is lost and HashKV agrees. The longest write gap is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> anyhow::Result<()> {
-    let Some(hosts) = private_hosts::enter("kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer")? else {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer")?
+    else {
         return Ok(());
     };
     tools::etcd(EtcdVersion::V3_5_34)?;
@@ -438,7 +439,11 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
             .map(str::to_owned)
     };
     let before = template_of(&pods[0]).context("a member Pod without a template hash")?;
-    assert!(pods.iter().all(|p| template_of(p).as_deref() == Some(before.as_str())), "{pods:#?}");
+    assert!(
+        pods.iter()
+            .all(|p| template_of(p).as_deref() == Some(before.as_str())),
+        "{pods:#?}"
+    );
     let uid_of = |pod: &Value| pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
     let name_of = |pod: &Value| pod["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let original: std::collections::BTreeMap<String, String> =
@@ -450,7 +455,10 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
         .collect();
     assert_eq!(endpoints.len(), 3);
     let ids = member_list(&endpoints[0]);
-    let leader = status["leader"].as_str().context("no leader in status")?.to_owned();
+    let leader = status["leader"]
+        .as_str()
+        .context("no leader in status")?
+        .to_owned();
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = etcd_operator_tests::writer::start_writer(endpoints.clone(), None, stop.clone());
@@ -480,7 +488,9 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
         let now = pods_of(&kube_api, name);
         for member in original.keys() {
             let pod = now.iter().find(|p| &name_of(p) == member);
-            let replaced = pod.is_none_or(|p| uid_of(p) != original[member] || p["metadata"]["deletionTimestamp"].is_string());
+            let replaced = pod.is_none_or(|p| {
+                uid_of(p) != original[member] || p["metadata"]["deletionTimestamp"].is_string()
+            });
             if replaced && !order.contains(member) {
                 order.push(member.clone());
             }
@@ -491,7 +501,8 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
             }
         }
         let s = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
-        if s["rollout"]["phase"] == "Complete" && available(&s, 3) && now.len() == 3 && now.iter().all(ready) {
+        if s["rollout"]["phase"] == "Complete" && available(&s, 3) && now.len() == 3 && now.iter().all(ready)
+        {
             break s;
         }
         anyhow::ensure!(
@@ -516,11 +527,17 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
     assert_eq!(order.len(), 3, "{order:?}");
     assert_eq!(order.last(), Some(&leader), "the leader goes last: {order:?}");
     for (member, seen) in &uids {
-        assert_eq!(seen.len(), 2, "member {member} had Pods {seen:?}: re-created exactly once");
+        assert_eq!(
+            seen.len(),
+            2,
+            "member {member} had Pods {seen:?}: re-created exactly once"
+        );
     }
     assert_eq!(member_list(&endpoints[0]), ids, "the same members: data kept");
     let pods = pods_of(&kube_api, name);
-    let after = status["rollout"]["templateHash"].as_str().context("no rollout hash")?;
+    let after = status["rollout"]["templateHash"]
+        .as_str()
+        .context("no rollout hash")?;
     assert_ne!(after, before);
     assert_eq!(status["rollout"]["updatedMembers"], 3, "{status:#}");
     for pod in &pods {
