@@ -134,7 +134,7 @@ pub async fn assert_no_write_lost(endpoints: &[String], tls: Option<&TlsOptions>
 ///
 /// # Panics
 /// When the hashes still differ after that, or etcd cannot be read (a test failure).
-#[allow(clippy::unwrap_used, clippy::panic)]
+#[allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout)]
 pub async fn assert_hash_kv_agrees(endpoints: &[String]) {
     let mut client = Client::connect(endpoints, None).await.unwrap();
     let revision = client.get("w-", None).await.unwrap().header().unwrap().revision();
