@@ -450,15 +450,17 @@ fn update_cases() -> Vec<UpdateCase> {
         ("patch downgrade", |o| o.spec.version = Some("3.5.21".into()), |o| o.spec.version = Some("3.5.3".into()), vec![]),
         ("minor upgrade", |o| o.spec.version = Some("3.4.23".into()), |o| o.spec.version = Some("3.5.0".into()), vec![]),
         ("minor upgrade to 3.6", |o| o.spec.version = Some("3.5.21".into()), |o| o.spec.version = Some("3.6.4".into()), vec![]),
-        ("downgrade 3.6 to 3.5", |o| o.spec.version = Some("3.6.4".into()), |o| o.spec.version = Some("3.5.21".into()), vec![]),
+        ("downgrade 3.6 to 3.5", |o| o.spec.version = Some("3.6.4".into()), |o| o.spec.version = Some("3.5.21".into()), vec![("spec.version", Invalid)]),
         ("default version to explicit", |o| o.spec.version = None, |o| o.spec.version = Some("3.6.0".into()), vec![]),
         ("skipped minor", |o| o.spec.version = Some("3.4.23".into()), |o| o.spec.version = Some("3.6.0".into()), vec![("spec.version", Invalid)]),
         ("downgrade 3.5 to 3.4", |o| o.spec.version = Some("3.5.21".into()), |o| o.spec.version = Some("3.4.23".into()), vec![("spec.version", Invalid)]),
         ("downgrade 3.6 to 3.4", |o| o.spec.version = Some("3.6.0".into()), |o| o.spec.version = Some("3.4.23".into()), vec![("spec.version", Invalid)]),
         ("scale", |_| {}, |o| o.spec.replicas = Some(5), vec![]),
         ("medium changed", |_| {}, |o| { storage(o).medium = Some(StorageMedium::Memory); storage(o).storage_class_name = None; }, vec![("spec.storage.medium", Invalid)]),
-        ("storage size changed", |_| {}, |o| storage(o).size = Some(q("16Gi")), vec![("spec.storage", Forbidden)]),
-        ("storage class changed", |_| {}, |o| storage(o).storage_class_name = None, vec![("spec.storage", Forbidden)]),
+        ("storage size grown", |o| storage(o).size = Some(q("8Gi")), |o| storage(o).size = Some(q("16Gi")), vec![]),
+        ("storage size grown in another unit", |o| storage(o).size = Some(q("8Gi")), |o| storage(o).size = Some(q("8193Mi")), vec![]),
+        ("storage size shrunk", |o| storage(o).size = Some(q("8Gi")), |o| storage(o).size = Some(q("4Gi")), vec![("spec.storage.size", Invalid)]),
+        ("storage class changed", |_| {}, |o| storage(o).storage_class_name = None, vec![("spec.storage.storageClassName", Invalid)]),
         ("storage defaulted", |o| o.spec.storage = None, |o| o.spec.storage = Some(v2::StorageSpec { medium: Some(StorageMedium::Disk), size: Some(q("1Gi")), storage_class_name: None }), vec![]),
         ("tls changed", |_| {}, |o| tls(o).peer = None, vec![("spec.tls", Forbidden)]),
         ("tls added", |o| o.spec.tls = None, |o| o.spec.tls = base().spec.tls, vec![("spec.tls", Forbidden)]),
@@ -486,6 +488,29 @@ fn updates_follow_the_version_and_immutability_rules() {
 }
 
 #[test]
+fn a_shrinking_volume_is_refused_saying_why_and_a_growing_one_warns() {
+    let mut old = base();
+    storage(&mut old).size = Some(q("8Gi"));
+    let mut new = old.clone();
+    storage(&mut new).size = Some(q("2Gi"));
+    let outcome = validate_update(&new, &old);
+    assert!(
+        outcome.errors[0].detail.contains("may only grow (it is 8Gi)"),
+        "{}",
+        outcome.errors[0]
+    );
+    storage(&mut new).size = Some(q("16Gi"));
+    let outcome = validate_update(&new, &old);
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert!(
+        outcome.warnings.iter().any(|w| w.field == "spec.storage.size"
+            && w.message.contains("StorageClass must allow volume expansion")),
+        "{:?}",
+        outcome.warnings
+    );
+}
+
+#[test]
 fn version_rejections_say_why() {
     let cases = [
         ("3.4.23", "3.6.0", "may not skip a minor version"),
@@ -494,6 +519,7 @@ fn version_rejections_say_why() {
             "3.4.23",
             "only supported minor downgrade is from 3.6 to 3.5",
         ),
+        ("3.6.4", "3.5.21", "needs etcd's downgrade API"),
     ];
     for (from, to, reason) in cases {
         let mut old = base();

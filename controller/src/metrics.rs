@@ -554,6 +554,7 @@ mod tests {
             certificates: None,
             restarts: 0,
             template_hash: None,
+            volume: None,
         }
     }
 

@@ -115,6 +115,20 @@ pub struct RuntimeMember {
     /// [`crate::runtime::Runtime::template_hash`]); `None` when it does not run or was created
     /// before templates were recorded (such a member is adopted as it is, not rolled).
     pub template_hash: Option<String>,
+    /// Its persistent volume, where the runtime has one per member (Kubernetes: its claim).
+    pub volume: Option<VolumeState>,
+}
+
+/// A member's persistent volume as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VolumeState {
+    /// The size its claim requests, in bytes.
+    pub requested: u64,
+    /// The size the volume has, in bytes (0 until the claim reports one).
+    pub capacity: u64,
+    /// The volume grew, and its filesystem is resized when the member's Pod starts again
+    /// (the claim's `FileSystemResizePending` condition).
+    pub resize_pending: bool,
 }
 
 /// What the runtime knows about a member's certificates, so the planner can decide on a

@@ -93,6 +93,9 @@ pub const REASON_TLS_HANDSHAKE_FAILED: &str = "TLSHandshakeFailed";
 /// `secretRef` Secret missing or unusable, a cert-manager Certificate not issued yet, or
 /// certificates that could not be made.
 pub const REASON_CERTIFICATES_UNAVAILABLE: &str = "CertificatesUnavailable";
+/// The `Degraded` reason when a member's volume cannot grow to `spec.storage.size`: its
+/// StorageClass does not allow expansion.
+pub const REASON_VOLUME_EXPANSION_NOT_ALLOWED: &str = "VolumeExpansionNotAllowed";
 /// The `Degraded` reason of any other failed step.
 pub const REASON_STEP_FAILED: &str = "StepFailed";
 
@@ -124,13 +127,17 @@ impl StepError {
         match self {
             Self::Restore(e) => permanent_restore(e),
             Self::Runtime(RuntimeError::Restore { source, .. }) => permanent_restore(source),
-            Self::Runtime(RuntimeError::VersionUnavailable { .. }) => true,
+            Self::Runtime(
+                RuntimeError::VersionUnavailable { .. } | RuntimeError::VolumeExpansionNotAllowed { .. },
+            ) => true,
             _ => false,
         }
     }
 
     /// The `Degraded` condition's reason: `RestoreFailed` for a cluster that cannot start from
-    /// its snapshot, `StepFailed` for everything else (the documented, stable pair).
+    /// its snapshot, `TLSHandshakeFailed` and `CertificatesUnavailable` for TLS,
+    /// `VolumeExpansionNotAllowed` for a volume that cannot grow, `StepFailed` for everything
+    /// else (documented and stable).
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Restore(_) | Self::Runtime(RuntimeError::Restore { .. }) => REASON_RESTORE_FAILED,
@@ -140,6 +147,9 @@ impl StepError {
                 | RuntimeError::CertificateNotReady { .. }
                 | RuntimeError::Certificates { .. },
             ) => REASON_CERTIFICATES_UNAVAILABLE,
+            Self::Runtime(RuntimeError::VolumeExpansionNotAllowed { .. }) => {
+                REASON_VOLUME_EXPANSION_NOT_ALLOWED
+            }
             _ => REASON_STEP_FAILED,
         }
     }
@@ -154,6 +164,9 @@ impl StepError {
             Self::Runtime(RuntimeError::Certificates { .. }) => "CertificatesFailed",
             Self::Runtime(RuntimeError::TlsUnsupported { .. }) => "TLSProviderUnsupported",
             Self::Runtime(RuntimeError::Waiting { .. }) => "RuntimeWaiting",
+            Self::Runtime(RuntimeError::VolumeExpansionNotAllowed { .. }) => {
+                REASON_VOLUME_EXPANSION_NOT_ALLOWED
+            }
             Self::Runtime(_) => "RuntimeFailed",
             Self::Member(MemberOpError::NotReadyYet { .. }) => "EtcdNotReady",
             Self::Member(MemberOpError::Timeout { .. }) => "EtcdTimeout",

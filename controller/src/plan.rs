@@ -220,6 +220,21 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+    /// Grow a member's volume to `spec.storage.size`.
+    ExpandVolume {
+        /// Member name.
+        name: String,
+        /// The size its volume has been asked for, in bytes.
+        from: u64,
+        /// The size asked for now, in bytes.
+        to: u64,
+    },
+    /// Restart a member whose volume grew but whose filesystem is only resized when its Pod
+    /// starts again (`FileSystemResizePending`), its data kept.
+    FinishVolumeResize {
+        /// Member name.
+        name: String,
+    },
     /// Re-create a member on the spec's member template (its Pod or process was made from
     /// another one), its data kept: the template roll.
     RollTemplate {
@@ -459,6 +474,21 @@ pub enum WaitReason {
         /// The member waiting for its new certificates.
         name: String,
     },
+    /// A member's volume is growing (asked for more than it has).
+    VolumeExpanding {
+        /// The member.
+        name: String,
+        /// Bytes it has.
+        capacity: u64,
+        /// Bytes asked for.
+        requested: u64,
+    },
+    /// A volume waits for its member's restart to grow its filesystem, and not every voter is
+    /// healthy.
+    UnhealthyBeforeResizeRestart {
+        /// The member.
+        name: String,
+    },
     /// The template roll re-creates the next member only when every voter is healthy.
     UnhealthyBeforeTemplateRoll {
         /// The member waiting for its turn.
@@ -533,8 +563,10 @@ impl WaitReason {
             | Self::UnhealthyBeforeRollStep { .. }
             | Self::UnhealthyBeforeRenewal { .. }
             | Self::UnhealthyBeforeTemplateRoll { .. }
+            | Self::UnhealthyBeforeResizeRestart { .. }
             | Self::UnhealthyBeforeDefragmentation { .. } => "WaitingForHealthyMembers",
             Self::VerifyingTemplate { .. } => "VerifyingTemplate",
+            Self::VolumeExpanding { .. } => "VolumeExpanding",
             Self::NoLeaderSuccessor | Self::NoLeaderSuccessorForRoll => "NoLeaderSuccessor",
             Self::MembersNotHealthy => "MembersNotHealthy",
             Self::VerifyingVersion { .. } => "VerifyingVersion",
@@ -614,6 +646,20 @@ impl std::fmt::Display for WaitReason {
             Self::UnhealthyBeforeRenewal { name } => write!(
                 f,
                 "waiting for every member to be healthy before restarting {name} on new certificates"
+            ),
+            Self::VolumeExpanding {
+                name,
+                capacity,
+                requested,
+            } => write!(
+                f,
+                "waiting for the volume of member {name} to grow from {} MiB to {} MiB",
+                capacity >> 20,
+                requested >> 20
+            ),
+            Self::UnhealthyBeforeResizeRestart { name } => write!(
+                f,
+                "waiting for every member to be healthy before restarting {name} to resize its filesystem"
             ),
             Self::UnhealthyBeforeTemplateRoll { name } => write!(
                 f,
@@ -701,6 +747,8 @@ impl Step {
             Step::RecoverQuorum { .. } => "RecoverQuorum",
             Step::RenewCertificates { .. } => "RenewCertificates",
             Step::RollTemplate { .. } => "RollTemplate",
+            Step::ExpandVolume { .. } => "ExpandVolume",
+            Step::FinishVolumeResize { .. } => "FinishVolumeResize",
             Step::HaltRollout { .. } => "HaltRollout",
             Step::Defragment { .. } => "Defragment",
             Step::WipeBootstrap { .. } => "WipeBootstrap",
@@ -936,6 +984,9 @@ pub fn plan(
         };
     }
     if let Some(step) = plan_roll(desired, etcd, observed, held) {
+        return step;
+    }
+    if let Some(step) = plan_volume_expansion(desired, etcd, observed) {
         return step;
     }
     if let Some(step) = plan_template_roll(desired, etcd, observed, thresholds) {
@@ -1199,6 +1250,63 @@ fn plan_roll(
         from: c.version.clone(),
         to: target.clone(),
     })
+}
+
+/// Volumes smaller than `spec.storage.size` (it may only grow): each claim is asked for the new
+/// size, then the plan waits for the volumes to grow; a filesystem that grows only when its
+/// member's Pod starts again gets that restart, one member at a time while every voter is
+/// healthy. Nothing after this (the template roll onto a quota that follows the size) goes on
+/// until every volume has grown.
+fn plan_volume_expansion(desired: &ValidatedCluster, etcd: &EtcdView, observed: &Observed) -> Option<Step> {
+    let want = desired.volume_bytes?;
+    let volumes: Vec<(&RuntimeMember, crate::model::VolumeState)> = observed
+        .runtime
+        .iter()
+        .filter_map(|r| r.volume.map(|v| (r, v)))
+        .collect();
+    if let Some((r, v)) = volumes.iter().find(|(_, v)| v.requested < want) {
+        return Some(Step::ExpandVolume {
+            name: r.name.clone(),
+            from: v.requested,
+            to: want,
+        });
+    }
+    let pending: Vec<&RuntimeMember> = volumes
+        .iter()
+        .filter(|(r, v)| v.resize_pending && r.liveness == Liveness::Running)
+        .map(|(r, _)| *r)
+        .collect();
+    if let Some(r) = pending
+        .iter()
+        .find(|r| etcd.by_peer_url(&r.peer_url).is_none_or(|m| m.id != etcd.leader))
+        .or_else(|| pending.first())
+    {
+        if etcd.healthy_voters() < etcd.voters().count() {
+            return Some(Step::Wait {
+                reason: WaitReason::UnhealthyBeforeResizeRestart { name: r.name.clone() },
+            });
+        }
+        let leader = etcd.by_peer_url(&r.peer_url).filter(|m| m.id == etcd.leader);
+        if let Some(m) = leader
+            && let Some(to) = etcd.voters().find(|v| v.id != m.id && is_healthy(v))
+        {
+            return Some(Step::MoveLeader {
+                from: m.id,
+                to: to.id,
+            });
+        }
+        return Some(Step::FinishVolumeResize { name: r.name.clone() });
+    }
+    volumes
+        .iter()
+        .find(|(_, v)| v.capacity < v.requested && !v.resize_pending)
+        .map(|(r, v)| Step::Wait {
+            reason: WaitReason::VolumeExpanding {
+                name: r.name.clone(),
+                capacity: v.capacity,
+                requested: v.requested,
+            },
+        })
 }
 
 /// How long a member has been unhealthy (or gone), as observed.
@@ -1928,6 +2036,7 @@ mod tests {
             certificates: None,
             restarts: 0,
             template_hash: None,
+            volume: None,
         }
     }
 
@@ -2934,6 +3043,72 @@ mod tests {
             v.leader = 1;
         }
         assert_eq!(run(&d, &one), Step::Idle);
+    }
+
+    fn with_volumes(mut o: Observed, volumes: [(u64, u64, bool); 3]) -> Observed {
+        for (r, (requested, capacity, resize_pending)) in o.runtime.iter_mut().zip(volumes) {
+            r.volume = Some(crate::model::VolumeState {
+                requested,
+                capacity,
+                resize_pending,
+            });
+        }
+        o
+    }
+
+    #[test]
+    fn a_grown_size_expands_every_claim_then_waits_and_restarts_for_the_filesystem() {
+        const G: u64 = 1 << 30;
+        let mut d = with_template("new");
+        d.volume_bytes = Some(2 * G);
+        // Claims asked for the old size: each is asked for the new one, before anything else
+        // (the template roll onto the quota that follows the size waits).
+        let o = with_volumes(templated([Some("old"); 3]), [(G, G, false); 3]);
+        assert_eq!(
+            run(&d, &o),
+            Step::ExpandVolume {
+                name: "a".into(),
+                from: G,
+                to: 2 * G
+            }
+        );
+        // Asked for, not grown yet: wait for it, and nothing else moves.
+        let o = with_volumes(templated([Some("old"); 3]), [(2 * G, G, false); 3]);
+        assert!(
+            matches!(run(&d, &o), Step::Wait { reason: WaitReason::VolumeExpanding { ref name, .. } } if name == "a"),
+            "{:?}",
+            run(&d, &o)
+        );
+        // Grown, the filesystem waiting for a restart: followers first, health-gated.
+        let o = with_volumes(templated([Some("new"); 3]), [(2 * G, 2 * G, true); 3]);
+        assert_eq!(run(&d, &o), Step::FinishVolumeResize { name: "a".into() });
+        let mut sick = o.clone();
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[2].status = None;
+        }
+        assert!(matches!(
+            run(&d, &sick),
+            Step::Wait {
+                reason: WaitReason::UnhealthyBeforeResizeRestart { .. }
+            }
+        ));
+        // Only the leader left: leadership moves first.
+        let o = with_volumes(
+            templated([Some("new"); 3]),
+            [(2 * G, 2 * G, false), (2 * G, 2 * G, true), (2 * G, 2 * G, false)],
+        );
+        assert!(
+            matches!(run(&d, &o), Step::MoveLeader { from: 2, .. }),
+            "{:?}",
+            run(&d, &o)
+        );
+        // Every volume grown: the template roll (the quota) goes on.
+        let o = with_volumes(templated([Some("old"); 3]), [(2 * G, 2 * G, false); 3]);
+        assert!(matches!(run(&d, &o), Step::RollTemplate { .. }));
+        // Members in memory have no volume to grow.
+        d.volume_bytes = None;
+        let o = with_volumes(templated([Some("new"); 3]), [(G, G, false); 3]);
+        assert_eq!(run(&d, &o), Step::Idle);
     }
 
     #[test]

@@ -31,8 +31,9 @@ const OWNED_CONDITIONS: [&str; 6] = [
 /// the quota, delete data, ask for a recovery). They make the cluster `Stalled` (kstatus:
 /// Failed), as do failed steps that [`StepError::needs_a_person`](crate::outcome::StepError)
 /// and a replacement awaiting its request.
-const NEEDS_A_PERSON: [&str; 6] = [
+const NEEDS_A_PERSON: [&str; 7] = [
     "UpgradeHalted",
+    "VolumeExpansionNotAllowed",
     "RolloutHalted",
     "CorruptAlarm",
     "NoSpace",
@@ -304,6 +305,18 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             format!("re-creating member {name} on the changed member template (its data kept)"),
         ),
         Step::HaltRollout { reason, .. } => ("RolloutHalted", reason.clone()),
+        Step::ExpandVolume { name, from, to } => (
+            "ExpandingVolumes",
+            format!(
+                "growing the volume of member {name} from {} MiB to {} MiB",
+                from >> 20,
+                to >> 20
+            ),
+        ),
+        Step::FinishVolumeResize { name } => (
+            "ExpandingVolumes",
+            format!("restarting member {name} so that its grown volume's filesystem is resized"),
+        ),
         Step::Wait { reason } => ("Waiting", reason.to_string()),
         Step::Idle => ("Reconciled", "the cluster matches the spec".into()),
     }
@@ -1233,6 +1246,7 @@ mod tests {
                 certificates: None,
                 restarts: 0,
                 template_hash: Some((*h).into()),
+                volume: None,
             })
             .collect();
         let record = RolloutRecord {

@@ -184,6 +184,9 @@ pub struct ValidatedCluster {
     pub restore: Option<crate::restore::RestorePlan>,
     /// `spec.storage` with its defaults (medium, size).
     pub storage: StorageSpec,
+    /// The size of each member's persistent volume in bytes; `None` for members in memory (or
+    /// a size that does not parse, which admission never lets through).
+    pub volume_bytes: Option<u64>,
     /// The TLS planes and their providers (`spec.tls`).
     pub tls: TlsPlanes,
     /// `spec.podTemplate` with its defaults.
@@ -212,6 +215,20 @@ pub struct ValidatedCluster {
     pub keep_data_on_delete: bool,
     /// What was ignored because it cannot be resolved (logged by the reconcile).
     pub ignored: Vec<ValidationError>,
+}
+
+/// The bytes a persistent member volume of `storage` holds.
+fn volume_bytes(storage: &StorageSpec) -> Option<u64> {
+    if matches!(
+        storage.medium,
+        Some(etcd_operator_api::v1alpha2::StorageMedium::Memory)
+    ) {
+        return None;
+    }
+    let size = etcd_operator_api::quantity::parse(&storage.size.as_ref()?.0).ok()?;
+    // Sizes are whole bytes; admission bounds them far below u64::MAX.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Some(size.max(0.0).round() as u64)
 }
 
 impl ValidatedCluster {
@@ -285,6 +302,7 @@ impl ValidatedCluster {
                 .filter(|_| !formed_before),
             restore: None,
             storage: etcd_operator_api::defaults::effective_storage(spec),
+            volume_bytes: volume_bytes(&etcd_operator_api::defaults::effective_storage(spec)),
             tls: TlsPlanes::of(spec.tls.as_ref()),
             pod: PodSettings {
                 labels: template_meta.labels.unwrap_or_default(),

@@ -20,7 +20,9 @@ use etcd_operator_api::v1alpha2::{
     BackupDestination, EtcdCluster, EtcdClusterSpec, PodTemplate, PodTemplateMetadata, PodTemplateSpec,
     S3Destination, StorageMedium, StorageSpec, VolumeDestination,
 };
-use etcd_operator_controller::model::{ClusterRef, InitialState, Liveness, MemberConfig, RuntimeMember};
+use etcd_operator_controller::model::{
+    ClusterRef, InitialState, Liveness, MemberConfig, RuntimeMember, VolumeState,
+};
 use etcd_operator_controller::resources;
 use etcd_operator_controller::restore::{RestorePlan, SnapshotSource};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
@@ -620,6 +622,7 @@ fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
         certificates: None,
         restarts: 0,
         template_hash: None,
+        volume: None,
     }
 }
 
@@ -1696,6 +1699,12 @@ async fn members_are_classified_running_gone_or_reserved() {
         certificates: None,
         restarts: 0,
         template_hash: None,
+        // Every claim asks for 1Gi and reports no capacity yet.
+        volume: Some(VolumeState {
+            requested: 1 << 30,
+            capacity: 0,
+            resize_pending: false,
+        }),
     };
     let gone = |reason: String, restartable: bool| Liveness::Gone { reason, restartable };
     assert_eq!(
@@ -1703,7 +1712,6 @@ async fn members_are_classified_running_gone_or_reserved() {
         vec![
             RuntimeMember {
                 restarts: 4,
-                template_hash: None,
                 ..with(&running, Liveness::Running)
             },
             with(&pending, Liveness::Running),
@@ -1713,15 +1721,21 @@ async fn members_are_classified_running_gone_or_reserved() {
                 gone(format!("Pod {terminating} is being deleted"), true)
             ),
             with(&missing, gone(format!("Pod {missing} is missing"), true)),
-            reserved(&reserved_only, None),
+            RuntimeMember {
+                volume: with(&running, Liveness::Running).volume,
+                ..reserved(&reserved_only, None)
+            },
             // The removed member (Pod and PVC being deleted) is not reported.
-            with(
-                &doomed,
-                gone(
-                    format!("the PersistentVolumeClaim of member {doomed} is being deleted"),
-                    false
+            RuntimeMember {
+                volume: None,
+                ..with(
+                    &doomed,
+                    gone(
+                        format!("the PersistentVolumeClaim of member {doomed} is being deleted"),
+                        false
+                    )
                 )
-            ),
+            },
         ]
     );
 }

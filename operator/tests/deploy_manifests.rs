@@ -216,6 +216,7 @@ impl Target {
             "configmaps" => "ConfigMap",
             "leases" => "Lease",
             "certificates" => "Certificate",
+            "storageclasses" => "StorageClass",
             _ => "Unknown",
         }
     }
@@ -259,6 +260,12 @@ fn existing(target: &Target, name: &str) -> Value {
             obj["data"] = json!({"AWS_ACCESS_KEY_ID": "aWQ=", "AWS_SECRET_ACCESS_KEY": "a2V5"});
         }
         "configmaps" => obj["data"] = json!({}),
+        // A claim smaller than the spec asks for, of a class that may grow.
+        "persistentvolumeclaims" => {
+            obj["spec"] =
+                json!({"storageClassName": "standard", "resources": {"requests": {"storage": "512Mi"}}});
+        }
+        "storageclasses" => obj["allowVolumeExpansion"] = json!(true),
         _ => {}
     }
     obj
@@ -636,8 +643,11 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 15] = [
+const RUNTIME_OPERATIONS: [&str; 18] = [
     "client_tls",
+    "template_hash",
+    "recreate",
+    "expand_volume",
     "recover_quorum",
     "renew_certificates",
     "watch_children",
@@ -690,6 +700,9 @@ async fn drive_runtime(stub: &Stub) {
             let _ = runtime.start(&cluster, &spec, &member, &config).await;
             let _ = runtime.change_version(&cluster, &spec, &member, "3.5.22").await;
             let _ = runtime.renew_certificates(&cluster, &spec, &member).await;
+            let _ = runtime.template_hash(&cluster, &spec);
+            let _ = runtime.recreate(&cluster, &spec, &member).await;
+            let _ = runtime.expand_volume(&cluster, &spec, &member).await;
             let _ = runtime.recover_quorum(&cluster, &spec, &member).await;
             let _ = runtime.stop(&cluster, &member).await;
             let _ = runtime.snapshot_dir(&cluster);
@@ -899,6 +912,7 @@ async fn rendered_rbac_allows_every_call_the_code_makes() {
         ("patch", "services"),
         ("delete", "services"),
         ("patch", "poddisruptionbudgets"),
+        ("get", "storageclasses"),
         ("create", "events"),
         ("create", "tokenreviews"),
         ("create", "subjectaccessreviews"),

@@ -5,7 +5,9 @@
 //! directory per PVC that outlives the Pod, emptyDirs, Secrets written out), runs the container's
 //! etcd command as a local process (the image tag names the version under `.tools/etcd`),
 //! reports phase, Pod IP, restarts and readiness (the container's HTTP readiness probe), restarts
-//! exited containers, and honours deletion: SIGTERM, then the final delete with grace 0.
+//! exited containers, and honours deletion: SIGTERM, then the final delete with grace 0. Claims
+//! are provisioned at the size they ask for; a claim asked to grow whose StorageClass allows
+//! expansion gets `FileSystemResizePending` and its new capacity when a Pod mounts it next.
 //!
 //! Init containers run once per Pod, in order, each to completion (their exit codes and the end
 //! of their output reported as `initContainerStatuses`, as `FallbackToLogsOnError` does); the
@@ -163,6 +165,28 @@ fn lock(state: &Mutex<AgentState>) -> std::sync::MutexGuard<'_, AgentState> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The storage a claim asks for, as written.
+fn requested_storage(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default()
+}
+
+/// Whether a claim's filesystem waits for a mount to grow.
+fn resize_pending(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "FileSystemResizePending" && c.status == "True")
+        })
+}
+
 fn now() -> String {
     jiff::Timestamp::now()
         .round(jiff::Unit::Second)
@@ -212,8 +236,58 @@ impl Agent {
                 tracing::debug!(pod = %pod.name_any(), %error, "node agent");
             }
         }
+        if let Err(error) = self.resize_claims().await {
+            tracing::debug!(%error, "node agent: resizing claims");
+        }
         // Pods deleted behind the agent's back (forced): their containers stop.
         lock(&self.state).running.retain(|uid, _| seen.contains(uid));
+        Ok(())
+    }
+
+    /// What the external resizer does for claims asked to grow: when their StorageClass allows
+    /// expansion, the volume grows and the claim says `FileSystemResizePending` (this stand-in
+    /// driver grows filesystems only on mount, offline, so the member's Pod must start again).
+    /// A class without `allowVolumeExpansion` leaves the claim alone (kube-apiserver's admission
+    /// would have refused the request).
+    async fn resize_claims(&self) -> Result<(), kube::Error> {
+        let claims = Api::<PersistentVolumeClaim>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await?;
+        let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(self.client.clone());
+        for pvc in claims.items {
+            let capacity = pvc
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+                .map(|q| q.0.clone());
+            let Some(capacity) = capacity else { continue };
+            if capacity == requested_storage(&pvc) || resize_pending(&pvc) {
+                continue;
+            }
+            let class = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+            let expandable = match class {
+                Some(class) => classes
+                    .get_opt(&class)
+                    .await?
+                    .is_some_and(|c| c.allow_volume_expansion == Some(true)),
+                None => false,
+            };
+            if !expandable {
+                continue;
+            }
+            let status = json!({"status": {"conditions": [{
+                "type": "FileSystemResizePending",
+                "status": "True",
+                "message": "Waiting for user to (re-)start a pod to finish file system resize of volume on node.",
+            }]}});
+            Api::<PersistentVolumeClaim>::namespaced(
+                self.client.clone(),
+                &pvc.namespace().unwrap_or_default(),
+            )
+            .patch_status(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        }
         Ok(())
     }
 
@@ -405,12 +479,22 @@ impl Agent {
                         claim.claim_name
                     )));
                 };
+                let requested = requested_storage(&pvc);
                 if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
-                    let status = json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"]}});
+                    // Provisioned at the size asked for.
+                    let status = json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": requested}}});
                     claims
                         .patch_status(&claim.claim_name, &PatchParams::default(), &Patch::Merge(&status))
                         .await
                         .map_err(|e| StartError::NotYet(format!("bind PVC {}: {e}", claim.claim_name)))?;
+                } else if resize_pending(&pvc) {
+                    // The kubelet finishes an expansion when it mounts the volume: the filesystem
+                    // grows, the claim reports the new capacity.
+                    let status = json!({"status": {"capacity": {"storage": requested}, "conditions": []}});
+                    claims
+                        .patch_status(&claim.claim_name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .map_err(|e| StartError::NotYet(format!("resize PVC {}: {e}", claim.claim_name)))?;
                 }
                 dir
             } else if volume.empty_dir.is_some() {

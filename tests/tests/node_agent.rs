@@ -559,6 +559,189 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
     Ok(())
 }
 
+/// Growing `spec.storage.size`: with a StorageClass that allows expansion every claim grows, the
+/// members restart one at a time for the filesystem (the node agent's stand-in driver grows it
+/// on mount) and roll onto the quota that follows the size, data kept. With a class that does
+/// not, the cluster says so (Warning Event, `Degraded` with `VolumeExpansionNotAllowed`) and
+/// nothing else changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_grows_member_volumes_when_the_storage_class_allows_it() -> anyhow::Result<()> {
+    let Some(hosts) =
+        private_hosts::enter("kubernetes_runtime_grows_member_volumes_when_the_storage_class_allows_it")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(kube_api.client()?);
+    for (class, expandable) in [("expandable", true), ("fixed", false)] {
+        let sc: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": class},
+            "provisioner": "test.local/agent",
+            "allowVolumeExpansion": expandable,
+        }))?;
+        classes.create(&Default::default(), &sc).await?;
+    }
+    let with_class = |name: &str, replicas: u32, class: &str| {
+        format!(
+            "{}  storage:\n    size: 1Gi\n    storageClassName: {class}\n",
+            cluster_yaml(name, replicas, "3.5.34")
+        )
+    };
+    let claims_of = |cluster: &str| -> Vec<Value> {
+        kube_api
+            .objects("persistentvolumeclaims")
+            .into_iter()
+            .filter(|c| c["metadata"]["labels"]["etcd.operator.dev/cluster"] == cluster)
+            .collect()
+    };
+    let grow = |name: &str| {
+        kubectl(
+            &op,
+            &[
+                "patch",
+                "etcdcluster",
+                name,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"storage":{"size":"2Gi"}}}"#,
+            ],
+            None,
+        )
+    };
+
+    // A class without expansion: refused, said, nothing else changes.
+    apply(&op, &with_class("fx", 1, "fixed"))?;
+    wait_available(&op, "fx", 1, "1 member on the fixed class", TIMEOUT).await;
+    let pods_before: Vec<Value> = wait_pods_ready(&kube_api, "fx", 1).await?;
+    grow("fx")?;
+    let status = wait_for(
+        &op,
+        Watched::status("ec", "fx"),
+        "the refusal in status",
+        TIMEOUT,
+        |s| {
+            etcd_operator_tests::kubectl::condition(s, "Degraded")
+                .is_some_and(|c| c["status"] == "True" && c["reason"] == "VolumeExpansionNotAllowed")
+        },
+    )
+    .await?;
+    let degraded = etcd_operator_tests::kubectl::condition(&status, "Degraded")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        degraded["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("StorageClass fixed does not set allowVolumeExpansion: true")),
+        "{degraded:#}"
+    );
+    assert!(
+        kube_api
+            .objects("events")
+            .iter()
+            .any(|e| e["reason"] == "VolumeExpansionNotAllowed" && e["type"] == "Warning"),
+        "no Warning Event: {:#?}",
+        kube_api.objects("events")
+    );
+    let claims = claims_of("fx");
+    assert_eq!(
+        claims[0]["spec"]["resources"]["requests"]["storage"], "1Gi",
+        "{claims:#?}"
+    );
+    let pods_after = pods_of(&kube_api, "fx");
+    assert_eq!(
+        pods_after
+            .iter()
+            .map(|p| p["metadata"]["uid"].clone())
+            .collect::<Vec<_>>(),
+        pods_before
+            .iter()
+            .map(|p| p["metadata"]["uid"].clone())
+            .collect::<Vec<_>>(),
+        "the member was not touched"
+    );
+    assert!(available(&status, 1), "{status:#}");
+
+    // A class with expansion: every claim grows, the data stays.
+    let mut phase = Phase::start();
+    apply(&op, &with_class("gr", 3, "expandable"))?;
+    wait_available(&op, "gr", 3, "3 members on the expandable class", TIMEOUT).await;
+    let pods = wait_pods_ready(&kube_api, "gr", 3).await?;
+    let ip = agent
+        .address(
+            "default",
+            pods[0]["metadata"]["name"].as_str().unwrap_or_default(),
+        )
+        .context("first member address")?;
+    let endpoint = format!("http://{ip}:2379");
+    etcdctl_ok(&endpoint, &["put", "kept", "across-the-resize"]);
+    let ids = member_list(&endpoint);
+    assert!(
+        claims_of("gr")
+            .iter()
+            .all(|c| c["status"]["capacity"]["storage"] == "1Gi"),
+        "{:#?}",
+        claims_of("gr")
+    );
+    phase.restart();
+    grow("gr")?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT * 2;
+    loop {
+        let claims = claims_of("gr");
+        let grown = claims.len() == 3
+            && claims.iter().all(|c| {
+                c["spec"]["resources"]["requests"]["storage"] == "2Gi"
+                    && c["status"]["capacity"]["storage"] == "2Gi"
+                    && c["status"]["conditions"].as_array().is_none_or(Vec::is_empty)
+            });
+        let s = etcd_operator_tests::kubectl::status(&op, "ec", "gr")?;
+        // The restarts for the filesystem create the Pods from the spec as it is now, so they
+        // carry the quota that follows the size too (no second restart for the template).
+        let on_quota = pods_of(&kube_api, "gr").iter().filter(|p| ready(p)).count() == 3
+            && pods_of(&kube_api, "gr").iter().all(|p| {
+                p["spec"]["containers"][0]["command"]
+                    .to_string()
+                    .contains("--quota-backend-bytes=1610612736")
+            });
+        if grown && on_quota && available(&s, 3) {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the volumes did not grow within {:?}: {claims:#?} {s:#}",
+            TIMEOUT * 2
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    phase.done("grew 3 member volumes 1Gi -> 2Gi (a restart each for the filesystem, onto the new quota)");
+    assert_eq!(member_list(&endpoint), ids, "the same members");
+    let pods = wait_pods_ready(&kube_api, "gr", 3).await?;
+    for pod in &pods {
+        let ip = agent
+            .address("default", pod["metadata"]["name"].as_str().unwrap_or_default())
+            .context("member address")?;
+        assert_eq!(
+            etcdctl_ok(
+                &format!("http://{ip}:2379"),
+                &["get", "kept", "--print-value-only"]
+            )
+            .trim(),
+            "across-the-resize"
+        );
+        // The default quota follows the size (3/4 of 2Gi).
+        let command = pod["spec"]["containers"][0]["command"].to_string();
+        assert!(command.contains("--quota-backend-bytes=1610612736"), "{command}");
+    }
+    Ok(())
+}
+
 /// TLS on both planes through the kubernetes runtime: `auto` CA and member certificates in
 /// Secrets, mounted into the Pods (the node agent writes them out), members serving HTTPS for
 /// their `.svc` names and requiring client certificates; the operator reaches them with its own.

@@ -793,6 +793,16 @@ impl Runtime for Recorder {
         self.of(cluster).template_hash(cluster, spec)
     }
 
+    async fn expand_volume(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.expand_volume(cluster, spec, name).await
+    }
+
     async fn recreate(
         &self,
         cluster: &ClusterRef,

@@ -24,6 +24,19 @@ pub(crate) fn changes(report: &mut Report, new: &v2::EtcdClusterSpec, old: &v2::
             &value,
             IMMUTABLE,
         ));
+    } else if new_storage.storage_class_name != old_storage.storage_class_name {
+        report.errors.push(FieldError::invalid(
+            &path.child("storage").child("storageClassName"),
+            new_storage.storage_class_name.as_deref().unwrap_or_default(),
+            IMMUTABLE,
+        ));
+    } else if new_storage.size != old_storage.size {
+        size_change(
+            report,
+            &path.child("storage").child("size"),
+            &new_storage,
+            &old_storage,
+        );
     } else if new_storage != old_storage {
         report
             .errors
@@ -42,6 +55,33 @@ pub(crate) fn changes(report: &mut Report, new: &v2::EtcdClusterSpec, old: &v2::
     }
 }
 
+/// `spec.storage.size` may grow (each member's volume is expanded), never shrink: no volume
+/// gives space back, and etcd's data may already use it.
+fn size_change(report: &mut Report, path: &Path, new: &v2::StorageSpec, old: &v2::StorageSpec) {
+    let bytes = |s: &v2::StorageSpec| s.size.as_ref().and_then(|q| crate::quantity::parse(&q.0).ok());
+    let value = new.size.as_ref().map(|q| q.0.clone()).unwrap_or_default();
+    // A malformed new size is reported by the create rules; an old one stored under older
+    // rules can be replaced by anything valid.
+    let (Some(to), Some(from)) = (bytes(new), bytes(old)) else {
+        return;
+    };
+    if to < from {
+        let was = old.size.as_ref().map(|q| q.0.as_str()).unwrap_or_default();
+        report.errors.push(FieldError::invalid(
+            path,
+            &value,
+            format!("may only grow (it is {was}): a volume cannot give space back"),
+        ));
+    } else if to > from {
+        report.warn_at(
+            path,
+            format!(
+                "growing the members' volumes to {value}: each claim is expanded (its StorageClass must allow volume expansion), and the default backend quota follows"
+            ),
+        );
+    }
+}
+
 fn version_change(report: &mut Report, path: &Path, new: &v2::EtcdClusterSpec, old: &v2::EtcdClusterSpec) {
     let new_version = new.version.as_deref().unwrap_or(DEFAULT_ETCD_VERSION);
     let old_version = old.version.as_deref().unwrap_or(DEFAULT_ETCD_VERSION);
@@ -56,10 +96,16 @@ fn version_change(report: &mut Report, path: &Path, new: &v2::EtcdClusterSpec, o
             path,
             format!("upgrading from {from} to {to}: members restart on it one at a time on their data, the leader last; a snapshot is taken first"),
         ),
-        Ok(Transition::MinorDowngrade) => report.warn_at(
+        // etcd moves 3.6 to 3.5 only through its downgrade API (validate, enable, then every
+        // member on 3.5, the storage version first); the controller does not drive it, so the
+        // change is refused rather than accepted and left half done.
+        Ok(Transition::MinorDowngrade) => report.errors.push(FieldError::invalid(
             path,
-            format!("downgrading from {from} to {to}: the cluster storage version is downgraded first, then members one at a time"),
-        ),
+            new_version,
+            format!(
+                "cannot downgrade from {from} to {to}: a 3.6 to 3.5 downgrade needs etcd's downgrade API, which this operator does not drive yet; restore a backup into a new {to} cluster instead (see docs/upgrades.md)"
+            ),
+        )),
         Ok(_) => {}
     }
 }

@@ -233,6 +233,14 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             ctx.runtime.recreate(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, from = ?from, %to, "re-creating member on the changed member template");
         }
+        Step::ExpandVolume { name, from, to } => {
+            ctx.runtime.expand_volume(cluster, spec, name).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, from, to, "asked the member's volume to grow");
+        }
+        Step::FinishVolumeResize { name } => {
+            ctx.runtime.stop(cluster, name).await?;
+            tracing::info!(cluster = %cluster.key(), member = %name, "restarted member to resize its filesystem");
+        }
         Step::HaltRollout { name, reason } => {
             tracing::warn!(cluster = %cluster.key(), member = %name, %reason, "halting the template rollout");
             ctx.runtime
@@ -402,6 +410,7 @@ mod tests {
             certificates: None,
             restarts: 0,
             template_hash: None,
+            volume: None,
         }
     }
 

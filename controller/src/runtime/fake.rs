@@ -24,6 +24,8 @@ pub enum RuntimeCall {
     RecoverQuorum(String),
     /// `recreate(name)` on the template hash asked for.
     Recreate(String, Option<String>),
+    /// `expand_volume(name)` to the size asked for.
+    ExpandVolume(String, Option<u64>),
     /// `stop(name)`.
     Stop(String),
     /// `announce_replacement(member, note)`.
@@ -51,6 +53,8 @@ pub enum RuntimeOp {
     RecoverQuorum,
     /// [`Runtime::recreate`].
     Recreate,
+    /// [`Runtime::expand_volume`].
+    ExpandVolume,
     /// [`Runtime::stop`].
     Stop,
     /// [`Runtime::remove`].
@@ -192,6 +196,7 @@ impl Runtime for FakeRuntime {
             certificates: None,
             restarts: 0,
             template_hash: None,
+            volume: None,
         };
         state.members.push(m.clone());
         Ok(m)
@@ -279,6 +284,23 @@ impl Runtime for FakeRuntime {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Records the new size as requested (the volume itself grows when a test says so).
+    async fn expand_volume(
+        &self,
+        _cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut state = self.call(
+            RuntimeCall::ExpandVolume(name.to_owned(), spec.volume_bytes),
+            RuntimeOp::ExpandVolume,
+        )?;
+        if let (Some(volume), Some(bytes)) = (member(&mut state, name)?.volume.as_mut(), spec.volume_bytes) {
+            volume.requested = volume.requested.max(bytes);
+        }
+        Ok(())
     }
 
     /// Stops the member, as the real runtimes do; the next start brings it back on the template.

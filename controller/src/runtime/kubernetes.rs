@@ -259,6 +259,41 @@ fn stored_config<K: Resource>(obj: &K, member: &str) -> Result<Option<MemberConf
         })
 }
 
+/// Bytes of a Kubernetes quantity (0 when it does not parse).
+fn quantity_bytes(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> u64 {
+    let bytes = etcd_operator_api::quantity::parse(&q.0).unwrap_or_default();
+    // Sizes are whole bytes, far below u64::MAX.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let bytes = bytes.max(0.0).round() as u64;
+    bytes
+}
+
+/// What a member's claim says about its volume: requested and actual size, and whether its
+/// filesystem waits for the Pod to restart to grow.
+fn volume_state(pvc: &PersistentVolumeClaim) -> crate::model::VolumeState {
+    let requested = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map_or(0, quantity_bytes);
+    let status = pvc.status.as_ref();
+    let capacity = status
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map_or(0, quantity_bytes);
+    let resize_pending = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "FileSystemResizePending" && c.status == "True")
+    });
+    crate::model::VolumeState {
+        requested,
+        capacity,
+        resize_pending,
+    }
+}
+
 /// The TLS planes an object's [`TLS_ANNOTATION`] names, if it carries one.
 fn stored_tls<K: Resource>(obj: &K) -> Option<TlsSchemes> {
     obj.meta()
@@ -578,6 +613,7 @@ impl KubernetesRuntime {
             template_hash: pod
                 .filter(|p| !being_deleted(*p))
                 .and_then(|p| p.annotations().get(TEMPLATE_HASH_ANNOTATION).cloned()),
+            volume: pvc.filter(|p| !being_deleted(*p)).map(volume_state),
         }))
     }
 
@@ -940,6 +976,7 @@ impl Runtime for KubernetesRuntime {
             certificates: None,
             restarts: 0,
             template_hash: None,
+            volume: None,
         })
     }
 
@@ -1164,6 +1201,72 @@ impl Runtime for KubernetesRuntime {
 
     fn template_hash(&self, cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
         resources::template_hash(cluster, spec)
+    }
+
+    /// Grows the member's claim to `spec`'s size, once its StorageClass allows expansion (the
+    /// check kube-apiserver's `PersistentVolumeClaimResize` admission makes too, said here with
+    /// the class's name). Idempotent: a claim already that large is left alone.
+    async fn expand_volume(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let Some(bytes) = spec.volume_bytes else {
+            return Ok(());
+        };
+        self.cache.wrote(cluster);
+        let claims = self.api::<PersistentVolumeClaim>(cluster);
+        let claim = naming::member_pvc_name(name);
+        let pvc = claims
+            .get_opt(&claim)
+            .await
+            .map_err(kube_error("read the member PersistentVolumeClaim"))?
+            .ok_or_else(|| RuntimeError::UnknownMember {
+                name: name.to_owned(),
+            })?;
+        if volume_state(&pvc).requested >= bytes {
+            return Ok(());
+        }
+        let class_name = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+        let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(self.client.clone());
+        let class = match &class_name {
+            Some(class) => classes.get_opt(class).await.map_err(kube_error(
+                "read the StorageClass of the member PersistentVolumeClaim",
+            ))?,
+            None => None,
+        };
+        if class
+            .as_ref()
+            .is_none_or(|c| c.allow_volume_expansion != Some(true))
+        {
+            return Err(RuntimeError::VolumeExpansionNotAllowed {
+                claim: format!("{}/{claim}", cluster.namespace),
+                class: class_name.unwrap_or_else(|| "(none)".to_owned()),
+                found: class.is_some(),
+            });
+        }
+        let size = spec
+            .storage
+            .size
+            .as_ref()
+            .map(|q| q.0.clone())
+            .unwrap_or_else(|| bytes.to_string());
+        let patch = json!({ "spec": { "resources": { "requests": { "storage": size } } } });
+        claims
+            .patch(&claim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_error("grow the member PersistentVolumeClaim"))?;
+        info!(cluster = %cluster.key(), member = name, %size, "grew the member PersistentVolumeClaim");
+        self.publish(
+            cluster,
+            "VolumeExpanding",
+            "ExpandVolume",
+            format!("Asked PersistentVolumeClaim {claim} of member {name} to grow to {size}"),
+            None,
+        )
+        .await;
+        Ok(())
     }
 
     /// Deletes the member's Pod when it was built from another template; the next start

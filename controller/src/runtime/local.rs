@@ -420,6 +420,7 @@ impl LocalRuntime {
             certificates: self.member_certificates(dir, file),
             restarts: 0,
             template_hash: running_template(dir),
+            volume: None,
         }
     }
 
@@ -827,6 +828,16 @@ impl Runtime for LocalRuntime {
 
     fn template_hash(&self, _cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
         local_template_hash(spec)
+    }
+
+    /// Members keep their data in a directory on the host: nothing to grow.
+    async fn expand_volume(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ValidatedCluster,
+        _name: &str,
+    ) -> Result<(), RuntimeError> {
+        Ok(())
     }
 
     async fn recreate(

@@ -125,6 +125,19 @@ pub enum RuntimeError {
         /// What is waited for.
         detail: String,
     },
+    /// A member's volume cannot grow: its StorageClass does not allow expansion.
+    #[error(
+        "PersistentVolumeClaim {claim} cannot grow: {}; spec.storage.size is kept as it was on the running members",
+        if *found { format!("its StorageClass {class} does not set allowVolumeExpansion: true") } else { format!("its StorageClass {class} was not found") }
+    )]
+    VolumeExpansionNotAllowed {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// Its StorageClass.
+        class: String,
+        /// Whether the class exists.
+        found: bool,
+    },
     /// Stored member state could not be read or written.
     #[error("member state of {member}: {detail}")]
     State {
@@ -201,6 +214,16 @@ pub trait Runtime: Send + Sync + 'static {
     /// [`RuntimeError::Waiting`], and a later call (or start) carries on. Idempotent: a member
     /// already on the template is left alone.
     fn recreate(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        name: &str,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Grows the member's volume to `spec.volume_bytes` (Kubernetes: its claim's request, when
+    /// its StorageClass allows expansion, else [`RuntimeError::VolumeExpansionNotAllowed`]).
+    /// Idempotent. A runtime without member volumes does nothing.
+    fn expand_volume(
         &self,
         cluster: &ClusterRef,
         spec: &ValidatedCluster,
