@@ -19,6 +19,9 @@ pub const CONDITION_RECONCILING: &str = "Reconciling";
 /// Condition type (kstatus, abnormal-true): the controller cannot reach the spec without a
 /// person (a halted roll, corrupt or over-quota data, a failed restore, ...).
 pub const CONDITION_STALLED: &str = "Stalled";
+/// Condition type: `False` (reason `NamespaceNotWatched`) on a cluster in a namespace the
+/// controller does not manage (`--watch-namespaces`); absent otherwise.
+pub const CONDITION_MANAGED: &str = "Managed";
 /// Condition type: the last scheduled backup succeeded (`True`) or failed (`False`).
 pub const CONDITION_BACKUP_SUCCEEDED: &str = "BackupSucceeded";
 

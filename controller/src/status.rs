@@ -18,8 +18,9 @@ use crate::validated::{RolloutRecord, ValidatedCluster};
 pub use crate::outcome::Outcome;
 
 /// The condition types this module writes; every other type in the old status is kept.
-const OWNED_CONDITIONS: [&str; 6] = [
+const OWNED_CONDITIONS: [&str; 7] = [
     CONDITION_AVAILABLE,
+    etcd_operator_api::status::CONDITION_MANAGED,
     CONDITION_PROGRESSING,
     CONDITION_DEGRADED,
     CONDITION_READY,

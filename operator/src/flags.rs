@@ -34,15 +34,35 @@ impl OverloadArgs {
 }
 
 /// The controller's operator-wide settings (both modes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ControllerArgs {
     /// How long a member restarted on a new version may take to be healthy, caught up and
     /// reporting it before the roll halts (and the member goes back), e.g. 120s or 2m.
     #[arg(long, env = "ETCD_OPERATOR_UPGRADE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub upgrade_timeout: Duration,
+
+    /// Manage EtcdClusters only in these namespaces (comma-separated; empty: every namespace).
+    /// A namespace-scoped install grants the controller Roles there only; a cluster created
+    /// elsewhere is stored but gets `Managed=False` and a Warning Event, and nothing is created
+    /// for it.
+    #[arg(long, env = "ETCD_OPERATOR_WATCH_NAMESPACES", value_delimiter = ',', num_args = 0..)]
+    pub watch_namespaces: Vec<String>,
 }
 
 impl ControllerArgs {
+    /// The namespaces whose clusters are managed (empty: every namespace), without blanks.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> = self
+            .watch_namespaces
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+
     /// The planner's thresholds.
     pub fn thresholds(&self) -> etcd_operator_controller::plan::Thresholds {
         etcd_operator_controller::plan::Thresholds {

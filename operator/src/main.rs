@@ -224,17 +224,18 @@ fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
     members: &etcd_operator_controller::member_ops::EtcdClient,
     credentials: &etcd_operator_controller::backup::Credentials,
     metrics: &etcd_operator_controller::metrics::ControllerMetrics,
-    thresholds: etcd_operator_controller::plan::Thresholds,
+    controller: &ControllerArgs,
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
         client.clone(),
         runtime,
-        thresholds,
+        controller.thresholds(),
         members.clone(),
     )
     .with_backup_credentials(credentials.clone())
-    .with_metrics(metrics.clone());
+    .with_metrics(metrics.clone())
+    .with_namespaces(controller.namespaces());
     tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
 }
 
@@ -331,18 +332,19 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
             &members,
             &credentials,
             &controller_metrics,
-            controller.thresholds(),
+            &controller,
             stopped,
         ),
         Some((path, kube)) => {
             tracing::info!(kubeconfig = %path.display(), "members run as Pods of the cluster of this kubeconfig");
             spawn_member_controller(
-                etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube),
+                etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube)
+                    .with_namespaces(controller.namespaces()),
                 &controller_client,
                 &members,
                 &credentials,
                 &controller_metrics,
-                controller.thresholds(),
+                &controller,
                 stopped,
             )
         }

@@ -1426,6 +1426,7 @@ async fn serve_wiring_runs_the_controllers_only_while_leading() {
         tasks.clone(),
         Default::default(),
         Default::default(),
+        Vec::new(),
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -1575,6 +1576,7 @@ async fn serve_wiring_with_shards_runs_the_controllers_and_holds_every_shard() {
         tasks.clone(),
         metrics,
         Default::default(),
+        Vec::new(),
     );
     let scrape = || {
         let mut text = String::new();

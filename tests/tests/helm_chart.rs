@@ -1317,6 +1317,95 @@ fn value_sets_render_what_they_select() {
 }
 
 #[test]
+fn watch_namespaces_render_roles_there_and_no_cluster_wide_write_to_member_objects() {
+    let member_resources = [
+        "pods",
+        "persistentvolumeclaims",
+        "services",
+        "poddisruptionbudgets",
+        "secrets",
+        "certificates",
+    ];
+    let writes = ["create", "patch", "update", "delete", "deletecollection", "*"];
+    let writes_members = |rules: &Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>| {
+        rules.iter().flatten().any(|r| {
+            r.resources
+                .iter()
+                .flatten()
+                .any(|res| member_resources.contains(&res.as_str()) || res == "*")
+                && r.verbs.iter().any(|v| writes.contains(&v.as_str()))
+        })
+    };
+    // Defaults: the ClusterRole holds the member rules, no Role outside the release namespace.
+    let defaults = parse_all(&template("prod", "ops", None, &[]).unwrap()).unwrap();
+    assert!(defaults.cluster_roles.iter().any(|c| writes_members(&c.rules)));
+
+    let scoped =
+        parse_all(&template("prod", "ops", None, &["watchNamespaces={team-a,team-b}"]).unwrap()).unwrap();
+    for role in &scoped.cluster_roles {
+        assert!(
+            !writes_members(&role.rules),
+            "ClusterRole {} writes member objects: {:#?}",
+            name_of(role),
+            role.rules
+        );
+    }
+    for namespace in ["team-a", "team-b"] {
+        let role = scoped
+            .roles
+            .iter()
+            .find(|r| namespace_of(*r) == namespace)
+            .unwrap_or_else(|| panic!("no Role in {namespace}"));
+        assert!(writes_members(&role.rules), "{:#?}", role.rules);
+        assert!(
+            scoped
+                .role_bindings
+                .iter()
+                .any(|b| namespace_of(b) == namespace && b.role_ref.name == name_of(role)),
+            "no RoleBinding in {namespace}"
+        );
+    }
+    // What the aggregation layer and Events need stays cluster-wide.
+    let cluster_rules: Vec<String> = scoped
+        .cluster_roles
+        .iter()
+        .flat_map(|c| c.rules.iter().flatten())
+        .flat_map(|r| r.resources.iter().flatten().cloned())
+        .collect();
+    for needed in ["namespaces", "storageclasses", "events"] {
+        assert!(
+            cluster_rules.iter().any(|r| r == needed),
+            "{needed}: {cluster_rules:?}"
+        );
+    }
+    let container = &scoped.deployments[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(arg_value(container, "--watch-namespaces"), Some("team-a,team-b"));
+    assert_eq!(
+        arg_value(
+            &defaults.deployments[0]
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0],
+            "--watch-namespaces"
+        ),
+        None
+    );
+}
+
+#[test]
 fn invalid_values_fail_to_render_with_the_reason() {
     let cases: [(&[&str], &str); 6] = [
         (&["etcd.replicas=2"], "etcd.replicas must be 1 or 3"),

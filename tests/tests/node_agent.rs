@@ -742,6 +742,109 @@ async fn kubernetes_runtime_grows_member_volumes_when_the_storage_class_allows_i
     Ok(())
 }
 
+/// A namespace-scoped controller (`--watch-namespaces default`, as the chart's `watchNamespaces`
+/// sets it): a cluster in `default` runs as usual through namespaced watches; one created in
+/// another namespace is stored, gets `Managed=False` and a Warning Event, no finalizer, and
+/// nothing is created for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_scoped_controller_says_so_on_clusters_it_does_not_manage() -> anyhow::Result<()> {
+    let Some(hosts) =
+        private_hosts::enter("a_namespace_scoped_controller_says_so_on_clusters_it_does_not_manage")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent: _agent,
+        op,
+        _dir,
+    } = Cluster::start_with(
+        hosts,
+        vec![("ETCD_OPERATOR_WATCH_NAMESPACES".to_owned(), "default".to_owned())],
+    )
+    .await?;
+    apply(&op, &cluster_yaml("in", 1, "3.5.34"))?;
+    let elsewhere = cluster_yaml("out", 1, "3.5.34").replace("namespace: default", "namespace: team-c");
+    apply(&op, &elsewhere)?;
+    wait_available(&op, "in", 1, "the cluster in the watched namespace", TIMEOUT).await;
+    wait_pods_ready(&kube_api, "in", 1).await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let out = loop {
+        let got = etcd_operator_tests::kubectl::output(
+            &op,
+            &["get", "ec", "out", "-n", "team-c", "-o", "json"],
+            None,
+        )?;
+        let o: Value = serde_json::from_slice(&got.stdout).unwrap_or_default();
+        if etcd_operator_tests::kubectl::condition(&o["status"], "Managed")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "NamespaceNotWatched")
+        {
+            break o;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the unmanaged cluster did not say so: {o:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let managed = etcd_operator_tests::kubectl::condition(&out["status"], "Managed")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        managed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("only in the namespaces default")),
+        "{managed:#}"
+    );
+    assert!(
+        out["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty),
+        "an unmanaged cluster gets no finalizer: {out:#}"
+    );
+    assert_eq!(
+        etcd_operator_tests::kubectl::condition(&out["status"], "Stalled").map(|c| c["status"].clone()),
+        Some(Value::from("True"))
+    );
+    let warned = || {
+        kube_api.objects("events").into_iter().any(|e| {
+            e["reason"] == "NamespaceNotWatched"
+                && e["type"] == "Warning"
+                && e["metadata"]["namespace"] == "team-c"
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !warned() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Warning Event on the unmanaged cluster: {:#?}",
+            kube_api.objects("events")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(pods_of(&kube_api, "out").is_empty(), "nothing is created for it");
+    assert!(
+        kube_api
+            .objects("persistentvolumeclaims")
+            .iter()
+            .all(|c| c["metadata"]["namespace"] != "team-c")
+    );
+    // Deleting it is not held up.
+    kubectl(
+        &op,
+        &[
+            "delete",
+            "etcdcluster",
+            "out",
+            "-n",
+            "team-c",
+            "--wait=true",
+            "--timeout=30s",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
 /// TLS on both planes through the kubernetes runtime: `auto` CA and member certificates in
 /// Secrets, mounted into the Pods (the node agent writes them out), members serving HTTPS for
 /// their `.svc` names and requiring client certificates; the operator reaches them with its own.

@@ -126,3 +126,32 @@ app.kubernetes.io/component: backing-etcd
 {{- fail "shards > 1 needs leaderElection.enabled: the shards are held through Leases" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The rules of the member objects the controller's Kubernetes runtime writes: cluster-wide in
+the ClusterRole, or in a Role per namespace of watchNamespaces.
+*/}}
+{{- define "etcd-operator.memberRules" -}}
+- apiGroups: [""]
+  resources: ["pods", "persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]
+# Pods, Services and PodDisruptionBudgets are written with server-side apply (patch), which
+# creates them when missing: create is granted with patch.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["create", "patch", "delete"]
+# Secrets: backup credentials and `secretRef` TLS are read; `auto` TLS CAs are created once
+# (never replaced), member certificates applied (server-side apply), the clusters' watched
+# (only those labelled etcd.operator.dev/cluster) for their expiry, and a removed member's
+# deleted.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create", "patch", "deletecollection"]
+# cert-manager Certificates of `certManager` TLS (server-side apply), removed with their member.
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["create", "patch", "deletecollection"]
+{{- end }}

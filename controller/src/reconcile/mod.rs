@@ -206,6 +206,9 @@ pub struct Context<R: Runtime, M: MemberOps = EtcdClient> {
     metrics: ControllerMetrics,
     /// Which clusters are this replica's (default: all).
     shards: crate::shard::ShardOwnership,
+    /// The namespaces whose clusters are managed (every namespace when empty): a
+    /// namespace-scoped install's Roles grant nothing elsewhere.
+    namespaces: Vec<String>,
 }
 
 impl<R: Runtime, M: MemberOps> std::fmt::Debug for Context<R, M> {
@@ -235,7 +238,21 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
             backup_credentials: crate::backup::Credentials::Environment { file: None },
             metrics: ControllerMetrics::default(),
             shards: crate::shard::ShardOwnership::all(),
+            namespaces: Vec::new(),
         }
+    }
+
+    /// Manages only the clusters in `namespaces` (empty: every namespace). A cluster elsewhere
+    /// is stored by the API as any other; the controller says on it that it is not managed
+    /// (a status condition and a Warning Event) and creates nothing for it.
+    #[must_use]
+    pub fn with_namespaces(mut self, namespaces: Vec<String>) -> Self {
+        self.namespaces = namespaces;
+        self
+    }
+
+    fn manages(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
     }
 
     /// Reconciles only the clusters of the shards `shards` holds (default: every cluster).
@@ -391,6 +408,9 @@ async fn reconcile_one<R: Runtime, M: MemberOps>(
 ) -> Result<Action, ReconcileError> {
     let view = ValidatedCluster::new(&obj).map_err(ReconcileError::Invalid)?;
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &view.cluster.namespace);
+    if !ctx.manages(&view.cluster.namespace) {
+        return not_managed(&obj, &view, &api, ctx).await;
+    }
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Event::Apply(obj) => apply(&obj, view, &api, ctx).await,
@@ -399,6 +419,70 @@ async fn reconcile_one<R: Runtime, M: MemberOps>(
     })
     .await
     .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+pub use etcd_operator_api::status::CONDITION_MANAGED;
+/// The reason of `Managed=False`.
+pub const REASON_NAMESPACE_NOT_WATCHED: &str = "NamespaceNotWatched";
+
+/// A cluster in a namespace this operator does not watch: nothing is created for it (its Roles
+/// would not allow it); its status says so (`Managed=False`, and kstatus's `Stalled`), with a
+/// Warning Event the first time. No finalizer is added, so deleting it is never held up.
+async fn not_managed<R: Runtime, M: MemberOps>(
+    obj: &EtcdCluster,
+    view: &ValidatedCluster,
+    api: &Api<EtcdCluster>,
+    ctx: &Context<R, M>,
+) -> Result<Action, ReconcileError> {
+    let message = format!(
+        "this operator manages EtcdClusters only in the namespaces {} (--watch-namespaces); nothing is created for this one: create it in one of them, or add namespace {} to watchNamespaces",
+        ctx.namespaces.join(", "),
+        view.cluster.namespace
+    );
+    let previous = view.status.clone().unwrap_or_default();
+    let said = previous
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == CONDITION_MANAGED && c.status == "False" && c.message == message);
+    if said {
+        return Ok(Action::await_change());
+    }
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+            .unwrap_or_else(|_| jiff::Timestamp::now()),
+    );
+    let condition = |type_: &str, status: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: REASON_NAMESPACE_NOT_WATCHED.to_owned(),
+        message: message.clone(),
+        observed_generation: view.generation,
+        last_transition_time: now.clone(),
+    };
+    let mut conditions: Vec<_> = previous
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| ![CONDITION_MANAGED, "Ready", "Stalled"].contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    conditions.extend([
+        condition(CONDITION_MANAGED, "False"),
+        condition("Ready", "False"),
+        condition("Stalled", "True"),
+    ]);
+    let status = etcd_operator_api::status::EtcdClusterStatus {
+        conditions: Some(conditions),
+        observed_generation: view.generation,
+        ..previous
+    };
+    tracing::warn!(cluster = %view.cluster.key(), "not managed: its namespace is not watched");
+    write_status(api, obj, &status).await?;
+    ctx.runtime
+        .warn(&view.cluster, REASON_NAMESPACE_NOT_WATCHED, "Reconcile", &message)
+        .await;
+    Ok(Action::await_change())
 }
 
 async fn cleanup<R: Runtime, M: MemberOps>(

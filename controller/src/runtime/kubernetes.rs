@@ -98,6 +98,8 @@ pub struct KubernetesRuntime {
     identities: Arc<Mutex<HashMap<String, crate::tls::member::ClientTls>>>,
     /// The member Pods and PVCs as the controller's watches keep them ([`cache`]).
     cache: ChildCache,
+    /// The namespaces whose members' objects are watched (every namespace when empty).
+    namespaces: Vec<String>,
 }
 
 /// On the Pod of a member started with `--force-new-cluster` by [`Runtime::recover_quorum`]:
@@ -362,7 +364,16 @@ impl KubernetesRuntime {
             operator_image: std::env::var(resources::OPERATOR_IMAGE_ENV)
                 .ok()
                 .filter(|i| !i.is_empty()),
+            namespaces: Vec::new(),
         }
+    }
+
+    /// Watches the members' objects only in `namespaces` (a namespace-scoped install, whose
+    /// Roles grant nothing elsewhere); empty: every namespace.
+    #[must_use]
+    pub fn with_namespaces(mut self, namespaces: Vec<String>) -> Self {
+        self.namespaces = namespaces;
+        self
     }
 
     /// Deletes the cluster's set-aside claims beyond the newest [`RETAINED_REMOVED_LIMIT`].
@@ -1541,9 +1552,11 @@ impl Runtime for KubernetesRuntime {
         &self,
         controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
     ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
-        let (pods, pvcs, secrets) = self
-            .cache
-            .watch(&self.client, etcd_operator_api::naming::CLUSTER_LABEL);
+        let (pods, pvcs, secrets) = self.cache.watch(
+            &self.client,
+            &self.namespaces,
+            etcd_operator_api::naming::CLUSTER_LABEL,
+        );
         controller
             .owns_stream(pods)
             .owns_stream(pvcs)

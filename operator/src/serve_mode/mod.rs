@@ -175,8 +175,10 @@ pub fn spawn_controllers(
     tasks: CancellationToken,
     metrics: ControllerMetrics,
     thresholds: etcd_operator_controller::plan::Thresholds,
+    namespaces: Vec<String>,
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
-    let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone());
+    let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone())
+        .with_namespaces(namespaces.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
     let controller_metrics = metrics.clone();
     let controllers = move |stop: CancellationToken, shards: ShardOwnership| {
@@ -188,7 +190,8 @@ pub fn spawn_controllers(
         )
         .with_backup_credentials(credentials.clone())
         .with_metrics(metrics.clone())
-        .with_shards(shards.clone());
+        .with_shards(shards.clone())
+        .with_namespaces(namespaces.clone());
         let backup_ctx = etcd_operator_controller::backup::BackupContext::new(
             controller_client.clone(),
             credentials.clone(),
@@ -325,6 +328,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         tasks.clone(),
         controller_metrics,
         args.controller.thresholds(),
+        args.controller.namespaces(),
     );
 
     let stop_private = tasks.clone();

@@ -22,47 +22,81 @@ use crate::model::ClusterRef;
 /// longer than a watch event takes, short enough that a settled cluster soon reads the stores.
 pub const OWN_WRITES_WINDOW: Duration = Duration::from_secs(10);
 
-/// One kind of child: its store and whether its first list is complete.
+/// One kind of child: a store per watched namespace (one for all namespaces when the operator
+/// watches them all) and whether each one's first list is complete.
 #[derive(Clone)]
 struct Reflected<K: Lookup<DynamicType = ()> + Clone + 'static> {
-    store: Store<K>,
-    ready: Arc<AtomicBool>,
+    stores: Vec<(Option<String>, Store<K>, Arc<AtomicBool>)>,
 }
 
 impl<K> Reflected<K>
 where
-    K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Lookup<DynamicType = ()>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
     K: serde::de::DeserializeOwned + std::fmt::Debug,
 {
     /// A store of every `K` carrying `label`, each kept as `project` leaves it, and the stream
     /// that fills it and yields the objects it touched (for the controller to map to their
     /// owners).
+    /// In `namespaces` (every namespace when empty): one watch and store per namespace, their
+    /// streams merged.
     fn watch(
         client: Client,
+        namespaces: &[String],
         label: &str,
         project: fn(&mut K),
     ) -> (
         Self,
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     ) {
-        let (store, writer) = reflector::store();
-        let ready = Arc::new(AtomicBool::new(false));
-        let done = Arc::clone(&ready);
-        let config = watcher::Config::default().labels(label);
-        let stream = reflector::reflector(writer, watcher(Api::<K>::all(client), config).modify(project))
-            .inspect(move |event| {
-                if matches!(event, Ok(watcher::Event::InitDone)) {
-                    done.store(true, Ordering::Release);
-                }
-            })
-            .default_backoff()
-            .touched_objects();
-        (Self { store, ready }, stream)
+        let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+            vec![None]
+        } else {
+            namespaces.iter().cloned().map(Some).collect()
+        };
+        let mut stores = Vec::with_capacity(scopes.len());
+        let mut streams = Vec::with_capacity(scopes.len());
+        for scope in scopes {
+            let (store, writer) = reflector::store();
+            let ready = Arc::new(AtomicBool::new(false));
+            let done = Arc::clone(&ready);
+            let api = match &scope {
+                Some(namespace) => Api::<K>::namespaced(client.clone(), namespace),
+                None => Api::<K>::all(client.clone()),
+            };
+            let config = watcher::Config::default().labels(label);
+            let stream = reflector::reflector(writer, watcher(api, config).modify(project))
+                .inspect(move |event| {
+                    if matches!(event, Ok(watcher::Event::InitDone)) {
+                        done.store(true, Ordering::Release);
+                    }
+                })
+                .default_backoff()
+                .touched_objects();
+            stores.push((scope, store, ready));
+            streams.push(stream.boxed());
+        }
+        (Self { stores }, futures::stream::select_all(streams))
+    }
+
+    fn ready(&self) -> bool {
+        self.stores.iter().all(|(_, _, r)| r.load(Ordering::Acquire))
     }
 
     /// Every `K` of the cluster (its namespace and cluster label).
     fn of(&self, cluster: &ClusterRef) -> Vec<K> {
-        self.store
+        let Some((_, store, _)) = self
+            .stores
+            .iter()
+            .find(|(scope, _, _)| scope.as_ref().is_none_or(|n| *n == cluster.namespace))
+        else {
+            return Vec::new();
+        };
+        store
             .state()
             .into_iter()
             .filter(|o| {
@@ -107,9 +141,7 @@ struct Stores {
 
 impl Stores {
     fn ready(&self) -> bool {
-        [&self.pods.ready, &self.pvcs.ready, &self.secrets.ready]
-            .iter()
-            .all(|r| r.load(Ordering::Acquire))
+        self.pods.ready() && self.pvcs.ready() && self.secrets.ready()
     }
 }
 
@@ -141,11 +173,13 @@ impl ChildCache {
     /// Starts new stores of the objects labelled `label` (replacing earlier ones: a controller
     /// started again after a lost leadership reads its own watches); the streams must be polled
     /// (by the controller) for them to fill.
-    pub(super) fn watch(&self, client: &Client, label: &str) -> ChildStreams {
-        let (pods, pod_stream) = Reflected::<Pod>::watch(client.clone(), label, project_pod);
+    /// Only `namespaces` are watched when it is not empty.
+    pub(super) fn watch(&self, client: &Client, namespaces: &[String], label: &str) -> ChildStreams {
+        let (pods, pod_stream) = Reflected::<Pod>::watch(client.clone(), namespaces, label, project_pod);
         let (pvcs, pvc_stream) =
-            Reflected::<PersistentVolumeClaim>::watch(client.clone(), label, drop_managed_fields);
-        let (secrets, secret_stream) = Reflected::<Secret>::watch(client.clone(), label, drop_managed_fields);
+            Reflected::<PersistentVolumeClaim>::watch(client.clone(), namespaces, label, drop_managed_fields);
+        let (secrets, secret_stream) =
+            Reflected::<Secret>::watch(client.clone(), namespaces, label, drop_managed_fields);
         *self.stores.write().unwrap_or_else(PoisonError::into_inner) = Some(Stores { pods, pvcs, secrets });
         (
             Box::pin(pod_stream),
@@ -206,8 +240,7 @@ impl ChildCache {
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
             Reflected {
-                store,
-                ready: Arc::new(AtomicBool::new(true)),
+                stores: vec![(None, store, Arc::new(AtomicBool::new(true)))],
             }
         }
         let cache = Self::default();
@@ -321,7 +354,8 @@ mod tests {
             .as_ref()
             .unwrap()
             .pvcs
-            .ready
+            .stores[0]
+            .2
             .store(false, Ordering::Release);
         assert!(cache.read(&cluster("a")).is_none());
     }
