@@ -342,7 +342,9 @@ pub struct StorageSpec {
     pub medium: Option<StorageMedium>,
 
     /// Capacity per member: the PVC request for `Disk`, the emptyDir size limit for `Memory`. A
-    /// Kubernetes quantity such as `8Gi`. Defaults to `1Gi`.
+    /// Kubernetes quantity such as `8Gi`. Defaults to `1Gi`. It may grow (each member's claim is
+    /// expanded when its StorageClass allows volume expansion; `Memory` members are replaced on
+    /// the new limit), never shrink.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<Quantity>,
 
