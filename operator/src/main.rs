@@ -85,6 +85,9 @@ enum Mode {
         /// Where the restore tool writes the member (cleared first).
         #[arg(long)]
         staging: std::path::PathBuf,
+        /// Where the claim of a `volume.claimName` snapshot is mounted.
+        #[arg(long)]
+        claim_dir: Option<std::path::PathBuf>,
     },
     /// Restore step 3, after the restore tool: move the restored member into the data directory
     /// unless it holds one already.
@@ -113,10 +116,11 @@ async fn fetch_snapshot(
     data_dir: &std::path::Path,
     snapshot: &std::path::Path,
     staging: &std::path::Path,
+    claim_dir: Option<&std::path::Path>,
 ) -> Result<(), RestoreStepError> {
     use etcd_operator_controller::restore::{self, PodFetch};
     let plan: restore::RestorePlan = serde_json::from_str(plan)?;
-    match restore::fetch_for_pod(&plan, data_dir, snapshot, staging).await? {
+    match restore::fetch_for_pod(&plan, data_dir, snapshot, staging, claim_dir).await? {
         PodFetch::Fetched { location, sha256 } => {
             tracing::info!(%location, %sha256, snapshot = %snapshot.display(), "fetched and verified the snapshot");
         }
@@ -422,7 +426,11 @@ fn main() -> ExitCode {
             data_dir,
             snapshot,
             staging,
-        } => restore_step(&runtime, fetch_snapshot(&plan, &data_dir, &snapshot, &staging)),
+            claim_dir,
+        } => restore_step(
+            &runtime,
+            fetch_snapshot(&plan, &data_dir, &snapshot, &staging, claim_dir.as_deref()),
+        ),
         Mode::FinishRestore { data_dir, staging } => {
             restore_step(&runtime, finish_restore(&data_dir, &staging))
         }
@@ -471,9 +479,15 @@ mod tests {
     #[tokio::test]
     async fn a_plan_that_does_not_parse_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = fetch_snapshot("{}", dir.path(), &dir.path().join("s.db"), &dir.path().join("st"))
-            .await
-            .unwrap_err();
+        let err = fetch_snapshot(
+            "{}",
+            dir.path(),
+            &dir.path().join("s.db"),
+            &dir.path().join("st"),
+            None,
+        )
+        .await
+        .unwrap_err();
         assert!(
             err.to_string().starts_with("--plan is not a restore plan"),
             "{err}"

@@ -845,6 +845,100 @@ async fn a_namespace_scoped_controller_says_so_on_clusters_it_does_not_manage() 
     Ok(())
 }
 
+/// A cluster restored from a snapshot on a volume claim in its namespace: each member Pod's
+/// fetch step mounts the claim read-only and reads the snapshot from it (the node agent mounts
+/// the claim's directory), then the etcd image's tool restores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_restores_from_a_snapshot_on_a_volume_claim() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_restores_from_a_snapshot_on_a_volume_claim")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_16)?;
+    tools::etcdutl(EtcdVersion::V3_5_16)?;
+    let Cluster {
+        kube_api,
+        agent: _agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    apply(&op, &cluster_yaml("src", 1, "3.5.16"))?;
+    let src = wait_available(&op, "src", 1, "the source cluster", TIMEOUT).await;
+    let src_endpoint = etcd_operator_tests::local_cluster::endpoints(&src)[0].clone();
+    for i in 0..10 {
+        etcdctl_ok(&src_endpoint, &["put", &format!("k{i:02}"), &format!("v{i}")]);
+    }
+    // A claim holding a snapshot (as a volume backup left it): the node agent keeps a claim's
+    // data in <root>/volumes/<namespace>/<claim>.
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "backups", "namespace": "default"},
+            "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        }))?;
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(kube_api.client()?, "default")
+        .create(&Default::default(), &claim)
+        .await?;
+    let claim_dir = _dir.path().join("node/volumes/default/backups/prod");
+    std::fs::create_dir_all(&claim_dir)?;
+    etcdctl_ok(
+        &src_endpoint,
+        &[
+            "snapshot",
+            "save",
+            &claim_dir.join("snap.db").display().to_string(),
+        ],
+    );
+    etcdctl_ok(&src_endpoint, &["put", "after", "the-snapshot"]);
+
+    let mut phase = Phase::start();
+    apply(
+        &op,
+        &format!(
+            "{}  bootstrap:\n    restore:\n      source:\n        destination:\n          volume:\n            claimName: backups\n        key: prod/snap.db\n",
+            cluster_yaml("dst", 3, "3.5.16")
+        ),
+    )?;
+    let dst = wait_available(&op, "dst", 3, "the cluster restored from the claim", TIMEOUT).await;
+    phase.done("3 members restored from a snapshot on a volume claim and Available");
+    for endpoint in etcd_operator_tests::local_cluster::endpoints(&dst) {
+        for i in [0, 9] {
+            let value = etcdctl_ok(&endpoint, &["get", &format!("k{i:02}"), "--print-value-only"]);
+            assert_eq!(value.trim(), format!("v{i}"), "{endpoint}");
+        }
+        let after = etcdctl_ok(&endpoint, &["get", "after", "--print-value-only"]);
+        assert_eq!(after.trim(), "", "{endpoint}: a key written after the snapshot");
+    }
+    // The bootstrap members fetched it through the read-only claim mount.
+    let restored: Vec<Value> = pods_of(&kube_api, "dst")
+        .into_iter()
+        .filter(|p| {
+            p["spec"]["volumes"].as_array().is_some_and(|v| {
+                v.iter().any(|v| {
+                    v["persistentVolumeClaim"]["claimName"] == "backups"
+                        && v["persistentVolumeClaim"]["readOnly"] == true
+                })
+            })
+        })
+        .collect();
+    assert!(
+        !restored.is_empty(),
+        "no member mounted the claim: {:#?}",
+        pods_of(&kube_api, "dst")
+    );
+    for pod in &restored {
+        assert_eq!(
+            pod["status"]["initContainerStatuses"][0]["name"], "restore-fetch",
+            "{pod:#}"
+        );
+        assert_eq!(
+            pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"], 0,
+            "{pod:#}"
+        );
+    }
+    Ok(())
+}
+
 /// TLS on both planes through the kubernetes runtime: `auto` CA and member certificates in
 /// Secrets, mounted into the Pods (the node agent writes them out), members serving HTTPS for
 /// their `.svc` names and requiring client certificates; the operator reaches them with its own.

@@ -29,6 +29,10 @@ use crate::runtime::ValidatedCluster;
 /// The hash of the member template a Pod was built from (see [`template_hash`]).
 pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.operator.dev/template-hash";
 
+/// The Pod volume of the claim a restored member's snapshot is on (mounted read-only into the
+/// fetch step only).
+pub const RESTORE_SOURCE_VOLUME: &str = "restore-source";
+
 /// Init container fetching and verifying the snapshot (operator image).
 pub const RESTORE_FETCH_CONTAINER: &str = "restore-fetch";
 /// Init container running the etcd image's restore tool.
@@ -157,6 +161,16 @@ fn render_pod(
         topology_spread_constraints,
         priority_class_name,
     } = spec.pod.spec.clone();
+    let restore_source = config.restore.as_ref().and_then(|plan| {
+        restore::source_claim(plan).map(|claim| Volume {
+            name: RESTORE_SOURCE_VOLUME.to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.to_owned(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        })
+    });
     let init_containers = match &config.restore {
         Some(plan) => Some(
             restore_containers(
@@ -226,6 +240,7 @@ fn render_pod(
             volumes: Some(
                 std::iter::once(data_volume(spec, member))
                     .chain(tls_volumes(planes, member))
+                    .chain(restore_source)
                     .collect(),
             ),
             restart_policy: Some("Always".to_owned()),
@@ -304,7 +319,7 @@ fn restore_containers(
         ..Container::default()
     };
     let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    let fetch = Container {
+    let mut fetch = Container {
         name: RESTORE_FETCH_CONTAINER.to_owned(),
         image: Some(operator_image.to_owned()),
         args: Some(strings(&[
@@ -321,6 +336,22 @@ fn restore_containers(
         env: s3_credentials_env(plan),
         ..base.clone()
     };
+    // A snapshot on a claim: the claim mounted read-only, read as a directory.
+    if restore::source_claim(plan).is_some() {
+        fetch
+            .args
+            .get_or_insert_with(Vec::new)
+            .extend(strings(&["--claim-dir", restore::RESTORE_SOURCE_MOUNT]));
+        fetch
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: RESTORE_SOURCE_VOLUME.to_owned(),
+                mount_path: restore::RESTORE_SOURCE_MOUNT.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+    }
     let (program, needs_api) = restore::tool_program(&config.version);
     let restore_member = RestoreMember {
         name: member.to_owned(),
@@ -612,7 +643,7 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_without_operator_image_or_from_a_volume_is_an_error() {
+    fn a_restore_without_operator_image_or_from_a_host_directory_is_an_error() {
         let (cluster, view, config) = restored("3.5.21", SnapshotSource::Url("https://x/s.db".into()));
         for image in [None, Some("")] {
             let err = build_pod(&cluster, &view, "c-a", &config, image, false).unwrap_err();
@@ -631,7 +662,54 @@ mod tests {
             },
             key: "k.db".into(),
         };
+        // A claim in the cluster's namespace: mounted read-only into the fetch step only.
         let (cluster, view, config) = restored("3.5.21", volume);
+        let pod = build_pod(&cluster, &view, "c-a", &config, Some("op:1"), false).unwrap();
+        let spec = pod.spec.unwrap();
+        let source = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == RESTORE_SOURCE_VOLUME)
+            .and_then(|v| v.persistent_volume_claim.clone())
+            .unwrap();
+        assert_eq!((source.claim_name.as_str(), source.read_only), ("b", Some(true)));
+        let inits = spec.init_containers.unwrap();
+        let fetch = &inits[0];
+        assert!(
+            fetch
+                .args
+                .as_ref()
+                .unwrap()
+                .ends_with(&["--claim-dir".to_owned(), restore::RESTORE_SOURCE_MOUNT.to_owned()])
+        );
+        assert!(
+            fetch
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == RESTORE_SOURCE_VOLUME && m.read_only == Some(true))
+        );
+        assert!(
+            inits[1..].iter().chain(&spec.containers).all(|c| c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .all(|m| m.name != RESTORE_SOURCE_VOLUME)),
+            "only the fetch step mounts the source"
+        );
+        // A directory on the operator's host: no member Pod can reach it.
+        let host = SnapshotSource::Store {
+            destination: etcd_operator_api::v1alpha2::BackupDestination {
+                s3: None,
+                volume: Some(etcd_operator_api::v1alpha2::VolumeDestination {
+                    path: Some("/var/b".into()),
+                    claim_name: None,
+                }),
+            },
+            key: "k.db".into(),
+        };
+        let (cluster, view, config) = restored("3.5.21", host);
         let err = build_pod(&cluster, &view, "c-a", &config, Some("op:1"), false).unwrap_err();
         assert!(
             matches!(&err, ResourceError::Restore { source, .. } if matches!(**source, RestoreError::Unreachable(_))),

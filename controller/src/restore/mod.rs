@@ -15,7 +15,10 @@ mod pod;
 mod tool;
 
 pub use fetch::{Fetched, fetch, verify};
-pub use pod::{PodFetch, PodFinish, check_reachable_from_pod, fetch_for_pod, finish_for_pod};
+pub use pod::{
+    PodFetch, PodFinish, RESTORE_SOURCE_MOUNT, check_reachable_from_pod, fetch_for_pod, finish_for_pod,
+    source_claim,
+};
 pub use tool::{
     RestoreTool, ToolChoice, choose_tool_version, has_member_data, prepare_data_dir, restore_args,
     restore_into, tool_program,
@@ -378,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn only_s3_and_url_sources_are_reachable_from_member_pods() {
+    fn s3_url_and_claim_sources_are_reachable_from_member_pods_a_host_directory_is_not() {
         let url = RestorePlan {
             source: SnapshotSource::Url("https://x/s.db".into()),
             expected_sha256: None,
@@ -401,7 +404,7 @@ mod tests {
         let err = check_reachable_from_pod(&volume_plan(Path::new("/var/b"), "x.db", None)).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "the snapshot cannot be fetched from the member Pods: snapshot \"x.db\" is in directory \"/var/b\" on the operator's host, which member Pods cannot mount; copy it to S3 or an HTTP(S) server and restore from `source.destination.s3` or `source.url`"
+            "the snapshot cannot be fetched from the member Pods: snapshot \"x.db\" is in directory \"/var/b\" on the operator's host, which member Pods cannot mount; copy it to S3, an HTTP(S) server or a volume claim in the cluster's namespace and restore from there"
         );
         let claim = RestorePlan {
             source: SnapshotSource::Store {
@@ -416,11 +419,9 @@ mod tests {
             },
             expected_sha256: None,
         };
-        let err = check_reachable_from_pod(&claim).unwrap_err();
-        assert!(
-            matches!(err, RestoreError::Unreachable(ref m) if m.contains("volume claim \"backups\"")),
-            "{err}"
-        );
+        assert!(check_reachable_from_pod(&claim).is_ok());
+        assert_eq!(source_claim(&claim), Some("backups"));
+        assert_eq!(source_claim(&s3), None);
     }
 
     #[tokio::test]
@@ -437,14 +438,45 @@ mod tests {
 
         // A wrong recorded checksum: refused, nothing written, the stale staging cleared.
         let bad = volume_plan(store.path(), "s.db", Some("0".repeat(64)));
-        let err = fetch_for_pod(&bad, &data_dir, &snapshot, &staging)
+        let err = fetch_for_pod(&bad, &data_dir, &snapshot, &staging, None)
             .await
             .unwrap_err();
         assert!(matches!(err, RestoreError::ChecksumMismatch { .. }), "{err}");
         assert!(!snapshot.exists() && !staging.exists());
 
+        // On a claim: read from where the Pod mounts it.
+        let on_claim = RestorePlan {
+            source: SnapshotSource::Store {
+                destination: BackupDestination {
+                    s3: None,
+                    volume: Some(etcd_operator_api::v1alpha2::VolumeDestination {
+                        path: None,
+                        claim_name: Some("backups".into()),
+                    }),
+                },
+                key: "s.db".into(),
+            },
+            expected_sha256: Some(sha.clone()),
+        };
+        let claimed = tempfile::tempdir().unwrap();
+        let claimed_snapshot = claimed.path().join("snapshot.db");
+        let got = fetch_for_pod(
+            &on_claim,
+            &claimed.path().join("data"),
+            &claimed_snapshot,
+            &claimed.path().join("staging"),
+            Some(store.path()),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(got, PodFetch::Fetched { ref sha256, .. } if *sha256 == sha),
+            "{got:?}"
+        );
+        assert_eq!(std::fs::read(&claimed_snapshot).unwrap(), data);
+
         let good = volume_plan(store.path(), "s.db", Some(sha.clone()));
-        let got = fetch_for_pod(&good, &data_dir, &snapshot, &staging)
+        let got = fetch_for_pod(&good, &data_dir, &snapshot, &staging, None)
             .await
             .unwrap();
         assert_eq!(
@@ -471,7 +503,7 @@ mod tests {
         // A restarted Pod: nothing fetched (the source may be gone), the tool's copy discarded.
         std::fs::remove_file(store.path().join("s.db")).unwrap();
         assert_eq!(
-            fetch_for_pod(&good, &data_dir, &snapshot, &staging)
+            fetch_for_pod(&good, &data_dir, &snapshot, &staging, None)
                 .await
                 .unwrap(),
             PodFetch::Kept

@@ -5,24 +5,36 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// Whether a member Pod can fetch the snapshot of `plan` itself (pure): S3 destinations and URLs
-/// can be; a volume destination is a directory on the operator's host or a claim mounted in the
-/// operator's Pod (in the operator's namespace), which member Pods cannot mount.
+/// Where a member Pod's restore step mounts the claim its snapshot is on (read-only), for a
+/// snapshot in a `volume.claimName` destination.
+pub const RESTORE_SOURCE_MOUNT: &str = "/var/lib/etcd-operator/restore-source";
+
+/// The claim a plan's snapshot is on, when it is in a `volume.claimName` destination (a claim in
+/// the cluster's namespace, which the member Pod mounts read-only).
+pub fn source_claim(plan: &RestorePlan) -> Option<&str> {
+    match &plan.source {
+        SnapshotSource::Store { destination, .. } if destination.s3.is_none() => {
+            destination.volume.as_ref().and_then(|v| v.claim_name.as_deref())
+        }
+        _ => None,
+    }
+}
+
+/// Whether a member Pod can fetch the plan's snapshot itself: a URL, an S3 destination or a
+/// volume claim in the cluster's namespace (mounted read-only into the restore step) can be; a
+/// directory on the operator's host cannot.
 pub fn check_reachable_from_pod(plan: &RestorePlan) -> Result<(), RestoreError> {
     match &plan.source {
         SnapshotSource::Url(_) => Ok(()),
         SnapshotSource::Store { destination, .. } if destination.s3.is_some() => Ok(()),
+        SnapshotSource::Store { .. } if source_claim(plan).is_some() => Ok(()),
         SnapshotSource::Store { destination, key } => {
-            let place = match destination.volume.as_ref() {
-                Some(v) => match (&v.claim_name, &v.path) {
-                    (Some(claim), _) => format!("volume claim {claim:?} (mounted in the operator's Pod)"),
-                    (None, Some(path)) => format!("directory {path:?} on the operator's host"),
-                    (None, None) => "an empty volume destination".to_owned(),
-                },
+            let place = match destination.volume.as_ref().and_then(|v| v.path.as_ref()) {
+                Some(path) => format!("directory {path:?} on the operator's host"),
                 None => "a destination naming no store".to_owned(),
             };
             Err(RestoreError::Unreachable(format!(
-                "snapshot {key:?} is in {place}, which member Pods cannot mount; copy it to S3 or an HTTP(S) server and restore from `source.destination.s3` or `source.url`"
+                "snapshot {key:?} is in {place}, which member Pods cannot mount; copy it to S3, an HTTP(S) server or a volume claim in the cluster's namespace and restore from there"
             )))
         }
     }
@@ -50,11 +62,14 @@ pub enum PodFetch {
 /// `plan` with S3 keys from the environment, verifies it, and writes it to `snapshot`
 /// (through a temporary file beside it, so a half-written file is never restored). A snapshot that
 /// fails its checks is refused and nothing is written.
+///
+/// A snapshot on a volume claim is read from `claim_dir`, where the Pod mounts the claim.
 pub async fn fetch_for_pod(
     plan: &RestorePlan,
     data_dir: &Path,
     snapshot: &Path,
     staging: &Path,
+    claim_dir: Option<&Path>,
 ) -> Result<PodFetch, RestoreError> {
     let io = |op: &'static str, path: &Path| {
         let path = path.to_path_buf();
@@ -69,7 +84,16 @@ pub async fn fetch_for_pod(
         return Ok(PodFetch::Kept);
     }
     // Streamed and verified into a temporary file beside `snapshot`, renamed once whole.
-    let fetched = fetch(plan, "", &Credentials::Environment { file: None }, snapshot).await?;
+    let mut plan = plan.clone();
+    if let (Some(dir), SnapshotSource::Store { destination, .. }) = (claim_dir, &mut plan.source)
+        && let Some(volume) = destination.volume.as_mut()
+        && volume.claim_name.is_some()
+    {
+        // The claim is mounted here: read it as a directory.
+        volume.claim_name = None;
+        volume.path = Some(dir.display().to_string());
+    }
+    let fetched = fetch(&plan, "", &Credentials::Environment { file: None }, snapshot).await?;
     Ok(PodFetch::Fetched {
         location: fetched.location,
         sha256: fetched.sha256,

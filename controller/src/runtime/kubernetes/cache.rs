@@ -347,14 +347,7 @@ mod tests {
     fn without_stores_or_before_their_first_list_the_api_is_read() {
         assert!(ChildCache::default().read(&cluster("a")).is_none());
         let cache = ChildCache::filled(Vec::new(), Vec::new(), Vec::new());
-        cache
-            .stores
-            .read()
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .pvcs
-            .stores[0]
+        cache.stores.read().unwrap().as_ref().unwrap().pvcs.stores[0]
             .2
             .store(false, Ordering::Release);
         assert!(cache.read(&cluster("a")).is_none());
