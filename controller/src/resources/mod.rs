@@ -22,7 +22,7 @@ use crate::model::{ClusterRef, MemberConfig};
 
 pub use pdb::{build_pdb, pdb_min_available};
 pub use pod::{
-    Probes, RESTORE_FETCH_CONTAINER, RESTORE_FINISH_CONTAINER, RESTORE_TOOL_CONTAINER,
+    Probes, RESTORE_FETCH_CONTAINER, RESTORE_FINISH_CONTAINER, RESTORE_SOURCE_VOLUME, RESTORE_TOOL_CONTAINER,
     TEMPLATE_HASH_ANNOTATION, build_pod, probes_for, template_hash,
 };
 pub use pvc::build_pvc;
