@@ -13,8 +13,8 @@ use std::time::SystemTime;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 
-use etcd_operator_controller::tls::ca::key_matches_certificate;
-pub use etcd_operator_controller::tls::ca::{
+use etcd_operator_pki::key_matches_certificate;
+pub use etcd_operator_pki::{
     CA_VALIDITY, CertificateAuthority, CertificateError, LEAF_VALIDITY, LeafSpec, LeafUsage, PemPair,
     RENEW_BEFORE,
 };
@@ -194,7 +194,7 @@ pub fn ensure_ca(dir: &Path, name: &str) -> Result<CertificateAuthority, PkiErro
 
 /// A CA whose own validity ends within [`RENEW_BEFORE`] cannot sign a useful leaf.
 fn check_ca_validity(cert_pem: &str) -> Result<(), String> {
-    let not_after = etcd_operator_controller::tls::ca::not_after(cert_pem)?;
+    let not_after = etcd_operator_pki::not_after(cert_pem)?;
     if not_after < SystemTime::now() + RENEW_BEFORE {
         return Err(format!(
             "the CA expires at {} (or has expired)",

@@ -1,7 +1,9 @@
 //! A certificate authority made with rcgen: generate or load a CA, issue server, client and peer
 //! certificates with ECDSA P-256 keys, and check a certificate with rustls' own WebPKI verifiers,
 //! so that "this certificate is still good" means exactly what a TLS peer will decide. Used for
-//! the API server's own certificates and for the etcd clusters the operator runs. Pure.
+//! the API server's own certificates and for the etcd clusters the operator runs. Pure: no I/O.
+//! A crate of its own so that the API server and the controller both use it and neither depends on
+//! the other.
 
 use std::fmt;
 use std::net::IpAddr;
