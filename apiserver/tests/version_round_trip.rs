@@ -59,7 +59,7 @@ async fn app() -> axum::Router {
         authenticator: Arc::new(FixedUser),
         authorizer: Arc::new(AllowAuthenticated),
         openapi: Arc::new(Documents::generate().unwrap()),
-        members: Default::default(),
+        snapshots: None,
         namespaces: None,
         metrics: None,
     })

@@ -297,7 +297,9 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         authenticator: Arc::new(auth::LocalAuthenticator),
         authorizer: Arc::new(auth::AllowAuthenticated),
         openapi: Arc::new(openapi::Documents::generate()?),
-        members: members.clone(),
+        snapshots: Some(Arc::new(etcd_operator::snapshots::MemberSnapshots::new(
+            members.clone(),
+        ))),
         // Local mode has no Namespace objects: any DNS-1123 label is one (docs/api.md).
         namespaces: None,
         metrics: Some(Arc::new(registry)),

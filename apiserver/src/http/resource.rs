@@ -38,7 +38,7 @@ struct Target {
     /// The User-Agent's product: the field manager when the request names none.
     agent_manager: String,
     /// Serve mode's namespace lifecycle check on creates.
-    namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
+    namespaces: Option<std::sync::Arc<dyn super::admission::CreateAdmission>>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -76,7 +76,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
             (&Method::GET, Some(name)) if path_names_object(&info) => {
                 super::snapshot::serve(
                     state.stores.get(Kind::CLUSTER)?,
-                    &state.members,
+                    state.snapshots.as_ref(),
                     info.namespace.as_deref(),
                     name,
                     accept,

@@ -287,8 +287,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         authenticator: Arc::new(authenticator),
         authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
         openapi: Arc::new(openapi::Documents::generate()?),
-        members: Default::default(),
-        namespaces: Some(etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(kube.clone())),
+        snapshots: Some(Arc::new(crate::snapshots::MemberSnapshots::default())),
+        namespaces: Some(Arc::new(
+            etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(kube.clone()),
+        )),
         metrics: Some(Arc::new(registry)),
     };
     // The controller's own requests on the loopback listener are counted too, as kube-apiserver
