@@ -19,6 +19,7 @@ pub mod fleet;
 pub mod kube;
 pub mod kube_client;
 pub mod kubectl;
+pub mod layering;
 pub mod leftovers;
 pub mod local_cluster;
 pub mod memory;

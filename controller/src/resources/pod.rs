@@ -24,7 +24,7 @@ use super::{
 };
 use crate::model::{ClusterRef, MemberConfig};
 use crate::restore::{self, RestoreError, RestoreMember, RestorePlan, SnapshotSource};
-use crate::runtime::ValidatedCluster;
+use crate::validated::ValidatedCluster;
 
 /// Init container fetching and verifying the snapshot (operator image).
 pub const RESTORE_FETCH_CONTAINER: &str = "restore-fetch";
