@@ -34,19 +34,7 @@ pub struct ApiError {
     pub continue_token: Option<String>,
 }
 
-/// An error and its causes, each once, `: `-separated: for messages that leave the process (a
-/// `Status` message), where a log would record the error itself. An error's own message never
-/// repeats its source (see the test `error_messages_name_each_cause_once` in `tests/`).
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use etcd_operator_api::report::chain;
 
 /// The qualified resource of every error about EtcdClusters: `etcdclusters.etcd.operator.dev`.
 pub fn qualified_resource(resource: &str) -> String {

@@ -98,6 +98,7 @@ fn leaves_verify_against_the_ca_with_the_expected_identities() {
             SystemTime::now(),
         )
         .unwrap_err();
+    let err = etcd_operator_api::report::chain(&err);
     assert!(err.contains("10.9.8.7"), "{err}");
     // A client certificate is no server certificate, and the reverse.
     assert!(
