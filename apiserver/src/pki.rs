@@ -33,7 +33,7 @@ pub const MASTERS_GROUP: &str = "system:masters";
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
     /// A state file could not be read or written.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,

@@ -31,7 +31,7 @@ pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 #[derive(Debug, thiserror::Error)]
 pub enum CertificateError {
     /// rcgen failed to generate a key or sign a certificate.
-    #[error("generate {what}: {source}")]
+    #[error("generate {what}")]
     Generate {
         /// What was being made.
         what: String,

@@ -51,7 +51,7 @@ pub enum BackingEtcdError {
     #[error("find the etcd binary: {} (from --etcd-binary) is not a file; run `make tools-etcd` or fix the path", path.display())]
     ExplicitBinaryMissing { path: PathBuf },
     /// A state file or directory could not be used.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
@@ -59,13 +59,13 @@ pub enum BackingEtcdError {
         source: std::io::Error,
     },
     /// No free loopback ports could be found.
-    #[error("choose free loopback ports for etcd: {0}")]
+    #[error("choose free loopback ports for etcd")]
     Ports(#[source] std::io::Error),
     /// A stale etcd of an earlier run holds the data directory and would not stop.
     #[error("stop stale etcd (pid {pid}) still using {}: it did not exit after SIGKILL", data_dir.display())]
     StaleProcess { pid: u32, data_dir: PathBuf },
     /// A signal could not be sent.
-    #[error("send {signal} to etcd (pid {pid}): {source}")]
+    #[error("send {signal} to etcd (pid {pid})")]
     Signal {
         signal: &'static str,
         pid: u32,
@@ -73,7 +73,7 @@ pub enum BackingEtcdError {
         source: nix::Error,
     },
     /// The process could not be executed.
-    #[error("spawn etcd {}: {source}", binary.display())]
+    #[error("spawn etcd {}", binary.display())]
     Spawn {
         binary: PathBuf,
         #[source]
@@ -87,10 +87,10 @@ pub enum BackingEtcdError {
         log_tail: String,
     },
     /// The certificates could not be loaded, checked or issued.
-    #[error("set up the backing etcd's certificates: {0}")]
+    #[error("set up the backing etcd's certificates")]
     Pki(#[source] PkiError),
     /// The member's peer URL (kept in etcd's data) could not be brought up to date.
-    #[error("update the backing etcd's peer URL to {peer_url}: {source}")]
+    #[error("update the backing etcd's peer URL to {peer_url}")]
     UpdatePeerUrl {
         peer_url: String,
         #[source]
@@ -106,7 +106,7 @@ pub enum BackingEtcdError {
         log_tail: String,
     },
     /// Waiting for the process to exit failed.
-    #[error("stop etcd (pid {pid}): {source}")]
+    #[error("stop etcd (pid {pid})")]
     Wait {
         pid: u32,
         #[source]
@@ -587,7 +587,7 @@ impl BackingEtcd {
         if let Err(error) = std::fs::remove_file(&path)
             && error.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!(path = %path.display(), %error, "remove etcd pid file");
+            tracing::warn!(path = %path.display(), error = %etcd_operator_api::report::Chain(&error), "remove etcd pid file");
         }
     }
 }
@@ -605,12 +605,12 @@ impl Drop for BackingEtcd {
         // directory unlocked) when the guard is, which a restart on the same directory relies on.
         let pid = self.pid;
         if let Err(error) = signal(pid, nix::sys::signal::Signal::SIGTERM) {
-            tracing::warn!(%error, "stop backing etcd on drop");
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "stop backing etcd on drop");
         }
         if !poll_exit(&mut child, self.stop_timeout) {
             tracing::warn!(pid, "backing etcd ignored SIGTERM; killing it");
             if let Err(error) = child.start_kill() {
-                tracing::warn!(pid, %error, "kill backing etcd");
+                tracing::warn!(pid, error = %etcd_operator_api::report::Chain(&error), "kill backing etcd");
             }
             poll_exit(&mut child, Duration::from_secs(2));
         }
