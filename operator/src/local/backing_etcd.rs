@@ -307,9 +307,9 @@ impl BackingEtcd {
             attempt += 1;
             let ports = choose_ports(&options.dir, attempt > 1)?;
             match Self::start_once(options, data, ports).await {
-                Err(BackingEtcdError::Exited { log_tail, .. })
-                    if attempt < START_ATTEMPTS && log_tail.contains("address already in use") =>
-                {
+                // etcd exited at start: if one of its ports cannot be bound now that it is gone,
+                // another process took it after it was chosen (told by the bind, not etcd's log).
+                Err(BackingEtcdError::Exited { .. }) if attempt < START_ATTEMPTS && ports_taken(&ports) => {
                     tracing::info!(
                         attempt,
                         "a port chosen for etcd was taken meanwhile; retrying with new ports"
@@ -791,6 +791,17 @@ fn free_ports<const N: usize>(besides: &[u16]) -> Result<[u16; N], BackingEtcdEr
     Ok(ports)
 }
 
+/// Whether one of `ports` is bound by another process: binding it fails with `AddrInUse`.
+fn ports_taken(ports: &EtcdPorts) -> bool {
+    [ports.client, ports.peer, ports.metrics]
+        .into_iter()
+        .filter(|port| *port != 0)
+        .any(|port| {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
+        })
+}
+
 fn port_free(port: u16) -> bool {
     port != 0 && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
@@ -886,6 +897,21 @@ mod tests {
 
     fn stored(dir: &Path) -> EtcdPorts {
         serde_json::from_str(&std::fs::read_to_string(dir.join("ports.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_port_another_process_holds_is_taken_and_free_ones_are_not() {
+        let [client, peer, metrics] = free_ports::<3>(&[]).unwrap();
+        let ports = EtcdPorts {
+            client,
+            peer,
+            metrics,
+        };
+        assert!(!ports_taken(&ports));
+        let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, peer)).unwrap();
+        assert!(ports_taken(&ports));
+        drop(squatter);
+        assert!(!ports_taken(&ports));
     }
 
     #[test]
