@@ -61,13 +61,24 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()>
     Ok(())
 }
 
-/// The text before the first `#[cfg(test)]`, without comment lines.
+/// The text before the inline `#[cfg(test)]` module, without comment lines (a
+/// `#[cfg(test)] mod x;` declaration leaves out that line only).
 fn production_code(text: &str) -> String {
-    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-    code.lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            match lines.next() {
+                Some(next) if next.trim_end().ends_with(';') => continue,
+                _ => break,
+            }
+        }
+        if !trimmed.starts_with("//") {
+            out.push(line);
+        }
+    }
+    out.join("\n")
 }
 
 /// The first segment of every `crate::` path, `crate::{a, b::c}` groups included.
