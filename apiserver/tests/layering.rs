@@ -24,6 +24,55 @@ fn the_manifest_names_neither_the_controller_nor_the_binary() {
     }
 }
 
+/// `cargo tree -p etcd-operator-apiserver` (dev-dependencies included) lists no controller:
+/// the test-support crate brings it only with its `fleet` feature, which this crate does not ask
+/// for.
+#[test]
+fn the_test_support_crate_comes_without_the_controller() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    let line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("etcd-operator-tests"))
+        .unwrap();
+    assert!(
+        !line.contains("fleet") && !line.contains("default-features = true"),
+        "{line}"
+    );
+    let workspace = std::fs::read_to_string(dir.join("../Cargo.toml")).unwrap();
+    assert!(
+        workspace
+            .lines()
+            .any(|l| l.starts_with("etcd-operator-tests = ") && l.contains("default-features = false")),
+        "the workspace declares etcd-operator-tests without its default (fleet) feature"
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "-p",
+            "etcd-operator-apiserver",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        tree.lines().any(|l| l.starts_with("etcd-operator-tests ")),
+        "{tree}"
+    );
+    for forbidden in FORBIDDEN {
+        assert!(
+            !tree.lines().any(|l| l.starts_with(&format!("{forbidden} "))),
+            "cargo tree -p etcd-operator-apiserver lists {forbidden}"
+        );
+    }
+}
+
 #[test]
 fn no_build_dependency_reaches_the_controller() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();

@@ -15,6 +15,7 @@
 pub mod envtest;
 pub mod etcd;
 pub mod fake_kube;
+#[cfg(feature = "fleet")]
 pub mod fleet;
 pub mod kube;
 pub mod kube_client;
