@@ -41,6 +41,8 @@ fmt:
 	$(CARGO) fmt --all -- --check
 
 lint: tools-protoc
+	# No Result<_, String>, no error text searched outside etcd-errors/ (docs/architecture.md).
+	.ci/check-errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# The kube-apiserver suite is built only with its feature: linted (and so compiled) here too.
 	$(CARGO) clippy -p etcd-operator-tests --all-targets --features kube-apiserver -- -D warnings

@@ -123,72 +123,103 @@ impl Stash {
     }
 }
 
+/// The parts of a v1alpha1 object that its conversion to the hub took from the stash in its
+/// annotation rather than from its own fields. There, the v1alpha1 fields are only a rendering of
+/// the hub's settings (a cron schedule shown as the nearest interval, for example): the hub part
+/// is what is stored and validated, and the rules on the v1alpha1 fields do not apply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestoredParts {
+    /// `spec.pod` stands for a stashed `podTemplate` and `storage`.
+    pub pod: bool,
+    /// `spec.backup` stands for a stashed v1alpha2 `backup`.
+    pub backup: bool,
+    /// `spec.TLS` stands for a stashed v1alpha2 `tls`.
+    pub tls: bool,
+}
+
+/// Converts a v1alpha1 object to the hub, and tells which parts came from its stash.
+pub fn v1alpha1_to_hub(obj: v1::EtcdCluster) -> (v2::EtcdCluster, RestoredParts) {
+    let v1::EtcdCluster {
+        metadata: mut meta,
+        spec,
+        status,
+        ..
+    } = obj;
+    let stash = Stash::take(&mut meta, V1ALPHA2_FIELDS_ANNOTATION);
+    let name = meta.name.clone().unwrap_or_default();
+    let name = name.as_str();
+
+    let restored_pod: Option<PodParts> = stash.restore(PART_POD, &spec.pod, pod_down, Clone::clone);
+    let restored_backup = stash.restore(
+        PART_BACKUP,
+        &spec.backup,
+        |b: &Option<v2::BackupSpec>| backup_down(b.as_ref()),
+        normalize_v1_backup,
+    );
+    let restored_tls = stash.restore(
+        PART_TLS,
+        &spec.tls,
+        |t: &Option<v2::TlsSpec>| tls_down(t.as_ref()),
+        Clone::clone,
+    );
+    let restored = RestoredParts {
+        pod: restored_pod.is_some(),
+        backup: restored_backup.is_some(),
+        tls: restored_tls.is_some(),
+    };
+    let pod = restored_pod.unwrap_or_else(|| pod_up(spec.pod.as_ref()));
+    let backup = restored_backup.unwrap_or_else(|| backup_up(spec.backup.as_ref(), name));
+    let tls = restored_tls.unwrap_or_else(|| tls_up(spec.tls.as_ref()));
+    let bootstrap: Option<v2::BootstrapSpec> = stash
+        .restore(PART_BOOTSTRAP, &(), |_: &Option<_>| (), |()| ())
+        .flatten();
+    let maintenance: Option<v2::MaintenanceSpec> = stash
+        .restore(PART_MAINTENANCE, &(), |_: &Option<_>| (), |()| ())
+        .flatten();
+    let replacement: Option<v2::ReplacementSpec> = stash
+        .restore(PART_REPLACEMENT, &(), |_: &Option<_>| (), |()| ())
+        .flatten();
+
+    // A part restored from the stash matches the v1alpha1 fields up to their defaults (the
+    // condition of `restore`): the hub part stands for them, and stashing the v1alpha1 fields
+    // as well would write a v1alpha1 annotation into an object whose client changed nothing.
+    let mut keep = Stash::default();
+    if !restored.pod {
+        keep.keep(PART_POD, &spec.pod, &pod, pod_down);
+    }
+    if !restored.backup {
+        keep.keep(PART_BACKUP, &spec.backup, &backup, |b| backup_down(b.as_ref()));
+    }
+    if !restored.tls {
+        keep.keep(PART_TLS, &spec.tls, &tls, |t| tls_down(t.as_ref()));
+    }
+    keep.put(&mut meta, V1ALPHA1_FIELDS_ANNOTATION);
+
+    let hub = v2::EtcdCluster {
+        api_version: v2::API_VERSION.to_owned(),
+        kind: crate::KIND.to_owned(),
+        metadata: meta,
+        spec: v2::EtcdClusterSpec {
+            replicas: spec.size,
+            version: spec.version,
+            repository: spec.repository,
+            pod_template: pod.pod_template,
+            storage: pod.storage,
+            tls,
+            backup,
+            bootstrap,
+            maintenance,
+            replacement,
+            paused: spec.paused,
+        },
+        status,
+    };
+    (hub, restored)
+}
+
 impl From<v1::EtcdCluster> for v2::EtcdCluster {
     fn from(obj: v1::EtcdCluster) -> Self {
-        let v1::EtcdCluster {
-            metadata: mut meta,
-            spec,
-            status,
-            ..
-        } = obj;
-        let stash = Stash::take(&mut meta, V1ALPHA2_FIELDS_ANNOTATION);
-        let name = meta.name.clone().unwrap_or_default();
-        let name = name.as_str();
-
-        let pod: PodParts = stash
-            .restore(PART_POD, &spec.pod, pod_down, Clone::clone)
-            .unwrap_or_else(|| pod_up(spec.pod.as_ref()));
-        let backup = stash
-            .restore(
-                PART_BACKUP,
-                &spec.backup,
-                |b: &Option<v2::BackupSpec>| backup_down(b.as_ref()),
-                normalize_v1_backup,
-            )
-            .unwrap_or_else(|| backup_up(spec.backup.as_ref(), name));
-        let tls = stash
-            .restore(
-                PART_TLS,
-                &spec.tls,
-                |t: &Option<v2::TlsSpec>| tls_down(t.as_ref()),
-                Clone::clone,
-            )
-            .unwrap_or_else(|| tls_up(spec.tls.as_ref()));
-        let bootstrap: Option<v2::BootstrapSpec> = stash
-            .restore(PART_BOOTSTRAP, &(), |_: &Option<_>| (), |()| ())
-            .flatten();
-        let maintenance: Option<v2::MaintenanceSpec> = stash
-            .restore(PART_MAINTENANCE, &(), |_: &Option<_>| (), |()| ())
-            .flatten();
-        let replacement: Option<v2::ReplacementSpec> = stash
-            .restore(PART_REPLACEMENT, &(), |_: &Option<_>| (), |()| ())
-            .flatten();
-
-        let mut keep = Stash::default();
-        keep.keep(PART_POD, &spec.pod, &pod, pod_down);
-        keep.keep(PART_BACKUP, &spec.backup, &backup, |b| backup_down(b.as_ref()));
-        keep.keep(PART_TLS, &spec.tls, &tls, |t| tls_down(t.as_ref()));
-        keep.put(&mut meta, V1ALPHA1_FIELDS_ANNOTATION);
-
-        v2::EtcdCluster {
-            api_version: v2::API_VERSION.to_owned(),
-            kind: crate::KIND.to_owned(),
-            metadata: meta,
-            spec: v2::EtcdClusterSpec {
-                replicas: spec.size,
-                version: spec.version,
-                repository: spec.repository,
-                pod_template: pod.pod_template,
-                storage: pod.storage,
-                tls,
-                backup,
-                bootstrap,
-                maintenance,
-                replacement,
-                paused: spec.paused,
-            },
-            status,
-        }
+        v1alpha1_to_hub(obj).0
     }
 }
 

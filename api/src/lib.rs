@@ -16,6 +16,7 @@ pub mod defaults;
 pub mod naming;
 pub mod openapi;
 pub mod quantity;
+pub mod report;
 pub mod status;
 pub mod v1alpha1;
 pub mod v1alpha2;

@@ -34,6 +34,8 @@ pub struct ApiError {
     pub continue_token: Option<String>,
 }
 
+pub use etcd_operator_api::report::chain;
+
 /// The qualified resource of every error about EtcdClusters: `etcdclusters.etcd.operator.dev`.
 pub fn qualified_resource(resource: &str) -> String {
     format!("{resource}.{}", etcd_operator_api::GROUP)

@@ -16,10 +16,10 @@ pub const CONTEXT_NAME: &str = "etcd-operator-local";
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
     /// Serialization to YAML failed.
-    #[error("render kubeconfig YAML: {0}")]
+    #[error("render kubeconfig YAML")]
     Render(#[source] serde_yaml::Error),
     /// The file could not be written.
-    #[error("write kubeconfig {}: {source}", path.display())]
+    #[error("write kubeconfig {}", path.display())]
     Write {
         path: PathBuf,
         #[source]

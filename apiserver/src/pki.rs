@@ -13,10 +13,10 @@ use std::time::SystemTime;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 
-use etcd_operator_controller::tls::ca::key_matches_certificate;
-pub use etcd_operator_controller::tls::ca::{
-    CA_VALIDITY, CertificateAuthority, CertificateError, LEAF_VALIDITY, LeafSpec, LeafUsage, PemPair,
-    RENEW_BEFORE,
+use etcd_operator_pki::key_matches_certificate;
+pub use etcd_operator_pki::{
+    CA_VALIDITY, CertificateAuthority, CertificateError, CheckError, LEAF_VALIDITY, LeafSpec, LeafUsage,
+    PemPair, RENEW_BEFORE,
 };
 
 use crate::files;
@@ -33,7 +33,7 @@ pub const MASTERS_GROUP: &str = "system:masters";
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
     /// A state file could not be read or written.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
@@ -51,11 +51,12 @@ pub enum PkiError {
         dir: PathBuf,
     },
     /// The stored CA cannot be used.
-    #[error("load CA from {}: {reason}; remove {} to start over with a new CA (and every certificate issued again from it)", path.display(), dir.display())]
+    #[error("load CA from {} (remove {} to start over with a new CA, and every certificate issued again from it)", path.display(), dir.display())]
     InvalidCa {
         path: PathBuf,
         dir: PathBuf,
-        reason: String,
+        #[source]
+        source: UnusableCa,
     },
     /// A certificate could not be made.
     #[error(transparent)]
@@ -132,7 +133,7 @@ pub fn ensure(dir: &Path, listen_ip: IpAddr) -> Result<LocalPki, PkiError> {
         "server",
         &ca,
         &LeafSpec::server("etcd-operator-local", &dns, &ips),
-        |pem| ca.verify_server(&pem.cert_pem, &names, now),
+        |pem| Ok(ca.verify_server(&pem.cert_pem, &names, now)?),
     )?;
     let admin = ensure_client(dir, "admin", &ca, ADMIN_USER, now)?;
     let controller = ensure_client(dir, "controller", &ca, CONTROLLER_USER, now)?;
@@ -154,15 +155,13 @@ pub fn ensure_ca(dir: &Path, name: &str) -> Result<CertificateAuthority, PkiErro
     let key = read(&key_path)?;
     match (cert, key) {
         (Some(cert), Some(key)) => {
-            let invalid = |reason: String| PkiError::InvalidCa {
+            let invalid = |source: UnusableCa| PkiError::InvalidCa {
                 path: cert_path.clone(),
                 dir: dir.to_path_buf(),
-                reason,
+                source,
             };
-            let ca = CertificateAuthority::load(&cert, &key).map_err(invalid)?;
-            if let Err(reason) = check_ca_validity(&cert) {
-                return Err(invalid(reason));
-            }
+            let ca = CertificateAuthority::load(&cert, &key).map_err(|e| invalid(UnusableCa::Load(e)))?;
+            check_ca_validity(&cert).map_err(invalid)?;
             tracing::debug!(path = %cert_path.display(), "reusing local CA");
             Ok(ca)
         }
@@ -193,15 +192,52 @@ pub fn ensure_ca(dir: &Path, name: &str) -> Result<CertificateAuthority, PkiErro
 }
 
 /// A CA whose own validity ends within [`RENEW_BEFORE`] cannot sign a useful leaf.
-fn check_ca_validity(cert_pem: &str) -> Result<(), String> {
-    let not_after = etcd_operator_controller::tls::ca::not_after(cert_pem)?;
+fn check_ca_validity(cert_pem: &str) -> Result<(), UnusableCa> {
+    let not_after = etcd_operator_pki::not_after(cert_pem).map_err(UnusableCa::Load)?;
     if not_after < SystemTime::now() + RENEW_BEFORE {
-        return Err(format!(
-            "the CA expires at {} (or has expired)",
-            jiff::Timestamp::try_from(not_after).map_or_else(|_| "?".to_owned(), |t| t.to_string())
-        ));
+        return Err(UnusableCa::Expiring {
+            at: jiff::Timestamp::try_from(not_after).map_or_else(|_| "?".to_owned(), |t| t.to_string()),
+        });
     }
     Ok(())
+}
+
+/// Why the stored CA cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UnusableCa {
+    /// It does not load or parse.
+    #[error("read the CA")]
+    Load(#[source] CheckError),
+    /// It expires too soon to sign a useful certificate.
+    #[error("the CA expires at {at} (or has expired)")]
+    Expiring {
+        /// When.
+        at: String,
+    },
+}
+
+/// Why a stored certificate is not used again, but issued anew.
+#[derive(Debug, thiserror::Error)]
+pub enum Reissue {
+    /// It does not pass the CA's checks (expired, expiring, another CA's, wrong use or name).
+    #[error("the certificate is no longer good")]
+    Check(#[from] CheckError),
+    /// Its key is not its certificate's.
+    #[error("the key does not belong to the certificate")]
+    KeyMismatch,
+    /// A client certificate's identity cannot be read.
+    #[error("read the client identity")]
+    Identity(#[from] crate::serve::auth::CertificateIdentityError),
+    /// A client certificate names another user or lacks the group.
+    #[error("identity {name} {groups:?} instead of {user} in {MASTERS_GROUP}")]
+    WrongIdentity {
+        /// The user it names.
+        name: String,
+        /// Its groups.
+        groups: Vec<String>,
+        /// The user it should name.
+        user: String,
+    },
 }
 
 fn ensure_client(
@@ -213,13 +249,14 @@ fn ensure_client(
 ) -> Result<PemPair, PkiError> {
     ensure_leaf(dir, base, ca, &LeafSpec::client(user, &[MASTERS_GROUP]), |pem| {
         ca.verify_client(&pem.cert_pem, now)?;
-        let der = CertificateDer::from_pem_slice(pem.cert_pem.as_bytes()).map_err(|e| e.to_string())?;
-        let identity = user_from_client_certificate(&der).map_err(|e| e.to_string())?;
+        let der = CertificateDer::from_pem_slice(pem.cert_pem.as_bytes()).map_err(CheckError::Pem)?;
+        let identity = user_from_client_certificate(&der)?;
         if identity.name != user || !identity.in_group(MASTERS_GROUP) {
-            return Err(format!(
-                "identity {} {:?} instead of {user} in {MASTERS_GROUP}",
-                identity.name, identity.groups
-            ));
+            return Err(Reissue::WrongIdentity {
+                name: identity.name,
+                groups: identity.groups,
+                user: user.to_owned(),
+            });
         }
         Ok(())
     })
@@ -232,18 +269,17 @@ pub fn ensure_leaf(
     base: &str,
     ca: &CertificateAuthority,
     spec: &LeafSpec,
-    check: impl Fn(&PemPair) -> Result<(), String>,
+    check: impl Fn(&PemPair) -> Result<(), Reissue>,
 ) -> Result<PemPair, PkiError> {
     let (cert_path, key_path) = pair_paths(dir, base);
     if let (Some(cert_pem), Some(key_pem)) = (read(&cert_path)?, read(&key_path)?) {
         let stored = PemPair { cert_pem, key_pem };
         let verdict = check(&stored).and_then(|()| {
-            let der =
-                CertificateDer::from_pem_slice(stored.cert_pem.as_bytes()).map_err(|e| e.to_string())?;
+            let der = CertificateDer::from_pem_slice(stored.cert_pem.as_bytes()).map_err(CheckError::Pem)?;
             if key_matches_certificate(&der, &stored.key_pem) {
                 Ok(())
             } else {
-                Err("the key does not belong to the certificate".into())
+                Err(Reissue::KeyMismatch)
             }
         });
         match verdict {
@@ -252,7 +288,7 @@ pub fn ensure_leaf(
                 return Ok(stored);
             }
             Err(reason) => {
-                tracing::info!(path = %cert_path.display(), %reason, "re-issuing certificate");
+                tracing::info!(path = %cert_path.display(), reason = %etcd_operator_api::report::chain(&reason), "re-issuing certificate");
             }
         }
     }

@@ -415,8 +415,8 @@ impl Harness {
             authenticator: Arc::new(authenticator),
             authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(stub.client.clone())),
             openapi: Arc::new(Documents::generate().unwrap()),
-            members: Default::default(),
-            namespaces: Some(NamespaceLifecycle::new(stub.client.clone())),
+            snapshots: None,
+            namespaces: Some(Arc::new(NamespaceLifecycle::new(stub.client.clone()))),
             metrics: Some(Arc::new(registry)),
         };
         let app = instrument(

@@ -19,6 +19,9 @@ use etcd_operator_apiserver::http::auth::{
 };
 use etcd_operator_apiserver::http::metrics::{ApiMetrics, instrument};
 use etcd_operator_apiserver::http::openapi::Documents;
+use etcd_operator_apiserver::http::snapshot::{
+    MemberSnapshot, OpenSnapshotError, SnapshotSource, VerifiedSnapshot,
+};
 use etcd_operator_apiserver::http::{AppState, Stores, router};
 use etcd_operator_apiserver::registry::kind::Kind;
 use etcd_operator_apiserver::storage::backend::{
@@ -58,6 +61,52 @@ impl Authenticator for FixedUser {
                 groups: vec!["system:authenticated".into()],
                 extra: Default::default(),
             }))
+        })
+    }
+}
+
+/// The test's stand-in for the snapshot source the binary injects (the controller's): the whole
+/// snapshot of the first endpoint that streams one (here, the backing etcd), in one chunk.
+struct DirectSnapshots;
+
+impl SnapshotSource for DirectSnapshots {
+    fn open<'a>(
+        &'a self,
+        endpoints: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<MemberSnapshot, OpenSnapshotError>> {
+        Box::pin(async move {
+            for endpoint in endpoints {
+                let options = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+                let Ok(mut client) = etcd_client::Client::connect([endpoint], Some(options)).await else {
+                    continue;
+                };
+                let Ok(mut stream) = client.snapshot().await else {
+                    continue;
+                };
+                let mut data = Vec::new();
+                while let Some(chunk) = stream
+                    .message()
+                    .await
+                    .map_err(|e| OpenSnapshotError::Member(Box::new(e)))?
+                {
+                    data.extend_from_slice(chunk.blob());
+                }
+                use sha2::Digest;
+                let sha256 = hex::encode(sha2::Sha256::digest(&data));
+                let size = data.len() as u64;
+                return Ok(MemberSnapshot {
+                    revision: 1,
+                    endpoint: endpoint.clone(),
+                    chunks: futures::StreamExt::boxed(futures::stream::iter([Ok(bytes::Bytes::from(data))])),
+                    verified: Box::new(move || {
+                        Some(VerifiedSnapshot {
+                            size,
+                            sha256: sha256.clone(),
+                        })
+                    }),
+                });
+            }
+            Err(OpenSnapshotError::NoHealthyMember)
         })
     }
 }
@@ -229,7 +278,7 @@ impl Api {
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             openapi: Arc::new(Documents::generate().unwrap()),
-            members: Default::default(),
+            snapshots: Some(Arc::new(DirectSnapshots)),
             namespaces: None,
             metrics: Some(Arc::new(registry)),
         });

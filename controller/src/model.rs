@@ -1,6 +1,8 @@
 //! The controller's vocabulary: which cluster, how a member is configured, and what the runtime
-//! and etcd report about members. Plain data, shared by the planner, runtimes and reconciler.
+//! and etcd report about members, and the snapshot a member is restored from. Plain data, shared
+//! by the planner, runtimes and reconciler; it imports no other module of the controller.
 
+use etcd_operator_api::v1alpha2::BackupDestination;
 use serde::{Deserialize, Serialize};
 
 /// The EtcdCluster a member belongs to.
@@ -61,7 +63,7 @@ pub struct MemberConfig {
     /// The snapshot a member of a cluster bootstrapped from a backup starts from
     /// (`spec.bootstrap.restore`): restored into its data directory before its first start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restore: Option<crate::restore::RestorePlan>,
+    pub restore: Option<RestorePlan>,
 }
 
 impl MemberConfig {
@@ -246,4 +248,34 @@ pub fn is_healthy(m: &EtcdMember) -> bool {
 /// Quorum of a cluster of `voters` voting members.
 pub fn quorum(voters: usize) -> usize {
     voters / 2 + 1
+}
+
+// --- restore plans: plain data (the restore module fetches and restores; `restore` re-exports
+// these), so that this module depends on nothing of the controller's
+
+/// Where a snapshot comes from, resolved. Serializable, so a member's start configuration can
+/// carry it (a restarted operator restores the same way).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SnapshotSource {
+    /// A key in a backup destination (its `.sha256` sidecar, when present, is checked).
+    Store {
+        /// The destination.
+        destination: BackupDestination,
+        /// The key inside it.
+        key: String,
+    },
+    /// An `http`, `https` or `s3` URL (`<url>.sha256`, when present, is checked). `s3://` URLs
+    /// use the operator's ambient AWS configuration.
+    Url(String),
+}
+
+/// A snapshot to restore: its source and the checksum it must have, when known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestorePlan {
+    /// Where to fetch it.
+    pub source: SnapshotSource,
+    /// The SHA-256 recorded when it was taken (an EtcdBackup's `status.sha256`).
+    pub expected_sha256: Option<String>,
 }

@@ -77,12 +77,9 @@ pub enum StepError {
     #[error("send the pre-upgrade snapshot: {0}")]
     SendSnapshot(#[source] crate::backup::store::DestinationError),
     /// The snapshot the cluster is to bootstrap from cannot be resolved or fetched.
-    #[error("{prefix}: {0}", prefix = RESTORE_FAILED_PREFIX)]
+    #[error("restore from snapshot: {0}")]
     Restore(#[source] RestoreError),
 }
-
-/// How the message of a failed restore begins (for people; never parsed).
-pub const RESTORE_FAILED_PREFIX: &str = "restore from snapshot";
 
 /// The `Degraded` reason of a failed restore.
 pub const REASON_RESTORE_FAILED: &str = "RestoreFailed";

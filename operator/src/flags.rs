@@ -72,21 +72,35 @@ impl ControllerArgs {
     }
 }
 
+/// A flag value that is not a duration [`parse_duration`] accepts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationFlagError {
+    /// No number in front.
+    #[error("invalid duration {0:?}: expected e.g. 30s, 5m, 1h")]
+    Number(String),
+    /// A unit other than `ms`, `s`, `m`, `h`.
+    #[error("invalid duration unit in {0:?}: use ms, s, m or h")]
+    Unit(String),
+    /// Zero.
+    #[error("invalid duration {0:?}: must be more than zero")]
+    Zero(String),
+}
+
 /// Parses `250ms`, `30s`, `5m`, `1h` (a bare number is seconds); zero is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationFlagError> {
     let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = number
         .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h"))?;
+        .map_err(|_| DurationFlagError::Number(s.to_owned()))?;
     let duration = match unit {
         "ms" => Duration::from_millis(n),
         "s" | "" => Duration::from_secs(n),
         "m" => Duration::from_secs(n * 60),
         "h" => Duration::from_secs(n * 3600),
-        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+        _ => return Err(DurationFlagError::Unit(s.to_owned())),
     };
     if duration.is_zero() {
-        return Err(format!("invalid duration {s:?}: must be more than zero"));
+        return Err(DurationFlagError::Zero(s.to_owned()));
     }
     Ok(duration)
 }

@@ -7,3 +7,4 @@
 pub mod flags;
 pub mod local;
 pub mod serve_mode;
+pub mod snapshots;

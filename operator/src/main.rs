@@ -105,7 +105,7 @@ enum Mode {
 /// A restore step inside a member Pod failed.
 #[derive(Debug, thiserror::Error)]
 enum RestoreStepError {
-    #[error("--plan is not a restore plan: {0}")]
+    #[error("--plan is not a restore plan")]
     Plan(#[from] serde_json::Error),
     #[error(transparent)]
     Restore(#[from] etcd_operator_controller::restore::RestoreError),
@@ -165,7 +165,7 @@ fn restore_step(
                 // Best effort: the log line below carries the same text.
                 let _ = std::fs::write(TERMINATION_LOG, error.to_string());
             }
-            eprintln!("{error}");
+            eprintln!("{}", etcd_operator_api::report::Chain(&error));
             ExitCode::FAILURE
         }
     }
@@ -174,13 +174,13 @@ fn restore_step(
 /// Running local mode failed.
 #[derive(Debug, thiserror::Error)]
 enum LocalModeError {
-    #[error("prepare local mode: {0}")]
+    #[error("prepare local mode")]
     Prepare(#[from] local::LocalError),
-    #[error("start storage: {0}")]
+    #[error("start storage")]
     Storage(#[from] etcd_operator_apiserver::storage::StorageError),
     #[error(transparent)]
     OpenApi(#[from] openapi::OpenApiGenerateError),
-    #[error("serve HTTPS: {0}")]
+    #[error("serve HTTPS")]
     Serve(#[from] serve::ServeError),
     #[error("build the controller's client: {0}")]
     ControllerClient(String),
@@ -302,7 +302,9 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         authenticator: Arc::new(auth::LocalAuthenticator),
         authorizer: Arc::new(auth::AllowAuthenticated),
         openapi: Arc::new(openapi::Documents::generate()?),
-        members: members.clone(),
+        snapshots: Some(Arc::new(etcd_operator::snapshots::MemberSnapshots::new(
+            members.clone(),
+        ))),
         // Local mode has no Namespace objects: any DNS-1123 label is one (docs/api.md).
         namespaces: None,
         metrics: Some(Arc::new(registry)),
@@ -389,7 +391,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     }
     tracing::info!("stopping the backing etcd");
     if let Err(error) = env.backing_etcd.shutdown().await {
-        tracing::warn!(%error, "stop the backing etcd");
+        tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "stop the backing etcd");
     }
     served?;
     Ok(())
@@ -409,7 +411,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(error) => {
-            tracing::error!(%error, "start the async runtime");
+            tracing::error!(error = %etcd_operator_api::report::Chain(&error), "start the async runtime");
             return ExitCode::FAILURE;
         }
     };
@@ -417,7 +419,7 @@ fn main() -> ExitCode {
         Mode::Local(args) => match runtime.block_on(run_local(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                tracing::error!(%error, "etcd-operator local failed");
+                tracing::error!(error = %etcd_operator_api::report::Chain(&error), "etcd-operator local failed");
                 ExitCode::FAILURE
             }
         },
@@ -437,7 +439,7 @@ fn main() -> ExitCode {
         Mode::Serve(args) => match runtime.block_on(etcd_operator::serve_mode::run(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                tracing::error!(%error, "etcd-operator serve failed");
+                tracing::error!(error = %etcd_operator_api::report::Chain(&error), "etcd-operator serve failed");
                 ExitCode::FAILURE
             }
         },

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use etcd_operator_controller::tls::ca::{CertificateAuthority, LeafSpec, LeafUsage};
+use etcd_operator_pki::{CertificateAuthority, LeafSpec, LeafUsage};
 use serde_json::Value;
 
 use crate::process::TestProcess;
@@ -185,7 +185,7 @@ fn leaf(
     dns_names: &[&str],
     ips: &[IpAddr],
     usage: LeafUsage,
-) -> Result<etcd_operator_controller::tls::ca::PemPair, ControlPlaneError> {
+) -> Result<etcd_operator_pki::PemPair, ControlPlaneError> {
     ca.issue(&LeafSpec {
         common_name: common_name.to_owned(),
         organizations: organizations.iter().map(|o| (*o).to_owned()).collect(),

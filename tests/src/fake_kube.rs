@@ -34,7 +34,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use etcd_operator_apiserver::http::selectors::{FieldSelector, LabelSelector};
+use etcd_operator_apiserver::http::selectors::{FieldSelector, LabelSelector, SelectorError};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -454,7 +454,7 @@ struct Selection {
 
 impl Selection {
     /// The selectors of the query; a 400 message when one does not parse.
-    fn parse(query: &BTreeMap<String, String>) -> Result<Self, String> {
+    fn parse(query: &BTreeMap<String, String>) -> Result<Self, SelectorError> {
         let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
         Ok(Self { labels, fields })
@@ -596,7 +596,7 @@ fn list_kind(target: &Target, items: &[Value]) -> String {
 fn list(shared: &Shared, target: &Target, query: &BTreeMap<String, String>) -> Response {
     let selection = match Selection::parse(query) {
         Ok(s) => s,
-        Err(message) => return bad_request(message),
+        Err(message) => return bad_request(message.to_string()),
     };
     let store = shared.lock();
     let items: Vec<Value> = store
@@ -619,7 +619,7 @@ fn list(shared: &Shared, target: &Target, query: &BTreeMap<String, String>) -> R
 fn watch(shared: Arc<Shared>, target: Target, query: &BTreeMap<String, String>) -> Response {
     let selection = match Selection::parse(query) {
         Ok(s) => s,
-        Err(message) => return bad_request(message),
+        Err(message) => return bad_request(message.to_string()),
     };
     let since: Option<u64> = match query.get("resourceVersion").map(String::as_str) {
         None | Some("" | "0") => None,
@@ -1042,7 +1042,7 @@ fn delete(
 fn delete_collection(shared: &Shared, target: &Target, query: &BTreeMap<String, String>) -> Response {
     let selection = match Selection::parse(query) {
         Ok(s) => s,
-        Err(message) => return bad_request(message),
+        Err(message) => return bad_request(message.to_string()),
     };
     let names: Vec<String> = shared
         .lock()

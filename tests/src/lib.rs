@@ -15,10 +15,12 @@
 pub mod envtest;
 pub mod etcd;
 pub mod fake_kube;
+#[cfg(feature = "fleet")]
 pub mod fleet;
 pub mod kube;
 pub mod kube_client;
 pub mod kubectl;
+pub mod layering;
 pub mod leftovers;
 pub mod local_cluster;
 pub mod memory;

@@ -123,10 +123,18 @@ pub fn label_value(s: &str) -> Vec<String> {
     out
 }
 
+/// A text that is not a duration [`duration_seconds`] reads.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be a duration such as 72h, 90m or 1h30m; got {text:?}")]
+pub struct DurationError {
+    /// The text.
+    pub text: String,
+}
+
 /// Parses a Go-style duration (`90m`, `1h30m`, `72h`, `10s`) into seconds. Units: `s`, `m`,
 /// `h` (fractions allowed, e.g. `1.5h`).
-pub fn duration_seconds(s: &str) -> Result<f64, String> {
-    let err = || format!("must be a duration such as 72h, 90m or 1h30m; got {s:?}");
+pub fn duration_seconds(s: &str) -> Result<f64, DurationError> {
+    let err = || DurationError { text: s.to_owned() };
     if s.is_empty() {
         return Err(err());
     }

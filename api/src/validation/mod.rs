@@ -7,6 +7,10 @@
 //! `spec.replicas` for v1alpha1). A rule about a v1alpha2-only setting that a v1alpha1 object
 //! carries in its conversion annotation is reported at
 //! `metadata.annotations[etcd.operator.dev/v1alpha2-fields]`, its detail naming the v1alpha2 field.
+//! The rules on v1alpha1-only fields (a backup interval, for example) apply only to the parts the
+//! conversion takes from those fields: a part restored from the annotation (a v1alpha2 cron
+//! schedule that v1alpha1 shows as an approximate interval, or not at all) is validated as the
+//! hub part it is, so that an object read in v1alpha1 can be written back unchanged.
 //!
 //! Unset fields that have defaults are accepted: the API server applies defaults before it
 //! validates, and an unset value means the documented default.
@@ -88,8 +92,8 @@ pub fn validate_versioned(obj: &VersionedCluster) -> Outcome {
     match obj {
         VersionedCluster::V1alpha2(hub) => validate(hub),
         VersionedCluster::V1alpha1(old_shape) => {
-            let hub = v2::EtcdCluster::from(old_shape.clone());
-            v1alpha1::translate(validate(&hub), old_shape)
+            let (hub, restored) = crate::convert::v1alpha1_to_hub(old_shape.clone());
+            v1alpha1::translate(validate(&hub), old_shape, restored)
         }
     }
 }
@@ -100,8 +104,8 @@ pub fn validate_versioned_update(new: &VersionedCluster, old: &v2::EtcdCluster) 
     match new {
         VersionedCluster::V1alpha2(hub) => validate_update(hub, old),
         VersionedCluster::V1alpha1(old_shape) => {
-            let hub = v2::EtcdCluster::from(old_shape.clone());
-            v1alpha1::translate(validate_update(&hub, old), old_shape)
+            let (hub, restored) = crate::convert::v1alpha1_to_hub(old_shape.clone());
+            v1alpha1::translate(validate_update(&hub, old), old_shape, restored)
         }
     }
 }

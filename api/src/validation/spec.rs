@@ -435,7 +435,7 @@ fn replacement_spec(report: &mut Report, path: &Path, replacement: &v2::Replacem
         let Some(value) = value else { continue };
         let field = path.child(name);
         match format::duration_seconds(value) {
-            Err(e) => report.error(FieldError::invalid(&field, value, e)),
+            Err(e) => report.error(FieldError::invalid(&field, value, e.to_string())),
             #[allow(clippy::cast_precision_loss)]
             Ok(secs) if secs < low as f64 || secs > high as f64 => {
                 report.error(FieldError::invalid(&field, value, "must be between 10s and 168h"))
@@ -639,7 +639,11 @@ fn backup_spec(report: &mut Report, path: &Path, backup: &v2::BackupSpec) {
         }
         if let Some(age) = &retention.max_age {
             match format::duration_seconds(age) {
-                Err(e) => report.error(FieldError::invalid(&retention_path.child("maxAge"), age, e)),
+                Err(e) => report.error(FieldError::invalid(
+                    &retention_path.child("maxAge"),
+                    age,
+                    e.to_string(),
+                )),
                 Ok(seconds) if seconds < 60.0 => {
                     report.error(FieldError::invalid(
                         &retention_path.child("maxAge"),

@@ -5,7 +5,7 @@
 use super::Outcome;
 use super::field::{FieldError, FieldWarning, Path};
 use super::format;
-use crate::convert::{V1ALPHA2_FIELDS_ANNOTATION, interval_to_cron};
+use crate::convert::{RestoredParts, V1ALPHA2_FIELDS_ANNOTATION, interval_to_cron};
 use crate::v1alpha1::{self as v1, BackupStorageType};
 
 /// Hub path prefixes and their v1alpha1 equivalents, most specific first.
@@ -92,10 +92,12 @@ fn annotation_path() -> String {
 }
 
 /// Maps a hub outcome to v1alpha1 paths and adds the v1alpha1-only rules. An error on a path a
-/// v1alpha1-only rule already reported (or under it) is dropped: it has the same cause.
-pub(crate) fn translate(hub: Outcome, obj: &v1::EtcdCluster) -> Outcome {
+/// v1alpha1-only rule already reported (or under it) is dropped: it has the same cause. The
+/// v1alpha1-only rules skip the parts `restored` from the object's annotation: there the hub part
+/// is what counts, and the hub rules check it.
+pub(crate) fn translate(hub: Outcome, obj: &v1::EtcdCluster, restored: RestoredParts) -> Outcome {
     let mut own = Outcome::default();
-    own_rules(&mut own, obj);
+    own_rules(&mut own, obj, restored);
     let own_fields: Vec<String> = own.errors.iter().map(|e| e.field.clone()).collect();
     let mut errors = own.errors;
     for mut error in hub.errors {
@@ -118,9 +120,9 @@ pub(crate) fn translate(hub: Outcome, obj: &v1::EtcdCluster) -> Outcome {
     Outcome { errors, warnings }
 }
 
-fn own_rules(out: &mut Outcome, obj: &v1::EtcdCluster) {
+fn own_rules(out: &mut Outcome, obj: &v1::EtcdCluster, restored: RestoredParts) {
     let spec = Path::root("spec");
-    if let Some(backup) = &obj.spec.backup {
+    if let Some(backup) = obj.spec.backup.as_ref().filter(|_| !restored.backup) {
         let path = spec.child("backup");
         let interval = path.child("backupIntervalInSecond");
         match backup.backup_interval_in_second {
@@ -182,6 +184,7 @@ fn own_rules(out: &mut Outcome, obj: &v1::EtcdCluster) {
         .spec
         .tls
         .as_ref()
+        .filter(|_| !restored.tls)
         .and_then(|t| t.static_tls.as_ref())
         .and_then(|s| s.operator_secret.as_ref())
     {

@@ -333,7 +333,7 @@ impl TokenReviewer {
         let request = match request {
             Ok(r) => r,
             Err(error) => {
-                tracing::warn!(%error, "build TokenReview request");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "build TokenReview request");
                 return None;
             }
         };
@@ -344,7 +344,7 @@ impl TokenReviewer {
                 user
             }
             Err(error) => {
-                tracing::warn!(%error, "TokenReview failed");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "TokenReview failed");
                 None
             }
         }

@@ -30,21 +30,21 @@ const DEFAULT_EXTRA_PREFIXES: &[&str] = &["x-remote-extra-"];
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A CA bundle key is not a usable PEM bundle.
-    #[error("parse {key} of the authentication ConfigMap: {source}")]
+    #[error("parse {key} of the authentication ConfigMap")]
     ParseCa {
         key: &'static str,
         #[source]
         source: TlsError,
     },
     /// The verifier for a CA bundle could not be built.
-    #[error("build a verifier for {key} of the authentication ConfigMap: {source}")]
+    #[error("build a verifier for {key} of the authentication ConfigMap")]
     BuildVerifier {
         key: &'static str,
         #[source]
         source: rustls::server::VerifierBuilderError,
     },
     /// A `requestheader-*` key is not a JSON array of strings.
-    #[error("parse {key} of the authentication ConfigMap as a JSON array of strings: {source}")]
+    #[error("parse {key} of the authentication ConfigMap as a JSON array of strings")]
     ParseList {
         key: &'static str,
         #[source]
@@ -54,7 +54,7 @@ pub enum ConfigError {
     #[error("parse {key} of the authentication ConfigMap: {name:?} is not a valid header name")]
     HeaderName { key: &'static str, name: String },
     /// The ConfigMap could not be fetched.
-    #[error("get ConfigMap {namespace}/{CONFIGMAP_NAME}: {source}")]
+    #[error("get ConfigMap {namespace}/{CONFIGMAP_NAME}")]
     Fetch {
         namespace: String,
         #[source]
@@ -277,11 +277,13 @@ pub async fn keep_loaded(client: kube::Client, namespace: String, interval: Dura
                     last = Some(data);
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "authentication ConfigMap is invalid; keeping the configuration in force");
+                    tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "authentication ConfigMap is invalid; keeping the configuration in force");
                     last = Some(data);
                 }
             },
-            Err(error) => tracing::warn!(%error, "read the authentication ConfigMap"),
+            Err(error) => {
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "read the authentication ConfigMap")
+            }
         }
         tokio::time::sleep(interval).await;
     }

@@ -8,6 +8,7 @@ use kube::Api;
 use serde_json::json;
 
 use crate::error::{ApiError, qualified_resource};
+use crate::http::admission::CreateAdmission;
 
 /// Reads namespaces from kube-apiserver before a create.
 #[derive(Clone)]
@@ -37,6 +38,17 @@ impl NamespaceLifecycle {
             ApiError::internal(format!("look up namespace {namespace:?}: {e}"))
         })?;
         admit(resource, name, namespace, found.as_ref())
+    }
+}
+
+impl CreateAdmission for NamespaceLifecycle {
+    fn admit_create<'a>(
+        &'a self,
+        resource: &'a str,
+        name: &'a str,
+        namespace: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), ApiError>> {
+        Box::pin(NamespaceLifecycle::admit_create(self, resource, name, namespace))
     }
 }
 

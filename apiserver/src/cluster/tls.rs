@@ -105,7 +105,7 @@ pub async fn watch_serving_files(
         ) {
             (Ok(cert), Ok(key)) => (cert, key),
             (Err(error), _) | (_, Err(error)) => {
-                tracing::warn!(%error, cert = %cert_path.display(), key = %key_path.display(), "read serving certificate");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), cert = %cert_path.display(), key = %key_path.display(), "read serving certificate");
                 continue;
             }
         };
@@ -114,7 +114,9 @@ pub async fn watch_serving_files(
             Ok(false) => {}
             // A half-written pair (certificate updated, key not yet) fails here; the next poll
             // picks up the complete pair.
-            Err(error) => tracing::warn!(%error, "reload serving certificate; keeping the one in force"),
+            Err(error) => {
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "reload serving certificate; keeping the one in force")
+            }
         }
     }
 }
@@ -130,7 +132,9 @@ pub async fn follow_client_cas(tls: Arc<ServingTls>, mut config: ConfigReceiver)
         match tls.set_client_cas(union) {
             Ok(true) => tracing::info!("client CA roots of the TLS server replaced"),
             Ok(false) => {}
-            Err(error) => tracing::warn!(%error, "rebuild TLS client CA roots; keeping the ones in force"),
+            Err(error) => {
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "rebuild TLS client CA roots; keeping the ones in force")
+            }
         }
         if config.changed().await.is_err() {
             return;

@@ -2,6 +2,7 @@
 //! Handlers are thin; object semantics live in [`crate::registry`], persistence in
 //! [`crate::storage`].
 
+pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod discovery;
@@ -82,11 +83,12 @@ pub struct AppState {
     pub authorizer: Arc<dyn auth::Authorizer>,
     /// The OpenAPI documents, prepared once.
     pub openapi: Arc<openapi::Documents>,
-    /// How `/snapshot` reaches the members of an EtcdCluster (the controller's connections).
-    pub members: etcd_operator_controller::member_ops::EtcdClient,
+    /// Where `/snapshot` takes snapshots from: the members of an EtcdCluster, reached by code the
+    /// binary injects (the controller's member connections). `None`: 503 on `/snapshot`.
+    pub snapshots: Option<Arc<dyn snapshot::SnapshotSource>>,
     /// Serve mode: creates are refused in missing or terminating namespaces, read from
     /// kube-apiserver. `None` in local mode (any DNS-1123 label is a namespace).
-    pub namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
+    pub namespaces: Option<Arc<dyn admission::CreateAdmission>>,
     /// The process's metrics registry, served at `/metrics` (404 there when `None`).
     pub metrics: Option<Arc<prometheus_client::registry::Registry>>,
 }

@@ -38,7 +38,7 @@ struct Target {
     /// The User-Agent's product: the field manager when the request names none.
     agent_manager: String,
     /// Serve mode's namespace lifecycle check on creates.
-    namespaces: Option<crate::cluster::namespaces::NamespaceLifecycle>,
+    namespaces: Option<std::sync::Arc<dyn super::admission::CreateAdmission>>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -76,7 +76,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
             (&Method::GET, Some(name)) if path_names_object(&info) => {
                 super::snapshot::serve(
                     state.stores.get(Kind::CLUSTER)?,
-                    &state.members,
+                    state.snapshots.as_ref(),
                     info.namespace.as_deref(),
                     name,
                     accept,
@@ -281,7 +281,7 @@ fn object_response(
         ),
         Output::Table(v) => {
             let include = IncludeObject::parse(query_value(t.query.as_deref(), "includeObject").as_deref())
-                .map_err(ApiError::bad_request)?;
+                .map_err(ApiError::from)?;
             let rv = obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or_default()
@@ -417,7 +417,7 @@ impl Selectors {
         let labels = LabelSelector::parse(&query_value(query, "labelSelector").unwrap_or_default())
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
         let fields = FieldSelector::parse(&query_value(query, "fieldSelector").unwrap_or_default())
-            .map_err(ApiError::bad_request)?;
+            .map_err(ApiError::from)?;
         Ok(Self { labels, fields })
     }
 
@@ -602,8 +602,8 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     let selecting = !selectors.labels.is_empty() || !selectors.fields.is_empty();
     let body = match t.output {
         Output::Table(v) => {
-            let include = IncludeObject::parse(query_value(q, "includeObject").as_deref())
-                .map_err(ApiError::bad_request)?;
+            let include =
+                IncludeObject::parse(query_value(q, "includeObject").as_deref()).map_err(ApiError::from)?;
             table::table_of(
                 t.kind,
                 v,
@@ -1220,8 +1220,7 @@ fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
         // kube-apiserver: MinRequestTimeout (1800 s) times a random factor in [1, 2).
         None => std::time::Duration::from_secs(1800 + rand::random_range(0..1800)),
     };
-    let include =
-        IncludeObject::parse(query_value(q, "includeObject").as_deref()).map_err(ApiError::bad_request)?;
+    let include = IncludeObject::parse(query_value(q, "includeObject").as_deref()).map_err(ApiError::from)?;
     Ok(WatchTarget {
         kind: t.kind,
         version: t.version.clone(),

@@ -78,9 +78,41 @@ fn valid_value(value: &str) -> bool {
             && value.ends_with(|c: char| c.is_ascii_alphanumeric()))
 }
 
+/// A label or field selector that does not parse (the text kube-apiserver answers with).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A key that is not a label key.
+    #[error("invalid label key \"{0}\"")]
+    LabelKey(String),
+    /// A value that is not a label value.
+    #[error("invalid label value: \"{0}\"")]
+    LabelValue(String),
+    /// `in`/`notin` without a parenthesised set.
+    #[error("found '{0}', expected: '(' ... ')'")]
+    Set(String),
+    /// An empty set.
+    #[error("for '{0}', set must have at least one value")]
+    EmptySet(&'static str),
+    /// `>`/`<` with a value that is not an integer.
+    #[error("for '{0}', value must be an integer")]
+    NotAnInteger(char),
+    /// A field requirement without an operator.
+    #[error("invalid selector: '{0}'; can't understand '{0}'")]
+    Unreadable(String),
+    /// A field other than `metadata.name` and `metadata.namespace`.
+    #[error("field label not supported: {0}")]
+    FieldNotSupported(String),
+}
+
+impl From<SelectorError> for super::error::ApiError {
+    fn from(e: SelectorError) -> Self {
+        Self::bad_request(e.to_string())
+    }
+}
+
 impl LabelSelector {
     /// Parses `a=b,c!=d,e in (f,g),!h,i>3`.
-    pub fn parse(input: &str) -> Result<Self, String> {
+    pub fn parse(input: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in split_top_level(input) {
             reqs.push(Self::parse_requirement(part)?);
@@ -88,21 +120,21 @@ impl LabelSelector {
         Ok(Self(reqs))
     }
 
-    fn parse_requirement(part: &str) -> Result<LabelRequirement, String> {
-        let key_ok = |k: &str| -> Result<String, String> {
+    fn parse_requirement(part: &str) -> Result<LabelRequirement, SelectorError> {
+        let key_ok = |k: &str| -> Result<String, SelectorError> {
             let k = k.trim();
             if valid_key(k) {
                 Ok(k.to_string())
             } else {
-                Err(format!("invalid label key \"{k}\""))
+                Err(SelectorError::LabelKey(k.to_owned()))
             }
         };
-        let value_ok = |v: &str| -> Result<String, String> {
+        let value_ok = |v: &str| -> Result<String, SelectorError> {
             let v = v.trim();
             if valid_value(v) {
                 Ok(v.to_string())
             } else {
-                Err(format!("invalid label value: \"{v}\""))
+                Err(SelectorError::LabelValue(v.to_owned()))
             }
         };
         if let Some(key) = part.strip_prefix('!') {
@@ -114,12 +146,12 @@ impl LabelSelector {
                 let inner = rest
                     .strip_prefix('(')
                     .and_then(|r| r.strip_suffix(')'))
-                    .ok_or_else(|| format!("found '{rest}', expected: '(' ... ')'"))?;
+                    .ok_or_else(|| SelectorError::Set(rest.to_owned()))?;
                 let values = inner.split(',').map(value_ok).collect::<Result<Vec<_>, _>>()?;
                 if values.is_empty()
                     || values.iter().all(String::is_empty) && values.len() == 1 && inner.trim().is_empty()
                 {
-                    return Err(format!("for '{}', set must have at least one value", op.trim()));
+                    return Err(SelectorError::EmptySet(op.trim()));
                 }
                 let key = key_ok(key)?;
                 return Ok(if is_in {
@@ -140,7 +172,7 @@ impl LabelSelector {
                 let n: i64 = value
                     .trim()
                     .parse()
-                    .map_err(|_| format!("for '{op}', value must be an integer"))?;
+                    .map_err(|_| SelectorError::NotAnInteger(op))?;
                 let key = key_ok(key)?;
                 return Ok(if greater {
                     LabelRequirement::GreaterThan(key, n)
@@ -180,7 +212,7 @@ impl LabelSelector {
 
 impl FieldSelector {
     /// Parses `metadata.name=a,metadata.namespace!=b`; other fields are a 400 in the caller.
-    pub fn parse(input: &str) -> Result<Self, String> {
+    pub fn parse(input: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in split_top_level(input) {
             let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -188,12 +220,12 @@ impl FieldSelector {
             } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(format!("invalid selector: '{part}'; can't understand '{part}'"));
+                return Err(SelectorError::Unreadable(part.to_owned()));
             };
             let field = match field.trim() {
                 "metadata.name" => FieldName::Name,
                 "metadata.namespace" => FieldName::Namespace,
-                other => return Err(format!("field label not supported: {other}")),
+                other => return Err(SelectorError::FieldNotSupported(other.to_owned())),
             };
             reqs.push((field, equal, value.trim().to_string()));
         }
@@ -287,7 +319,7 @@ mod tests {
         assert!(!s.matches("b", "default"));
         assert!(!s.matches("a", "kube-system"));
         assert_eq!(
-            FieldSelector::parse("spec.replicas=3").unwrap_err(),
+            FieldSelector::parse("spec.replicas=3").unwrap_err().to_string(),
             "field label not supported: spec.replicas"
         );
         assert!(FieldSelector::parse("metadata.name").is_err());

@@ -14,11 +14,14 @@
 //! its SHA-256 follows as the trailer `x-etcd-snapshot-sha256` (HTTP/2, or HTTP/1.1 clients that
 //! send `TE: trailers`).
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use etcd_operator_controller::backup::snapshot::{self, SnapshotError, SnapshotStream};
 use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
@@ -33,6 +36,62 @@ pub const SHA256_TRAILER: &str = "x-etcd-snapshot-sha256";
 /// The content type of a snapshot.
 pub const CONTENT_TYPE: &str = "application/octet-stream";
 
+/// Any error a snapshot stream ends with.
+pub type StreamError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where snapshots come from: the members of an EtcdCluster. The API server does not talk to
+/// members itself; the binary injects an implementation (the controller's member connections,
+/// which pick a healthy follower and check etcd's integrity hash).
+pub trait SnapshotSource: Send + Sync {
+    /// Opens a snapshot at a healthy member among those `endpoints` lead to.
+    fn open<'a>(
+        &'a self,
+        endpoints: &'a [String],
+    ) -> BoxFuture<'a, Result<MemberSnapshot, OpenSnapshotError>>;
+}
+
+/// What a snapshot that streamed whole and passed its integrity check was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedSnapshot {
+    /// Its size in bytes.
+    pub size: u64,
+    /// SHA-256 of the whole file, lowercase hex.
+    pub sha256: String,
+}
+
+/// A snapshot streaming from one member.
+pub struct MemberSnapshot {
+    /// The member's revision when the snapshot began.
+    pub revision: i64,
+    /// The member it streams from.
+    pub endpoint: String,
+    /// The file's chunks in order. The stream ends cleanly only after the last chunk passed the
+    /// integrity check; a failure (the member, a time limit, the check) is its last item.
+    pub chunks: BoxStream<'static, Result<Bytes, StreamError>>,
+    /// What the snapshot was, once the stream ended cleanly (`None` before, or after a failure).
+    pub verified: Box<dyn Fn() -> Option<VerifiedSnapshot> + Send + Sync>,
+}
+
+impl std::fmt::Debug for MemberSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberSnapshot")
+            .field("revision", &self.revision)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opening a snapshot failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenSnapshotError {
+    /// No member answered as healthy.
+    #[error("no healthy member to take a snapshot from")]
+    NoHealthyMember,
+    /// Every healthy member failed to start streaming; the last failure.
+    #[error("open a snapshot stream")]
+    Member(#[source] StreamError),
+}
+
 /// Whether an Accept header admits a snapshot (absent, `*/*`, `application/*` or the type).
 pub fn accepts(accept: Option<&str>) -> bool {
     accept.is_none_or(|a| {
@@ -43,10 +102,10 @@ pub fn accepts(accept: Option<&str>) -> bool {
     })
 }
 
-/// Handles the request.
+/// Handles the request. Without a `source` (a server that serves no snapshots) it is 503.
 pub async fn serve(
     storage: &Storage,
-    members: &etcd_operator_controller::member_ops::EtcdClient,
+    source: Option<&Arc<dyn SnapshotSource>>,
     namespace: Option<&str>,
     name: &str,
     accept: Option<&str>,
@@ -71,6 +130,11 @@ pub async fn serve(
         .map_err(|e| super::resource::storage_error_in(resource, e, name))?
         .ok_or_else(|| ApiError::not_found(resource, name))?;
     let cluster = crate::registry::cluster::from_storage(stored)?;
+    let Some(source) = source else {
+        return Err(ApiError::unavailable(
+            "this server does not serve snapshots".to_owned(),
+        ));
+    };
     let endpoints = cluster
         .status
         .as_ref()
@@ -81,17 +145,17 @@ pub async fn serve(
             "EtcdCluster {namespace}/{name} reports no client endpoints: no healthy member to take a snapshot from"
         )));
     }
-    let stream = snapshot::open(members, &endpoints).await.map_err(|e| match e {
-        SnapshotError::NoHealthyMember { .. } => ApiError::unavailable(format!(
-            "EtcdCluster {namespace}/{name}: no healthy member to take a snapshot from"
-        )),
-        other => ApiError::unavailable(format!("EtcdCluster {namespace}/{name}: {other}")),
+    let snapshot = source.open(&endpoints).await.map_err(|e| {
+        ApiError::unavailable(format!(
+            "EtcdCluster {namespace}/{name}: {}",
+            crate::error::chain(&e)
+        ))
     })?;
     let cluster = format!("{namespace}/{name}");
-    tracing::info!(%cluster, revision = stream.revision, from = %stream.endpoint, "streaming snapshot");
-    let filename = format!("{namespace}-{name}-{}.db", stream.revision);
-    let revision = stream.revision;
-    let mut response = Response::new(streaming_body(stream, cluster));
+    tracing::info!(%cluster, revision = snapshot.revision, from = %snapshot.endpoint, "streaming snapshot");
+    let filename = format!("{namespace}-{name}-{}.db", snapshot.revision);
+    let revision = snapshot.revision;
+    let mut response = Response::new(streaming_body(snapshot, cluster));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
@@ -108,16 +172,16 @@ pub async fn serve(
 /// The body of a snapshot response: its chunks as they arrive, then the SHA-256 trailer once the
 /// integrity check passed. A failed stream ends with an error frame, which makes hyper abort the
 /// response (see the module documentation).
-pub fn streaming_body(stream: SnapshotStream, cluster: String) -> Body {
-    let verified = stream.verified_handle();
+pub fn streaming_body(snapshot: MemberSnapshot, cluster: String) -> Body {
+    let MemberSnapshot { chunks, verified, .. } = snapshot;
     let failed_for = cluster.clone();
-    let chunks = stream.map(move |chunk| {
+    let chunks = chunks.map(move |chunk| {
         chunk.map(Frame::data).inspect_err(|error| {
-            tracing::warn!(cluster = %failed_for, %error, "snapshot stream failed; aborting the response body");
+            tracing::warn!(cluster = %failed_for, error = &**error as &dyn std::error::Error, "snapshot stream failed; aborting the response body");
         })
     });
     let trailer = futures::stream::iter([()]).filter_map(move |()| {
-        let verified = verified.get().cloned();
+        let verified = verified();
         let cluster = cluster.clone();
         async move {
             let verified = verified?;
@@ -126,7 +190,7 @@ pub fn streaming_body(stream: SnapshotStream, cluster: String) -> Body {
             if let Ok(v) = HeaderValue::from_str(&verified.sha256) {
                 trailers.insert(SHA256_TRAILER, v);
             }
-            Some(Ok::<Frame<Bytes>, SnapshotError>(Frame::trailers(trailers)))
+            Some(Ok::<Frame<Bytes>, StreamError>(Frame::trailers(trailers)))
         }
     });
     Body::new(StreamBody::new(chunks.chain(trailer)))
@@ -135,28 +199,68 @@ pub fn streaming_body(stream: SnapshotStream, cluster: String) -> Body {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etcd_operator_controller::member_ops::fake::fake_snapshot_bytes;
     use http_body_util::BodyExt;
+    use sha2::Digest;
+    use std::sync::OnceLock;
+
+    /// 512 bytes of "database" and etcd's trailing SHA-256 of them: a file that passes the check.
+    fn good_snapshot_bytes() -> Vec<u8> {
+        let mut data = vec![0x5a; 512];
+        let hash = sha2::Sha256::digest(&data);
+        data.extend_from_slice(&hash);
+        data
+    }
+
+    /// A snapshot of `data` in chunks of `chunk` bytes, checked at the end as a source checks
+    /// it: the last 32 bytes must be the SHA-256 of the rest, else the stream ends in an error.
+    fn snapshot_of(data: Vec<u8>, chunk: usize) -> MemberSnapshot {
+        let verified = Arc::new(OnceLock::new());
+        let data = Bytes::from(data);
+        let pieces: Vec<Result<Bytes, StreamError>> = (0..data.len())
+            .step_by(chunk)
+            .map(|at| Ok(data.slice(at..data.len().min(at + chunk))))
+            .collect();
+        let (db, hash) = data.split_at(data.len().saturating_sub(32));
+        let check: Result<Bytes, StreamError> =
+            Err("snapshot is corrupt: etcd's integrity hash does not match".into());
+        let end = if sha2::Sha256::digest(db).as_slice() == hash {
+            let _ = verified.set(VerifiedSnapshot {
+                size: data.len() as u64,
+                sha256: hex::encode(sha2::Sha256::digest(&data)),
+            });
+            Vec::new()
+        } else {
+            vec![check]
+        };
+        let read = Arc::clone(&verified);
+        MemberSnapshot {
+            revision: 1,
+            endpoint: "e".into(),
+            chunks: futures::stream::iter(pieces.into_iter().chain(end)).boxed(),
+            verified: Box::new(move || read.get().cloned()),
+        }
+    }
 
     #[tokio::test]
     async fn a_good_snapshot_streams_whole_with_its_checksum_trailer() {
-        let data = fake_snapshot_bytes();
-        let stream = SnapshotStream::from_bytes(1, "e", Bytes::from(data.clone()), 100);
-        let collected = streaming_body(stream, "ns/a".into()).collect().await.unwrap();
+        let data = good_snapshot_bytes();
+        let collected = streaming_body(snapshot_of(data.clone(), 100), "ns/a".into())
+            .collect()
+            .await
+            .unwrap();
         let trailers = collected.trailers().cloned().unwrap();
         assert_eq!(
             trailers.get(SHA256_TRAILER).unwrap(),
-            etcd_operator_controller::backup::policy::sha256_hex(&data).as_str()
+            hex::encode(sha2::Sha256::digest(&data)).as_str()
         );
         assert_eq!(collected.to_bytes(), data);
     }
 
     #[tokio::test]
     async fn a_corrupt_snapshot_ends_the_body_in_an_error_not_a_clean_end() {
-        let mut data = fake_snapshot_bytes();
+        let mut data = good_snapshot_bytes();
         data[7] ^= 1;
-        let stream = SnapshotStream::from_bytes(1, "e", Bytes::from(data.clone()), 100);
-        let mut body = streaming_body(stream, "ns/a".into());
+        let mut body = streaming_body(snapshot_of(data.clone(), 100), "ns/a".into());
         let mut passed = 0;
         let err = loop {
             match body.frame().await {
@@ -179,17 +283,14 @@ mod tests {
         let app = axum::Router::new().route(
             "/snapshot",
             axum::routing::get(move || async move {
-                let mut data = fake_snapshot_bytes();
+                let mut data = vec![7; 64 * 512];
                 // Many chunks, so the headers and most of the body are out before the check.
-                data.resize(64 * 512, 7);
-                use sha2::Digest;
                 let hash = sha2::Sha256::digest(&data);
                 data.extend_from_slice(&hash);
                 if corrupt {
                     data[100] ^= 1;
                 }
-                let stream = SnapshotStream::from_bytes(1, "e", Bytes::from(data), 512);
-                streaming_body(stream, "ns/a".into())
+                streaming_body(snapshot_of(data, 512), "ns/a".into())
             }),
         );
         tokio::spawn(async move { axum::serve(listener, app).await });

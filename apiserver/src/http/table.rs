@@ -20,15 +20,24 @@ pub enum IncludeObject {
 
 impl IncludeObject {
     /// Parses the query value; unknown values are a 400 in the caller.
-    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+    pub fn parse(value: Option<&str>) -> Result<Self, UnsupportedIncludeObject> {
         match value {
             None | Some("") | Some("Metadata") => Ok(Self::Metadata),
             Some("None") => Ok(Self::None),
             Some("Object") => Ok(Self::Object),
-            Some(other) => Err(format!(
-                "includeObject: Unsupported value: \"{other}\": supported values: \"None\", \"Metadata\", \"Object\""
-            )),
+            Some(other) => Err(UnsupportedIncludeObject(other.to_owned())),
         }
+    }
+}
+
+/// An `includeObject` value other than `None`, `Metadata` and `Object`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("includeObject: Unsupported value: \"{0}\": supported values: \"None\", \"Metadata\", \"Object\"")]
+pub struct UnsupportedIncludeObject(pub String);
+
+impl From<UnsupportedIncludeObject> for super::error::ApiError {
+    fn from(e: UnsupportedIncludeObject) -> Self {
+        Self::bad_request(e.to_string())
     }
 }
 

@@ -19,6 +19,14 @@ use serde_json::{Map, Value, json};
 /// One path: its elements in `fieldsV1` spelling.
 pub type Path = Vec<String>;
 
+/// A `fieldsV1` document with a node that is not an object.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("fieldsV1 node at {path:?} is not an object")]
+pub struct NotFieldsV1 {
+    /// Where.
+    pub path: Path,
+}
+
 /// A set of field paths, as `fieldsV1` encodes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSet(pub BTreeSet<Path>);
@@ -246,11 +254,9 @@ impl FieldSet {
     }
 
     /// Parses `fieldsV1`; anything that is not an object of objects is an error.
-    pub fn from_fields_v1(v: &Value) -> Result<Self, String> {
-        fn go(v: &Value, path: &mut Path, out: &mut BTreeSet<Path>) -> Result<(), String> {
-            let m = v
-                .as_object()
-                .ok_or_else(|| format!("fieldsV1 node at {path:?} is not an object"))?;
+    pub fn from_fields_v1(v: &Value) -> Result<Self, NotFieldsV1> {
+        fn go(v: &Value, path: &mut Path, out: &mut BTreeSet<Path>) -> Result<(), NotFieldsV1> {
+            let m = v.as_object().ok_or_else(|| NotFieldsV1 { path: path.clone() })?;
             if m.is_empty() && !path.is_empty() {
                 out.insert(path.clone());
             }
@@ -547,7 +553,7 @@ pub fn decode_entries(v: Option<&Value>) -> Result<Vec<Entry>, DecodeManagedFiel
         }
         let fields = match m.get("fieldsV1") {
             None | Some(Value::Null) => FieldSet::default(),
-            Some(f) => FieldSet::from_fields_v1(f).map_err(|e| err(&e))?,
+            Some(f) => FieldSet::from_fields_v1(f).map_err(|e| err(&e.to_string()))?,
         };
         out.push(Entry {
             manager: s("manager").unwrap_or_default(),

@@ -94,7 +94,7 @@ pub fn authenticate_local(peer: &super::PeerCertificates) -> Option<UserInfo> {
     match user_from_client_certificate(leaf) {
         Ok(user) => Some(user),
         Err(error) => {
-            tracing::debug!(%error, "client certificate carries no usable identity");
+            tracing::debug!(error = %etcd_operator_api::report::Chain(&error), "client certificate carries no usable identity");
             None
         }
     }

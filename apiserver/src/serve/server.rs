@@ -68,10 +68,10 @@ impl Default for ServeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The listener's own address could not be read.
-    #[error("read listener address: {0}")]
+    #[error("read listener address")]
     LocalAddr(#[source] std::io::Error),
     /// Accepting connections failed with an error that retrying cannot fix.
-    #[error("accept connection on {addr}: {source}")]
+    #[error("accept connection on {addr}")]
     Accept {
         addr: SocketAddr,
         #[source]
@@ -141,7 +141,7 @@ pub async fn serve_with(
                     ));
                 }
                 Err(source) if is_transient_accept_error(&source) => {
-                    tracing::warn!(%addr, error = %source, "accept connection failed; retrying");
+                    tracing::warn!(%addr, error = %etcd_operator_api::report::Chain(&source), "accept connection failed; retrying");
                     // Out of file descriptors or memory: give closing connections a moment.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
@@ -183,13 +183,13 @@ async fn connection(
     handshake_timeout: Duration,
 ) {
     if let Err(error) = tcp.set_nodelay(true) {
-        tracing::debug!(%remote, %error, "set TCP_NODELAY");
+        tracing::debug!(%remote, error = %etcd_operator_api::report::Chain(&error), "set TCP_NODELAY");
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
-            tracing::debug!(%remote, %error, "TLS handshake failed");
+            tracing::debug!(%remote, error = %etcd_operator_api::report::Chain(&error), "TLS handshake failed");
             return;
         }
         Err(_) => {
@@ -220,7 +220,7 @@ async fn connection(
         .serve_connection(TokioIo::new(stream), service)
         .into_owned();
     if let Err(error) = watcher.watch(conn).await {
-        tracing::debug!(%remote, %error, "connection ended with an error");
+        tracing::debug!(%remote, error = %etcd_operator_api::report::Chain(&*error), "connection ended with an error");
     }
 }
 
@@ -228,7 +228,7 @@ fn log_task_end(finished: Result<(), tokio::task::JoinError>) {
     if let Err(error) = finished
         && error.is_panic()
     {
-        tracing::error!(%error, "connection task panicked");
+        tracing::error!(error = %etcd_operator_api::report::Chain(&error), "connection task panicked");
     }
 }
 
@@ -260,14 +260,14 @@ pub async fn shutdown_signal() {
                 stream.recv().await;
             }
             Err(error) => {
-                tracing::warn!(%error, "install SIGTERM handler; only SIGINT stops the server");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "install SIGTERM handler; only SIGINT stops the server");
                 std::future::pending::<()>().await;
             }
         }
     };
     let interrupt = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "install SIGINT handler; only SIGTERM stops the server");
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "install SIGINT handler; only SIGTERM stops the server");
             std::future::pending::<()>().await;
         }
     };

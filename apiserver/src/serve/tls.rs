@@ -21,31 +21,31 @@ pub const ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// The serving certificate chain is not valid PEM.
-    #[error("parse serving certificate chain PEM: {0}")]
+    #[error("parse serving certificate chain PEM")]
     ParseCertificateChain(#[source] rustls_pki_types::pem::Error),
     /// The serving certificate PEM holds no certificate.
     #[error("parse serving certificate chain PEM: no CERTIFICATE block found")]
     EmptyCertificateChain,
     /// The private key is not valid PEM (PKCS#8, PKCS#1 or SEC1).
-    #[error("parse serving private key PEM: {0}")]
+    #[error("parse serving private key PEM")]
     ParsePrivateKey(#[source] rustls_pki_types::pem::Error),
     /// The client CA bundle is not valid PEM.
-    #[error("parse client CA bundle PEM: {0}")]
+    #[error("parse client CA bundle PEM")]
     ParseClientCa(#[source] rustls_pki_types::pem::Error),
     /// The client CA bundle holds no certificate.
     #[error("parse client CA bundle PEM: no CERTIFICATE block found")]
     EmptyClientCa,
     /// A client CA certificate is not a usable trust anchor.
-    #[error("add client CA certificate to the trust store: {0}")]
+    #[error("add client CA certificate to the trust store")]
     AddClientCa(#[source] rustls::Error),
     /// The ring provider does not support the requested protocol versions.
-    #[error("select TLS protocol versions: {0}")]
+    #[error("select TLS protocol versions")]
     ProtocolVersions(#[source] rustls::Error),
     /// The client certificate verifier could not be built.
-    #[error("build client certificate verifier: {0}")]
+    #[error("build client certificate verifier")]
     ClientVerifier(#[source] rustls::server::VerifierBuilderError),
     /// The key does not match the certificate, or is of an unsupported type.
-    #[error("load serving certificate and key: {0}")]
+    #[error("load serving certificate and key")]
     CertifiedKey(#[source] rustls::Error),
 }
 

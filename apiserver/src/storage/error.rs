@@ -110,12 +110,14 @@ impl StorageError {
         }
     }
 
-    /// Whether this is a store error saying the requested revision was compacted.
+    /// Whether this is a store error saying the requested revision was compacted (etcd's
+    /// errors classified by [`etcd_operator_etcd_errors::classify`], through the backend's).
     pub(crate) fn is_compacted(&self) -> bool {
         match self {
-            Self::Etcd { source, .. } => source
-                .to_string()
-                .contains("required revision has been compacted"),
+            Self::Etcd { source, .. } => {
+                etcd_operator_etcd_errors::classify(source)
+                    == etcd_operator_etcd_errors::EtcdErrorKind::Compacted
+            }
             Self::Backend { source, .. } => source.is_compacted(),
             _ => false,
         }
@@ -124,9 +126,10 @@ impl StorageError {
     /// Whether this is a store error saying the requested revision is in the future.
     pub(crate) fn is_future_revision(&self) -> bool {
         match self {
-            Self::Etcd { source, .. } => source
-                .to_string()
-                .contains("required revision is a future revision"),
+            Self::Etcd { source, .. } => {
+                etcd_operator_etcd_errors::classify(source)
+                    == etcd_operator_etcd_errors::EtcdErrorKind::FutureRevision
+            }
             Self::Backend { source, .. } => source.is_future_revision(),
             _ => false,
         }

@@ -12,6 +12,7 @@ use etcd_client::{
     MemberAddOptions,
 };
 
+use etcd_operator_etcd_errors::{self as etcd_errors, EtcdErrorKind};
 use futures::StreamExt;
 
 use super::{MemberOpError, MemberOps, SavedSnapshot, Snapshot, SnapshotError, SnapshotStream};
@@ -26,28 +27,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// whole database file).
 const DEFRAGMENT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Whether a status error is one of etcd's alarms (`memberID:<id> alarm:<type>`, the form etcd's
-/// `Status` lists them in): those are read typed from the alarm list instead. Classified here,
-/// at the wire, once.
-fn is_alarm_text(error: &str) -> bool {
-    error.starts_with("memberID:") && error.contains(" alarm:")
-}
 /// How long a whole snapshot stream may take (every snapshot, whoever asks for it).
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Cached clients kept at most; past this the cache starts again empty (endpoint sets of
 /// deleted clusters are never asked for again).
 const MAX_CACHED_CLIENTS: usize = 256;
-
-/// etcd's own descriptions of the errors that mean "not yet" (`rpctypes` in etcd's
-/// `api/v3rpc/rpctypes/error.go`). etcd gives these no distinct gRPC code (they share
-/// `FailedPrecondition`/`Unavailable` with permanent errors), and its Go client tells them apart by
-/// this exact text too, so this is the one place text is matched: at the wire, into a type.
-const NOT_READY_YET: [&str; 4] = [
-    "etcdserver: can only promote a learner member which is in sync with leader",
-    "etcdserver: unhealthy cluster",
-    "etcdserver: too many learner members in cluster",
-    "etcdserver: re-configuration failed due to not enough started members",
-];
 
 /// A cached client's key: the endpoints and the fingerprint of the identity presented to them.
 type CacheKey = (Vec<String>, String);
@@ -75,52 +59,25 @@ impl std::fmt::Debug for EtcdClient {
     }
 }
 
-/// An etcd error as a [`MemberOpError`]: "not yet" answers become [`MemberOpError::NotReadyYet`].
+/// An etcd error as a [`MemberOpError`], by the one classification of etcd's errors
+/// ([`etcd_operator_etcd_errors::classify`]): "not yet" answers become
+/// [`MemberOpError::NotReadyYet`], TLS handshake failures [`MemberOpError::Tls`].
 fn classify(op: &'static str, source: etcd_client::Error) -> MemberOpError {
-    if let etcd_client::Error::GRpcStatus(status) = &source
-        && NOT_READY_YET.contains(&status.message())
-    {
-        return MemberOpError::NotReadyYet {
+    match etcd_errors::classify(&source) {
+        EtcdErrorKind::NotReadyYet => MemberOpError::NotReadyYet {
             op,
-            detail: status.message().to_string(),
-        };
-    }
-    // etcd-client keeps the gRPC status (which carries the transport error) as data, not as a
-    // source: start the walk from inside it.
-    let inner: &(dyn std::error::Error + 'static) = match &source {
-        etcd_client::Error::GRpcStatus(status) => status,
-        etcd_client::Error::TransportError(transport) => transport,
-        etcd_client::Error::IoError(io) => io,
-        other => other,
-    };
-    if let Some(tls) = tls_failure(inner) {
-        return MemberOpError::Tls {
+            detail: etcd_errors::status_message(&source)
+                .unwrap_or_default()
+                .to_owned(),
+        },
+        EtcdErrorKind::TlsHandshake => MemberOpError::Tls {
             op,
-            detail: tls.to_string(),
-        };
+            detail: etcd_errors::tls_failure(&source)
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+        },
+        _ => MemberOpError::Etcd { op, source },
     }
-    MemberOpError::Etcd { op, source }
-}
-
-/// The rustls error somewhere in `error`'s chain of causes, if the failure was a TLS handshake.
-/// Typed: the chain is walked and each cause downcast, including the error an `io::Error` wraps
-/// (tokio-rustls reports handshake failures that way), never matched as text.
-fn tls_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = next {
-        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        if let Some(inner) = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(inner);
-        }
-        next = e.source();
-    }
-    None
 }
 
 /// Whether the cached client should go after this error. Any failure but etcd's own "not yet"
@@ -252,7 +209,7 @@ impl EtcdClient {
             errors: status
                 .errors()
                 .iter()
-                .filter(|e| !is_alarm_text(e))
+                .filter(|e| !etcd_errors::is_alarm_status_error(e))
                 .cloned()
                 .collect(),
             db_size: u64::try_from(status.db_size()).unwrap_or_default(),
@@ -480,12 +437,12 @@ impl MemberOps for EtcdClient {
             .and_then(|r| r.map_err(|e| classify("compact", e)));
             match compacted {
                 Ok(_) => Ok(revision),
-                // Compacted there already (by etcd's own auto-compaction, or an earlier try):
-                // etcd's `ErrCompacted`, told apart at the wire by its description.
-                Err(MemberOpError::Etcd {
-                    source: etcd_client::Error::GRpcStatus(ref status),
-                    ..
-                }) if status.message().contains("required revision has been compacted") => Ok(revision),
+                // Compacted there already (by etcd's own auto-compaction, or an earlier try).
+                Err(MemberOpError::Etcd { ref source, .. })
+                    if etcd_errors::classify(source) == EtcdErrorKind::Compacted =>
+                {
+                    Ok(revision)
+                }
                 Err(e) => Err(e),
             }
         }
@@ -588,7 +545,12 @@ mod tests {
 
     #[test]
     fn etcds_not_yet_answers_become_a_type_and_everything_else_stays_an_error() {
-        for message in NOT_READY_YET {
+        for message in [
+            "etcdserver: can only promote a learner member which is in sync with leader",
+            "etcdserver: unhealthy cluster",
+            "etcdserver: too many learner members in cluster",
+            "etcdserver: re-configuration failed due to not enough started members",
+        ] {
             let error = classify("member promote", status(tonic::Code::FailedPrecondition, message));
             assert!(error.is_not_ready_yet(), "{message}");
             assert!(!connection_failed(&error));
@@ -706,11 +668,13 @@ mod tests {
             std::io::ErrorKind::InvalidData,
             handshake.clone(),
         ));
-        assert_eq!(tls_failure(&wrapped), Some(&handshake));
+        let io = |e: std::io::Error| etcd_client::Error::IoError(e);
+        let tls_failure = etcd_errors::tls_failure;
+        assert_eq!(tls_failure(&io(std::io::Error::other(wrapped))), Some(&handshake));
         let direct = std::io::Error::new(std::io::ErrorKind::InvalidData, handshake.clone());
-        assert_eq!(tls_failure(&direct), Some(&handshake));
+        assert_eq!(tls_failure(&io(direct)), Some(&handshake));
         let refused = Wrapper(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert_eq!(tls_failure(&refused), None);
+        assert_eq!(tls_failure(&io(std::io::Error::other(refused))), None);
         // As etcd-client hands it over: a gRPC status whose source is the transport failure.
         let status = tonic::Status::from_error(Box::new(Wrapper(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

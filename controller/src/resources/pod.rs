@@ -24,7 +24,7 @@ use super::{
 };
 use crate::model::{ClusterRef, MemberConfig};
 use crate::restore::{self, RestoreError, RestoreMember, RestorePlan, SnapshotSource};
-use crate::runtime::ValidatedCluster;
+use crate::validated::ValidatedCluster;
 
 /// The hash of the member template a Pod was built from (see [`template_hash`]).
 pub const TEMPLATE_HASH_ANNOTATION: &str = "etcd.operator.dev/template-hash";

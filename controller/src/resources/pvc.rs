@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{member_labels, owner_reference};
 use crate::model::ClusterRef;
-use crate::runtime::ValidatedCluster;
+use crate::validated::ValidatedCluster;
 
 /// The PVC of member `member`. It carries no configuration yet: the runtime adds the
 /// `etcd.operator.dev/member-config` annotation when the member is started. A member with TLS

@@ -14,6 +14,7 @@ mod fetch;
 mod pod;
 mod tool;
 
+pub use crate::model::{RestorePlan, SnapshotSource};
 pub use fetch::{Fetched, fetch, verify};
 pub use pod::{
     PodFetch, PodFinish, RESTORE_SOURCE_MOUNT, check_reachable_from_pod, fetch_for_pod, finish_for_pod,
@@ -33,33 +34,6 @@ use object_store::ObjectStoreExt;
 
 use crate::backup::policy::{self, SnapshotCheckError, SnapshotDigest};
 use crate::backup::store::{self, Credentials, DestinationError};
-
-/// Where a snapshot comes from, resolved. Serializable, so a member's start configuration can
-/// carry it (a restarted operator restores the same way).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SnapshotSource {
-    /// A key in a backup destination (its `.sha256` sidecar, when present, is checked).
-    Store {
-        /// The destination.
-        destination: BackupDestination,
-        /// The key inside it.
-        key: String,
-    },
-    /// An `http`, `https` or `s3` URL (`<url>.sha256`, when present, is checked). `s3://` URLs
-    /// use the operator's ambient AWS configuration.
-    Url(String),
-}
-
-/// A snapshot to restore: its source and the checksum it must have, when known.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RestorePlan {
-    /// Where to fetch it.
-    pub source: SnapshotSource,
-    /// The SHA-256 recorded when it was taken (an EtcdBackup's `status.sha256`).
-    pub expected_sha256: Option<String>,
-}
 
 /// How the restored member is named and joins: the same values it starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use super::{RETAINED_REMOVED_LIMIT, Runtime, RuntimeError, ValidatedCluster};
 use crate::etcd_args::TlsFiles;
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
-use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, RENEW_BEFORE};
+use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, CertificateError, PemPair, RENEW_BEFORE};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
+use etcd_operator_api::report::chain;
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -92,8 +93,8 @@ fn certificates_error(what: &str) -> impl FnOnce(String) -> RuntimeError + '_ {
 /// first, 0600, so a crash in between only causes another re-issue.
 fn ensure_pair(
     base: &Path,
-    still_good: impl FnOnce(&PemPair) -> Result<(), String>,
-    issue: impl FnOnce() -> Result<PemPair, String>,
+    still_good: impl FnOnce(&PemPair) -> Result<(), Reissue>,
+    issue: impl FnOnce() -> Result<PemPair, CertificateError>,
 ) -> Result<PemPair, RuntimeError> {
     let what = base.display().to_string();
     let cert_path = base.with_extension("crt");
@@ -106,20 +107,36 @@ fn ensure_pair(
         let checked = if pair_matches(&pair) {
             still_good(&pair)
         } else {
-            Err("its key does not belong to it".to_owned())
+            Err(Reissue::KeyMismatch)
         };
         match checked {
             Ok(()) => return Ok(pair),
-            Err(reason) => tracing::info!(certificate = %what, %reason, "issuing the certificate again"),
+            Err(reason) => {
+                tracing::info!(certificate = %what, reason = %chain(&reason), "issuing the certificate again")
+            }
         }
     }
-    let pair = issue().map_err(certificates_error(&what))?;
+    let pair = issue().map_err(|e| certificates_error(&what)(chain(&e)))?;
     if let Some(dir) = base.parent() {
         std::fs::create_dir_all(dir).map_err(|e| certificates_error(&what)(e.to_string()))?;
     }
     write_file(&key_path, &pair.key_pem, 0o600).map_err(|e| certificates_error(&what)(e.to_string()))?;
     write_file(&cert_path, &pair.cert_pem, 0o644).map_err(|e| certificates_error(&what)(e.to_string()))?;
     Ok(pair)
+}
+
+/// Why a stored certificate is issued again.
+#[derive(Debug, thiserror::Error)]
+enum Reissue {
+    /// Its key is not its certificate's.
+    #[error("its key does not belong to it")]
+    KeyMismatch,
+    /// An on-demand rotation asks for new certificates.
+    #[error("rotation {0:?} was requested")]
+    Rotation(String),
+    /// It does not pass the CA's checks.
+    #[error("the certificate is no longer good")]
+    Check(#[from] crate::tls::ca::CheckError),
 }
 
 /// Whether the pair's key is its certificate's key.
@@ -212,14 +229,10 @@ impl LocalRuntime {
         let pair = ensure_pair(
             &base,
             |_| Ok(()),
-            || {
-                CertificateAuthority::generate(&name, CA_VALIDITY)
-                    .map(|ca| ca.pem().clone())
-                    .map_err(|e| e.to_string())
-            },
+            || CertificateAuthority::generate(&name, CA_VALIDITY).map(|ca| ca.pem().clone()),
         )?;
         CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
-            .map_err(certificates_error(&base.display().to_string()))
+            .map_err(|e| certificates_error(&base.display().to_string())(chain(&e)))
     }
 
     /// A member's certificates for the planes that use TLS: `<member>/tls/{server,peer}`, and
@@ -241,12 +254,9 @@ impl LocalRuntime {
         let rotation_file = dir.join("rotation");
         let recorded = std::fs::read_to_string(&rotation_file).ok();
         let rotate = rotation.is_some_and(|r| recorded.as_deref() != Some(r));
-        let requested = |pair: &PemPair, check: &dyn Fn(&PemPair) -> Result<(), String>| {
+        let requested = |pair: &PemPair, check: &dyn Fn(&PemPair) -> Result<(), Reissue>| {
             if rotate {
-                return Err(format!(
-                    "rotation {:?} was requested",
-                    rotation.unwrap_or_default()
-                ));
+                return Err(Reissue::Rotation(rotation.unwrap_or_default().to_owned()));
             }
             check(pair)
         };
@@ -254,12 +264,11 @@ impl LocalRuntime {
             let ca = self.ensure_ca(cluster, "client")?;
             let good = |pair: &PemPair| {
                 requested(pair, &|p: &PemPair| {
-                    ca.verify_server(&p.cert_pem, &server_names, now)
+                    Ok(ca.verify_server(&p.cert_pem, &server_names, now)?)
                 })
             };
             ensure_pair(&dir.join("server"), good, || {
                 ca.issue(&member_tls::server_certificate(&file.name, &names))
-                    .map_err(|e| e.to_string())
             })?;
             files.client = Some(TlsFiles {
                 cert: dir.join("server.crt").display().to_string(),
@@ -272,12 +281,11 @@ impl LocalRuntime {
             let good = |pair: &PemPair| {
                 requested(pair, &|p: &PemPair| {
                     ca.verify_server(&p.cert_pem, &server_names, now)?;
-                    ca.verify_client(&p.cert_pem, now)
+                    Ok(ca.verify_client(&p.cert_pem, now)?)
                 })
             };
             ensure_pair(&dir.join("peer"), good, || {
                 ca.issue(&member_tls::peer_certificate(&file.name, &names))
-                    .map_err(|e| e.to_string())
             })?;
             files.peer = Some(TlsFiles {
                 cert: dir.join("peer.crt").display().to_string(),
@@ -965,11 +973,8 @@ impl Runtime for LocalRuntime {
         let ca = self.ensure_ca(cluster, "client")?;
         let base = self.cluster_dir(cluster).join("pki").join("operator");
         let now = std::time::SystemTime::now();
-        let good = |pair: &PemPair| ca.verify_client(&pair.cert_pem, now);
-        let pair = ensure_pair(&base, good, || {
-            ca.issue(&member_tls::operator_certificate())
-                .map_err(|e| e.to_string())
-        })?;
+        let good = |pair: &PemPair| Ok(ca.verify_client(&pair.cert_pem, now)?);
+        let pair = ensure_pair(&base, good, || ca.issue(&member_tls::operator_certificate()))?;
         Ok(Some(ClientTls {
             ca_pem: ca.pem().cert_pem.clone(),
             cert_pem: pair.cert_pem,

@@ -56,7 +56,7 @@ pub enum RuntimeError {
         source: kube::Error,
     },
     /// A member's data could not be restored from its snapshot (fetch, checksum, restore tool).
-    #[error("{prefix} for member {member}: {source}", prefix = crate::outcome::RESTORE_FAILED_PREFIX)]
+    #[error("restore from snapshot for member {member}: {source}")]
     Restore {
         /// The member.
         member: String,

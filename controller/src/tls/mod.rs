@@ -1,5 +1,6 @@
 //! TLS for the etcd clusters the operator runs: the certificate authority code shared with the
-//! API server ([`ca`]) and what a cluster's members and the operator present ([`member`]).
+//! API server ([`ca`], the `etcd-operator-pki` crate) and what a cluster's members and the
+//! operator present ([`member`]).
 
-pub mod ca;
+pub use etcd_operator_pki as ca;
 pub mod member;

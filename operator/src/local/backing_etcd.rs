@@ -51,7 +51,7 @@ pub enum BackingEtcdError {
     #[error("find the etcd binary: {} (from --etcd-binary) is not a file; run `make tools-etcd` or fix the path", path.display())]
     ExplicitBinaryMissing { path: PathBuf },
     /// A state file or directory could not be used.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
@@ -59,13 +59,13 @@ pub enum BackingEtcdError {
         source: std::io::Error,
     },
     /// No free loopback ports could be found.
-    #[error("choose free loopback ports for etcd: {0}")]
+    #[error("choose free loopback ports for etcd")]
     Ports(#[source] std::io::Error),
     /// A stale etcd of an earlier run holds the data directory and would not stop.
     #[error("stop stale etcd (pid {pid}) still using {}: it did not exit after SIGKILL", data_dir.display())]
     StaleProcess { pid: u32, data_dir: PathBuf },
     /// A signal could not be sent.
-    #[error("send {signal} to etcd (pid {pid}): {source}")]
+    #[error("send {signal} to etcd (pid {pid})")]
     Signal {
         signal: &'static str,
         pid: u32,
@@ -73,7 +73,7 @@ pub enum BackingEtcdError {
         source: nix::Error,
     },
     /// The process could not be executed.
-    #[error("spawn etcd {}: {source}", binary.display())]
+    #[error("spawn etcd {}", binary.display())]
     Spawn {
         binary: PathBuf,
         #[source]
@@ -87,10 +87,10 @@ pub enum BackingEtcdError {
         log_tail: String,
     },
     /// The certificates could not be loaded, checked or issued.
-    #[error("set up the backing etcd's certificates: {0}")]
+    #[error("set up the backing etcd's certificates")]
     Pki(#[source] PkiError),
     /// The member's peer URL (kept in etcd's data) could not be brought up to date.
-    #[error("update the backing etcd's peer URL to {peer_url}: {source}")]
+    #[error("update the backing etcd's peer URL to {peer_url}")]
     UpdatePeerUrl {
         peer_url: String,
         #[source]
@@ -106,7 +106,7 @@ pub enum BackingEtcdError {
         log_tail: String,
     },
     /// Waiting for the process to exit failed.
-    #[error("stop etcd (pid {pid}): {source}")]
+    #[error("stop etcd (pid {pid})")]
     Wait {
         pid: u32,
         #[source]
@@ -307,9 +307,9 @@ impl BackingEtcd {
             attempt += 1;
             let ports = choose_ports(&options.dir, attempt > 1)?;
             match Self::start_once(options, data, ports).await {
-                Err(BackingEtcdError::Exited { log_tail, .. })
-                    if attempt < START_ATTEMPTS && log_tail.contains("address already in use") =>
-                {
+                // etcd exited at start: if one of its ports cannot be bound now that it is gone,
+                // another process took it after it was chosen (told by the bind, not etcd's log).
+                Err(BackingEtcdError::Exited { .. }) if attempt < START_ATTEMPTS && ports_taken(&ports) => {
                     tracing::info!(
                         attempt,
                         "a port chosen for etcd was taken meanwhile; retrying with new ports"
@@ -587,7 +587,7 @@ impl BackingEtcd {
         if let Err(error) = std::fs::remove_file(&path)
             && error.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!(path = %path.display(), %error, "remove etcd pid file");
+            tracing::warn!(path = %path.display(), error = %etcd_operator_api::report::Chain(&error), "remove etcd pid file");
         }
     }
 }
@@ -605,12 +605,12 @@ impl Drop for BackingEtcd {
         // directory unlocked) when the guard is, which a restart on the same directory relies on.
         let pid = self.pid;
         if let Err(error) = signal(pid, nix::sys::signal::Signal::SIGTERM) {
-            tracing::warn!(%error, "stop backing etcd on drop");
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "stop backing etcd on drop");
         }
         if !poll_exit(&mut child, self.stop_timeout) {
             tracing::warn!(pid, "backing etcd ignored SIGTERM; killing it");
             if let Err(error) = child.start_kill() {
-                tracing::warn!(pid, %error, "kill backing etcd");
+                tracing::warn!(pid, error = %etcd_operator_api::report::Chain(&error), "kill backing etcd");
             }
             poll_exit(&mut child, Duration::from_secs(2));
         }
@@ -791,6 +791,17 @@ fn free_ports<const N: usize>(besides: &[u16]) -> Result<[u16; N], BackingEtcdEr
     Ok(ports)
 }
 
+/// Whether one of `ports` is bound by another process: binding it fails with `AddrInUse`.
+fn ports_taken(ports: &EtcdPorts) -> bool {
+    [ports.client, ports.peer, ports.metrics]
+        .into_iter()
+        .filter(|port| *port != 0)
+        .any(|port| {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
+        })
+}
+
 fn port_free(port: u16) -> bool {
     port != 0 && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
@@ -886,6 +897,21 @@ mod tests {
 
     fn stored(dir: &Path) -> EtcdPorts {
         serde_json::from_str(&std::fs::read_to_string(dir.join("ports.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_port_another_process_holds_is_taken_and_free_ones_are_not() {
+        let [client, peer, metrics] = free_ports::<3>(&[]).unwrap();
+        let ports = EtcdPorts {
+            client,
+            peer,
+            metrics,
+        };
+        assert!(!ports_taken(&ports));
+        let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, peer)).unwrap();
+        assert!(ports_taken(&ports));
+        drop(squatter);
+        assert!(!ports_taken(&ports));
     }
 
     #[test]

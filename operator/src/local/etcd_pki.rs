@@ -84,7 +84,7 @@ pub fn ensure(dir: &Path) -> Result<EtcdPki, PkiError> {
         .collect();
     let server_spec = LeafSpec::server(SERVER_NAME, &dns, &ips);
     let server = pki::ensure_leaf(dir, "server", &ca, &server_spec, |pair| {
-        ca.verify_server(&pair.cert_pem, &server_names, now)
+        Ok(ca.verify_server(&pair.cert_pem, &server_names, now)?)
     })?;
     let peer_spec = LeafSpec {
         usage: LeafUsage::Peer,
@@ -92,10 +92,10 @@ pub fn ensure(dir: &Path) -> Result<EtcdPki, PkiError> {
     };
     let peer = pki::ensure_leaf(dir, "peer", &ca, &peer_spec, |pair| {
         ca.verify_server(&pair.cert_pem, &server_names, now)?;
-        ca.verify_client(&pair.cert_pem, now)
+        Ok(ca.verify_client(&pair.cert_pem, now)?)
     })?;
     let client = pki::ensure_leaf(dir, "client", &ca, &LeafSpec::client(CLIENT_USER, &[]), |pair| {
-        ca.verify_client(&pair.cert_pem, now)
+        Ok(ca.verify_client(&pair.cert_pem, now)?)
     })?;
     Ok(EtcdPki {
         dir: dir.to_path_buf(),

@@ -43,37 +43,37 @@ pub struct LocalOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
     /// The state directory could not be created.
-    #[error("create state directory {}: {source}", path.display())]
+    #[error("create state directory {}", path.display())]
     CreateStateDir {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// The HTTPS address could not be bound.
-    #[error("listen on {addr}: {source}")]
+    #[error("listen on {addr}")]
     Listen {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
     /// The certificates could not be set up.
-    #[error("set up local certificates: {0}")]
+    #[error("set up local certificates")]
     Pki(#[from] PkiError),
     /// The TLS configuration could not be built from them.
-    #[error("build TLS configuration: {0}")]
+    #[error("build TLS configuration")]
     Tls(#[from] TlsError),
     /// The backing etcd could not be found or started.
-    #[error("start backing etcd: {0}")]
+    #[error("start backing etcd")]
     BackingEtcd(#[from] BackingEtcdError),
     /// The backing etcd started but the storage client could not connect.
-    #[error("connect to backing etcd at {endpoint}: {source}")]
+    #[error("connect to backing etcd at {endpoint}")]
     ConnectEtcd {
         endpoint: String,
         #[source]
         source: etcd_client::Error,
     },
     /// The kubeconfig could not be written.
-    #[error("write kubeconfig: {0}")]
+    #[error("write kubeconfig")]
     Kubeconfig(#[from] KubeconfigError),
 }
 

@@ -136,7 +136,7 @@ impl SupervisedEtcd {
         match self.task.await {
             Ok(result) => result,
             Err(error) => {
-                tracing::error!(%error, "the backing etcd supervisor failed");
+                tracing::error!(error = %etcd_operator_api::report::Chain(&error), "the backing etcd supervisor failed");
                 Ok(())
             }
         }
@@ -171,7 +171,7 @@ async fn supervise(
             ),
             Err(error) => tracing::error!(
                 pid,
-                %error,
+                error = %etcd_operator_api::report::Chain(&error),
                 "the backing etcd could not be waited for; restarting it"
             ),
         }
@@ -191,7 +191,9 @@ async fn supervise(
             };
             match restarted {
                 Ok(restarted) => break restarted,
-                Err(error) => tracing::error!(attempt, %error, "restart the backing etcd"),
+                Err(error) => {
+                    tracing::error!(attempt, error = %etcd_operator_api::report::Chain(&error), "restart the backing etcd")
+                }
             }
         };
         tracing::info!(pid = etcd.pid(), attempt, endpoint = %etcd.endpoint(), "the backing etcd serves again");

@@ -98,6 +98,7 @@ fn leaves_verify_against_the_ca_with_the_expected_identities() {
             SystemTime::now(),
         )
         .unwrap_err();
+    let err = etcd_operator_api::report::chain(&err);
     assert!(err.contains("10.9.8.7"), "{err}");
     // A client certificate is no server certificate, and the reverse.
     assert!(
@@ -187,6 +188,30 @@ fn an_incomplete_ca_is_an_error_not_a_silent_new_ca() {
     let err = pki::ensure(dir.path(), ip("127.0.0.1")).unwrap_err();
     assert!(matches!(err, PkiError::IncompleteCa { .. }), "{err}");
     assert!(err.to_string().contains("ca.key"), "{err}");
+}
+
+/// The chain a person reads when local mode cannot use its CA: each error says what failed, its
+/// causes follow once each (no message repeats its source's text).
+#[test]
+fn an_error_chain_names_each_cause_once() {
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    pki::ensure(dir.path(), ip("127.0.0.1")).unwrap();
+    std::fs::write(dir.path().join("ca.crt"), "not a certificate").unwrap();
+    let err = LocalError::from(pki::ensure(dir.path(), ip("127.0.0.1")).unwrap_err());
+    let chain = etcd_operator_api::report::chain(&err);
+    println!("{chain}");
+    let mut causes = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(e) = next {
+        causes.push(e.to_string());
+        next = e.source();
+    }
+    assert!(causes.len() >= 4, "local mode -> PKI -> CA -> PEM: {causes:?}");
+    for cause in &causes {
+        assert_eq!(chain.matches(cause.as_str()).count(), 1, "{cause:?} in {chain:?}");
+    }
+    assert_eq!(chain, causes.join(": "));
 }
 
 // ---- kubeconfig
@@ -895,7 +920,7 @@ async fn a_broken_ca_of_the_backing_etcd_stops_the_start_and_is_not_replaced() {
     let ca_cert = std::fs::read_to_string(pki_dir.join("ca.crt")).unwrap();
     std::fs::remove_file(pki_dir.join("ca.key")).unwrap();
     let err = BackingEtcd::start(etcd_options(dir.path())).await.unwrap_err();
-    let text = err.to_string();
+    let text = etcd_operator_api::report::chain(&err);
     assert!(
         matches!(err, BackingEtcdError::Pki(PkiError::IncompleteCa { .. }))
             && text.contains("backing etcd's certificates")

@@ -130,7 +130,7 @@ pub enum LeaderElectionError {
     #[error("configure leader election: {0}")]
     Config(String),
     /// kube-apiserver refused or could not be reached.
-    #[error("{op} Lease {namespace}/{name}: {source}")]
+    #[error("{op} Lease {namespace}/{name}")]
     Kube {
         /// What was attempted: read, create, update, release.
         op: &'static str,
@@ -488,7 +488,7 @@ where
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, "leader election");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "leader election");
                 if Instant::now() >= act_until
                     && let Some((stop, task)) = leading.take()
                 {

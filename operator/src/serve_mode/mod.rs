@@ -79,7 +79,7 @@ pub struct ServeArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeModeError {
     /// A file could not be read.
-    #[error("read {path}: {source}")]
+    #[error("read {path}")]
     ReadFile {
         path: PathBuf,
         #[source]
@@ -89,13 +89,13 @@ pub enum ServeModeError {
     #[error("configure the kube-apiserver client: {0}")]
     KubeClient(String),
     /// The backing etcd could not be reached.
-    #[error("connect to the backing etcd: {0}")]
+    #[error("connect to the backing etcd")]
     Etcd(#[source] etcd_client::Error),
     /// Storage failed to start.
-    #[error("start storage: {0}")]
+    #[error("start storage")]
     Storage(#[from] StorageError),
     /// The serving TLS configuration is unusable.
-    #[error("build serving TLS configuration: {0}")]
+    #[error("build serving TLS configuration")]
     Tls(#[from] serve::TlsError),
     /// The loopback path could not be set up.
     #[error(transparent)]
@@ -107,14 +107,14 @@ pub enum ServeModeError {
     #[error(transparent)]
     LeaderElection(#[from] leader::LeaderElectionError),
     /// Binding a listener failed.
-    #[error("listen on {addr}: {source}")]
+    #[error("listen on {addr}")]
     Listen {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
     /// Serving failed.
-    #[error("serve HTTPS: {0}")]
+    #[error("serve HTTPS")]
     Serve(#[from] serve::ServeError),
 }
 
@@ -290,8 +290,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         authenticator: Arc::new(authenticator),
         authorizer: Arc::new(SubjectAccessReviewAuthorizer::new(kube.clone())),
         openapi: Arc::new(openapi::Documents::generate()?),
-        members: Default::default(),
-        namespaces: Some(etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(kube.clone())),
+        snapshots: Some(Arc::new(crate::snapshots::MemberSnapshots::default())),
+        namespaces: Some(Arc::new(
+            etcd_operator_apiserver::cluster::namespaces::NamespaceLifecycle::new(kube.clone()),
+        )),
         metrics: Some(Arc::new(registry)),
     };
     // The controller's own requests on the loopback listener are counted too, as kube-apiserver
@@ -345,12 +347,16 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
 
     tasks.cancel();
     match tokio::time::timeout(Duration::from_secs(10), controllers).await {
-        Ok(Ok(Err(error))) => tracing::warn!(%error, "leader election"),
+        Ok(Ok(Err(error))) => {
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "leader election")
+        }
         Ok(_) => {}
         Err(_) => tracing::warn!("the controllers did not stop within 10 s"),
     }
     match tokio::time::timeout(Duration::from_secs(15), private_server).await {
-        Ok(Ok(Err(error))) => tracing::warn!(%error, "loopback listener"),
+        Ok(Ok(Err(error))) => {
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "loopback listener")
+        }
         Ok(_) => {}
         Err(_) => tracing::warn!("the loopback listener did not stop within 15 s"),
     }

@@ -340,7 +340,7 @@ impl ShardManager {
             .try_acquire_or_renew_within(&mut seen.presence, limit)
             .await
         {
-            tracing::warn!(%error, "shard presence");
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "shard presence");
         }
         let selector = format!("{GROUP_LABEL}={}", self.lease_name);
         let listed =
@@ -352,7 +352,7 @@ impl ShardManager {
                 .filter_map(|lease| Some((lease.metadata.name.clone()?, lease)))
                 .collect(),
             Ok(Err(error)) => {
-                tracing::warn!(%error, "list the shard Leases; renewing the held ones one by one");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "list the shard Leases; renewing the held ones one by one");
                 self.renew_one_by_one(slots).await;
                 return;
             }
@@ -524,7 +524,9 @@ impl ShardManager {
                     slot.held = false;
                     slot.leaving = None;
                 }
-                Err(error) => tracing::warn!(shard, %error, "renew the shard Lease"),
+                Err(error) => {
+                    tracing::warn!(shard, error = %etcd_operator_api::report::Chain(&error), "renew the shard Lease")
+                }
             }
         }
 
@@ -564,7 +566,9 @@ impl ShardManager {
                     slot.held = false;
                     slot.leaving = None;
                 }
-                Ok(Err(error)) => tracing::warn!(shard, %error, "release the shard Lease"),
+                Ok(Err(error)) => {
+                    tracing::warn!(shard, error = %etcd_operator_api::report::Chain(&error), "release the shard Lease")
+                }
                 Err(_) => tracing::warn!(shard, "release the shard Lease: no answer"),
             }
         }
@@ -587,7 +591,9 @@ impl ShardManager {
                 Ok(Attempt::NotHeld(_)) => {
                     tracing::debug!(shard, "another replica took the shard first");
                 }
-                Err(error) => tracing::warn!(shard, %error, "take the shard Lease"),
+                Err(error) => {
+                    tracing::warn!(shard, error = %etcd_operator_api::report::Chain(&error), "take the shard Lease")
+                }
             }
         }
     }
@@ -633,7 +639,9 @@ impl ShardManager {
                     slot.held = false;
                     slot.leaving = None;
                 }
-                Err(error) => tracing::warn!(shard, %error, "renew the shard Lease"),
+                Err(error) => {
+                    tracing::warn!(shard, error = %etcd_operator_api::report::Chain(&error), "renew the shard Lease")
+                }
             }
         }
     }
@@ -651,7 +659,9 @@ impl ShardManager {
         match tokio::time::timeout(self.timing.retry, self.api.delete(name, &params)).await {
             Ok(Ok(_)) => tracing::info!(lease = name, "deleted the presence Lease of a departed replica"),
             Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {}
-            Ok(Err(error)) => tracing::debug!(lease = name, %error, "delete a departed replica's Lease"),
+            Ok(Err(error)) => {
+                tracing::debug!(lease = name, error = %etcd_operator_api::report::Chain(&error), "delete a departed replica's Lease")
+            }
             Err(_) => tracing::debug!(lease = name, "delete a departed replica's Lease: no answer"),
         }
     }
@@ -680,13 +690,17 @@ impl ShardManager {
             }
             match tokio::time::timeout(self.timing.retry, slot.lock.release()).await {
                 Ok(Ok(())) => tracing::info!(shard, "released the shard Lease"),
-                Ok(Err(error)) => tracing::warn!(shard, %error, "release the shard Lease"),
+                Ok(Err(error)) => {
+                    tracing::warn!(shard, error = %etcd_operator_api::report::Chain(&error), "release the shard Lease")
+                }
                 Err(_) => tracing::warn!(shard, "release the shard Lease: no answer"),
             }
         }
         match tokio::time::timeout(self.timing.retry, presence.release()).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "release the presence Lease"),
+            Ok(Err(error)) => {
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "release the presence Lease")
+            }
             Err(_) => tracing::warn!("release the presence Lease: no answer"),
         }
         tracing::info!(identity = %self.identity, "released the shard Leases");

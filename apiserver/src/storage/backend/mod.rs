@@ -12,6 +12,7 @@ mod memory;
 #[cfg(test)]
 mod memory_tests;
 
+use etcd_operator_etcd_errors::{self as etcd_errors, EtcdErrorKind};
 use futures::future::BoxFuture;
 
 pub use etcd::EtcdBackend;
@@ -181,7 +182,7 @@ impl BackendError {
     pub fn is_compacted(&self) -> bool {
         match self {
             Self::Compacted { .. } => true,
-            Self::Etcd(e) => e.to_string().contains("required revision has been compacted"),
+            Self::Etcd(e) => etcd_errors::classify(e) == EtcdErrorKind::Compacted,
             _ => false,
         }
     }
@@ -190,7 +191,7 @@ impl BackendError {
     pub fn is_future_revision(&self) -> bool {
         match self {
             Self::FutureRevision { .. } => true,
-            Self::Etcd(e) => e.to_string().contains("required revision is a future revision"),
+            Self::Etcd(e) => etcd_errors::classify(e) == EtcdErrorKind::FutureRevision,
             _ => false,
         }
     }

@@ -96,10 +96,10 @@ pub(super) fn reissue_reason(
             return Err(format!("{ca_key} is not the cluster's CA"));
         }
         ca.verify_server(&pair.cert_pem, names, now)
-            .map_err(|e| format!("{cert}: {e}"))?;
+            .map_err(|e| format!("{cert}: {}", etcd_operator_api::report::chain(&e)))?;
         if peer {
             ca.verify_client(&pair.cert_pem, now)
-                .map_err(|e| format!("{cert}: {e}"))?;
+                .map_err(|e| format!("{cert}: {}", etcd_operator_api::report::chain(&e)))?;
         }
         Ok(())
     };
@@ -297,7 +297,8 @@ impl KubernetesRuntime {
         secret: &Secret,
     ) -> Result<CertificateAuthority, RuntimeError> {
         let loaded = match secret_pair(secret, TLS_CERT_KEY, TLS_KEY_KEY) {
-            Some(pair) => CertificateAuthority::load(&pair.cert_pem, &pair.key_pem),
+            Some(pair) => CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
+                .map_err(|e| etcd_operator_api::report::chain(&e)),
             None => Err(format!("it has no {TLS_CERT_KEY} or {TLS_KEY_KEY}")),
         };
         match loaded {

@@ -1,7 +1,9 @@
 //! A certificate authority made with rcgen: generate or load a CA, issue server, client and peer
 //! certificates with ECDSA P-256 keys, and check a certificate with rustls' own WebPKI verifiers,
 //! so that "this certificate is still good" means exactly what a TLS peer will decide. Used for
-//! the API server's own certificates and for the etcd clusters the operator runs. Pure.
+//! the API server's own certificates and for the etcd clusters the operator runs. Pure: no I/O.
+//! A crate of its own so that the API server and the controller both use it and neither depends on
+//! the other.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -29,7 +31,7 @@ pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 #[derive(Debug, thiserror::Error)]
 pub enum CertificateError {
     /// rcgen failed to generate a key or sign a certificate.
-    #[error("generate {what}: {source}")]
+    #[error("generate {what}")]
     Generate {
         /// What was being made.
         what: String,
@@ -53,6 +55,45 @@ pub enum CertificateError {
         /// Why.
         reason: String,
     },
+}
+
+/// A certificate or key could not be read, or a certificate did not pass a check.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The text holds no PEM certificate that parses.
+    #[error("parse the certificate PEM")]
+    Pem(#[source] rustls_pki_types::pem::Error),
+    /// The CA key does not parse.
+    #[error("parse the CA key")]
+    Key(#[source] rcgen::Error),
+    /// The CA key is another certificate's.
+    #[error("the CA key does not belong to the CA certificate")]
+    KeyMismatch,
+    /// rcgen cannot sign with the CA certificate.
+    #[error("read the CA certificate")]
+    Issuer(#[source] rcgen::Error),
+    /// rustls does not accept the CA as a trust anchor.
+    #[error("trust the CA certificate")]
+    Roots(#[source] rustls::Error),
+    /// rustls could not build a verifier from the CA.
+    #[error("build the certificate verifier")]
+    Verifier(#[source] rustls::client::VerifierBuilderError),
+    /// The certificate is not valid for a use, a name or a time.
+    #[error("not a valid {usage} certificate{} at {at}", name.as_ref().map(|n| format!(" for {n}")).unwrap_or_default())]
+    NotValid {
+        /// `server` or `client`.
+        usage: &'static str,
+        /// The server name checked.
+        name: Option<String>,
+        /// When.
+        at: String,
+        /// What rustls decided.
+        #[source]
+        source: Box<rustls::Error>,
+    },
+    /// The certificate's DER does not parse as X.509.
+    #[error("parse the certificate")]
+    X509(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
 }
 
 /// The rustls crypto provider certificates are checked with (ring, as everywhere here).
@@ -178,14 +219,13 @@ impl CertificateAuthority {
     }
 
     /// Loads a CA from its certificate and key.
-    pub fn load(cert_pem: &str, key_pem: &str) -> Result<Self, String> {
-        let key = KeyPair::from_pem(key_pem).map_err(|e| format!("parse CA key: {e}"))?;
-        let cert = CertificateDer::from_pem_slice(cert_pem.as_bytes())
-            .map_err(|e| format!("parse CA certificate: {e}"))?;
+    pub fn load(cert_pem: &str, key_pem: &str) -> Result<Self, CheckError> {
+        let key = KeyPair::from_pem(key_pem).map_err(CheckError::Key)?;
+        let cert = parse_pem(cert_pem)?;
         if !key_matches_certificate(&cert, key_pem) {
-            return Err("the CA key does not belong to the CA certificate".into());
+            return Err(CheckError::KeyMismatch);
         }
-        let issuer = Issuer::from_ca_cert_der(&cert, key).map_err(|e| format!("read CA certificate: {e}"))?;
+        let issuer = Issuer::from_ca_cert_der(&cert, key).map_err(CheckError::Issuer)?;
         Ok(Self {
             pem: PemPair {
                 cert_pem: cert_pem.to_owned(),
@@ -262,16 +302,21 @@ impl CertificateAuthority {
         cert_pem: &str,
         names: &[ServerName<'_>],
         at: SystemTime,
-    ) -> Result<(), String> {
-        let leaf = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| format!("parse: {e}"))?;
+    ) -> Result<(), CheckError> {
+        let leaf = parse_pem(cert_pem)?;
         let verifier = WebPkiServerVerifier::builder_with_provider(self.roots()?, provider())
             .build()
-            .map_err(|e| format!("build verifier: {e}"))?;
+            .map_err(CheckError::Verifier)?;
         for when in [at, at + RENEW_BEFORE] {
             for name in names {
                 verifier
                     .verify_server_cert(&leaf, &[], name, &[], unix_time(when))
-                    .map_err(|e| format!("for {name:?} at {}: {e}", timestamp(when)))?;
+                    .map_err(|source| CheckError::NotValid {
+                        usage: "server",
+                        name: Some(format!("{name:?}")),
+                        at: timestamp(when),
+                        source: Box::new(source),
+                    })?;
             }
         }
         Ok(())
@@ -279,26 +324,35 @@ impl CertificateAuthority {
 
     /// Checks that `cert_pem` is a client certificate this CA issued, valid both at `at` and
     /// [`RENEW_BEFORE`] later.
-    pub fn verify_client(&self, cert_pem: &str, at: SystemTime) -> Result<(), String> {
-        let leaf = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| format!("parse: {e}"))?;
+    pub fn verify_client(&self, cert_pem: &str, at: SystemTime) -> Result<(), CheckError> {
+        let leaf = parse_pem(cert_pem)?;
         let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider())
             .build()
-            .map_err(|e| format!("build verifier: {e}"))?;
+            .map_err(CheckError::Verifier)?;
         for when in [at, at + RENEW_BEFORE] {
             verifier
                 .verify_client_cert(&leaf, &[], unix_time(when))
-                .map_err(|e| format!("at {}: {e}", timestamp(when)))?;
+                .map_err(|source| CheckError::NotValid {
+                    usage: "client",
+                    name: None,
+                    at: timestamp(when),
+                    source: Box::new(source),
+                })?;
         }
         Ok(())
     }
 
-    fn roots(&self) -> Result<Arc<rustls::RootCertStore>, String> {
+    fn roots(&self) -> Result<Arc<rustls::RootCertStore>, CheckError> {
         let mut roots = rustls::RootCertStore::empty();
-        let ca = CertificateDer::from_pem_slice(self.pem.cert_pem.as_bytes())
-            .map_err(|e| format!("parse CA: {e}"))?;
-        roots.add(ca).map_err(|e| format!("add CA: {e}"))?;
+        let ca = parse_pem(&self.pem.cert_pem)?;
+        roots.add(ca).map_err(CheckError::Roots)?;
         Ok(Arc::new(roots))
     }
+}
+
+/// The first certificate of a PEM text.
+fn parse_pem(cert_pem: &str) -> Result<CertificateDer<'static>, CheckError> {
+    CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(CheckError::Pem)
 }
 
 /// Whether `key_pem` is the private key of `cert` (rustls compares the public keys).
@@ -311,10 +365,10 @@ pub fn key_matches_certificate(cert: &CertificateDer<'_>, key_pem: &str) -> bool
 }
 
 /// When the (first) certificate in `cert_pem` stops being valid.
-pub fn not_after(cert_pem: &str) -> Result<SystemTime, String> {
+pub fn not_after(cert_pem: &str) -> Result<SystemTime, CheckError> {
     use x509_parser::prelude::{FromDer, X509Certificate};
-    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| format!("parse: {e}"))?;
-    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| format!("parse: {e}"))?;
+    let der = parse_pem(cert_pem)?;
+    let (_, cert) = X509Certificate::from_der(&der).map_err(CheckError::X509)?;
     let seconds = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or_default();
     Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds))
 }
