@@ -9,9 +9,11 @@
 //! - [`metrics`] keeps the Prometheus series of reconciles, clusters, members and backups;
 //! - [`maintenance`] decides which members are due for defragmentation (pure);
 //! - [`shard`] says which clusters this replica reconciles (shards held through Leases);
-//! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
+//! - [`reconcile`] is the kube-runtime `Controller` that ties them together;
+//! - [`cluster_watch`] is the EtcdCluster watch it and the backup controller run on.
 
 pub mod backup;
+pub mod cluster_watch;
 pub mod etcd_args;
 pub mod maintenance;
 pub mod member_ops;
