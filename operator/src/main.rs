@@ -13,6 +13,8 @@ use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions}
 
 /// mimalloc instead of glibc's malloc: allocation was a third of the server's CPU on the write
 /// path, and glibc kept the memory of deleted objects (docs/performance.md).
+/// (The `system-allocator` feature keeps glibc's, for heap profilers that hook malloc.)
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
