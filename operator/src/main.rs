@@ -11,12 +11,13 @@ use etcd_operator_apiserver::http::{self, AppState, Stores, auth, openapi};
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions};
 
-/// mimalloc instead of glibc's malloc: allocation was a third of the server's CPU on the write
-/// path, and glibc kept the memory of deleted objects (docs/performance.md).
-/// (The `system-allocator` feature keeps glibc's, for heap profilers that hook malloc.)
+/// jemalloc instead of glibc's malloc: allocation was a third of the server's CPU on the write
+/// path, and glibc kept the memory of deleted objects; jemalloc's background threads give freed
+/// pages back (mimalloc, also measured, kept twice the idle memory: docs/performance.md).
+/// The `system-allocator` feature keeps glibc's, for heap profilers that hook malloc.
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Debug, Parser)]
 #[command(
