@@ -65,6 +65,8 @@ test-kube: tools
 ## Benchmarks: print figures, each beside a baseline measured in the same run (never timed tests).
 bench: tools
 	$(CARGO) bench -p etcd-operator-apiserver --bench apiserver
+	# Once more with the co-located controller on, as users run it (issue 24: both costs apart).
+	BENCH_WITH_CONTROLLER=1 $(CARGO) bench -p etcd-operator-apiserver --bench apiserver
 	$(CARGO) bench -p etcd-operator-tests --bench controller
 	$(CARGO) bench -p etcd-operator-tests --bench upgrade
 	$(CARGO) bench -p etcd-operator-tests --bench backup

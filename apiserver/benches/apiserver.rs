@@ -14,8 +14,9 @@
 //!
 //! Environment knobs: `BENCH_SCALE` (a factor on every operation count, default 1),
 //! `BENCH_OPERATOR_BINARY` (use this binary instead of building one), `BENCH_SERVER_ARGS`
-//! (extra arguments for `etcd-operator local`) and `BENCH_WITH_CONTROLLER` (set: leave the
-//! controller on).
+//! (extra arguments for `etcd-operator local`), `BENCH_WITH_CONTROLLER` (set: leave the
+//! controller on) and `BENCH_ONLY_LOAD` (set: stop once the 10,000 objects are stored, for a heap
+//! profile).
 
 // A bench is test code: a failed unwrap is a bench failure with its location, and printing the
 // figures is its purpose.
@@ -51,6 +52,13 @@ const BIG_LIST: usize = 10_000;
 const SMALL_LIST: usize = 100;
 const WATCH_KEYS: usize = 64;
 const WATCH_WRITERS: usize = 8;
+/// Watchers of the many-watchers phase (the issue's figure).
+const WATCH_MANY: usize = 200;
+/// How long after the deletes the server's memory is read again: past the watch cache's
+/// event retention (60 s), which keeps the deleted objects' last states until then.
+const DELETE_SETTLE_SECS: u64 = 70;
+/// Every namespace the bench writes through the server.
+const SERVER_NAMESPACES: [&str; 5] = ["bench-10k", "bench-list", "bench-watch", "bench-c1", "bench-c32"];
 
 fn resource() -> ApiResource {
     ApiResource {
@@ -523,6 +531,31 @@ async fn raw_create(ctx: &Ctx, ns: &str, clients: usize, n: usize) -> anyhow::Re
         }
     })
     .await
+}
+
+/// Deletes every object of the bench's namespaces through the server, 32 clients at a time.
+async fn delete_all(ctx: &Ctx) -> anyhow::Result<Stats> {
+    let mut targets = Vec::new();
+    for ns in SERVER_NAMESPACES {
+        let list = ctx.api(ns).list_metadata(&ListParams::default()).await?;
+        targets.extend(
+            list.items
+                .into_iter()
+                .filter_map(|o| Some((ns, o.metadata.name?))),
+        );
+    }
+    let targets = Arc::new(targets);
+    let c = ctx.clone();
+    let (stats, _) = run_ops(32, targets.len(), move |i| {
+        let (ns, name) = targets[i].clone();
+        let api = c.api(ns);
+        async move {
+            api.delete(&name, &Default::default()).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(stats)
 }
 
 /// How the server update is done.
@@ -1201,6 +1234,7 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         .unwrap_or_default();
     settle(&etcd).await?;
     let rss_empty = rss_kib(pid)?;
+    let etcd_rss_empty = rss_kib(meter.etcd)?;
 
     // A template for raw values: what the server stores for one object.
     let probe = Api::<DynamicObject>::namespaced_with(client.clone(), "bench-probe", &resource());
@@ -1279,6 +1313,17 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         settled.as_secs_f64()
     );
     let rss_loaded = rss_kib(pid)?;
+    let etcd_rss_loaded = rss_kib(meter.etcd)?;
+    if std::env::var_os("BENCH_ONLY_LOAD").is_some() {
+        // For a heap profile of the server with the objects stored (docs/performance.md).
+        print!("{header}");
+        println!(
+            "RSS: {:.1} MiB with 0 objects, {:.1} MiB with {big}",
+            mib(rss_empty),
+            mib(rss_loaded)
+        );
+        return Ok(());
+    }
     check_list_count(&client, "bench-10k", "?resourceVersion=0", big).await?;
     check_list_count(&client, "bench-10k", "", big).await?;
     let big_prefix = format!("{SERVER_PREFIX}bench-10k/");
@@ -1506,8 +1551,49 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         });
         server.check_alive()?;
     }
+
+    // ---- Watch delivery with many watchers: every write reaches each of them.
+    let many = scaled(WATCH_MANY);
+    settle(&etcd).await?;
+    progress(&format!("watch with {many} watchers"));
+    let events = scaled(200);
+    let ((s_many, _), server_cpu) = meter.measure(server_watch(&ctx, many, events)).await?;
+    let ((r_many, _), raw_cpu) = meter.measure(raw_watch(&ctx, many, events)).await?;
+    let watch_many = (
+        s_many.pct(0.5),
+        s_many.pct(0.99),
+        r_many.pct(0.5),
+        r_many.pct(0.99),
+    );
+    rows.push(Row {
+        op: "watch (write -> event at each watcher)",
+        clients: many,
+        server: s_many,
+        raw: r_many,
+        target: None,
+        server_cpu,
+        raw_cpu,
+    });
+    server.check_alive()?;
     settle(&etcd).await?;
     let rss_end = rss_kib(pid)?;
+    let etcd_rss_end = rss_kib(meter.etcd)?;
+
+    // ---- Delete every object (through the server; the raw keys with one range delete), then
+    // see how much memory each process gives back.
+    progress("deleting every object");
+    let (deletes, server_cpu_delete) = meter.measure(delete_all(&ctx)).await?;
+    let mut kv = ctx.kv();
+    kv.delete(RAW_PREFIX, Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .await?;
+    settle(&etcd).await?;
+    let rss_deleted_now = rss_kib(pid)?;
+    // The watch cache keeps deleted objects in their events for a while, and allocators hand
+    // freed pages back lazily: look again later.
+    tokio::time::sleep(Duration::from_secs(DELETE_SETTLE_SECS)).await;
+    let rss_deleted = rss_kib(pid)?;
+    let etcd_rss_deleted = rss_kib(meter.etcd)?;
+    server.check_alive()?;
 
     println!();
     print!("{header}");
@@ -1596,6 +1682,49 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     println!(
         "at the end ({objects_total} objects): {:>7.1} MiB  (after the 32 concurrent lists and every phase)",
         mib(rss_end)
+    );
+    println!(
+        "memory per stored object:      {:>7.1} KiB  ((RSS with {big} − RSS with 0) ÷ {big})  target ≤ 10 KiB: {}",
+        rss_loaded.saturating_sub(rss_empty) as f64 / big.max(1) as f64,
+        if rss_loaded.saturating_sub(rss_empty) as f64 / big.max(1) as f64 <= 10.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+    println!(
+        "after deleting all {} objects: {:>7.1} MiB at once, {:>7.1} MiB {DELETE_SETTLE_SECS} s later ({:.2}× idle)  target ≤ 1.5× idle: {}",
+        deletes.ops,
+        mib(rss_deleted_now),
+        mib(rss_deleted),
+        rss_deleted as f64 / rss_empty.max(1) as f64,
+        if rss_deleted as f64 <= 1.5 * rss_empty as f64 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+    println!(
+        "  (the deletes: {:.0}/s with 32 clients, server CPU {:.0} µs each)",
+        deletes.rate(),
+        server_cpu_delete.server as f64 / 1000.0 / deletes.ops.max(1) as f64
+    );
+    println!(
+        "backing etcd (raw etcd; it holds the server's objects and the raw baselines' keys): {:.1} MiB idle, {:.1} MiB with {big}, {:.1} MiB at the end, {:.1} MiB after deleting",
+        mib(etcd_rss_empty),
+        mib(etcd_rss_loaded),
+        mib(etcd_rss_end),
+        mib(etcd_rss_deleted)
+    );
+    let (sp50, sp99, rp50, rp99) = watch_many;
+    println!(
+        "\n== watch delivery with {many} watchers (write issued → event decoded at each watcher)\nserver p50 {:.1} ms, p99 {:.1} ms (targets ≤ 5 ms: {}, ≤ 20 ms: {}); raw etcd p50 {:.1} ms, p99 {:.1} ms",
+        ms(sp50),
+        ms(sp99),
+        if ms(sp50) <= 5.0 { "met" } else { "MISSED" },
+        if ms(sp99) <= 20.0 { "met" } else { "MISSED" },
+        ms(rp50),
+        ms(rp99)
     );
     println!(
         "\nfor scale (issue, same machine class): kube-apiserver 1.28 with an equivalent CRD: 0.3× raw etcd creates/updates,\n\

@@ -10,9 +10,11 @@
 //! - [`maintenance`] decides which members are due for defragmentation (pure);
 //! - [`template`] hashes the member template, so a changed one is rolled out;
 //! - [`shard`] says which clusters this replica reconciles (shards held through Leases);
-//! - [`reconcile`] is the kube-runtime `Controller` that ties them together.
+//! - [`reconcile`] is the kube-runtime `Controller` that ties them together;
+//! - [`cluster_watch`] is the EtcdCluster watch it and the backup controller run on.
 
 pub mod backup;
+pub mod cluster_watch;
 pub mod etcd_args;
 pub mod maintenance;
 pub mod member_ops;

@@ -11,6 +11,14 @@ use etcd_operator_apiserver::http::{self, AppState, Stores, auth, openapi};
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions};
 
+/// jemalloc instead of glibc's malloc: allocation was a third of the server's CPU on the write
+/// path, and glibc kept the memory of deleted objects; jemalloc's background threads give freed
+/// pages back (mimalloc, also measured, kept twice the idle memory: docs/performance.md).
+/// The `system-allocator` feature keeps glibc's, for heap profilers that hook malloc.
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "etcd-operator",
@@ -59,6 +67,11 @@ struct LocalArgs {
     /// The controller's thresholds.
     #[command(flatten)]
     controller: ControllerArgs,
+    /// Serve the API alone, without the co-located controllers (the API server's benchmark
+    /// measures the server's own cost this way, beside a run with them).
+    #[arg(long, env = "ETCD_OPERATOR_NO_CONTROLLER", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::FalseyValueParser::new())]
+    no_controller: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -254,6 +267,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         member_kubeconfig,
         overload,
         controller,
+        no_controller,
     } = args;
     serve::install_crypto_provider();
     // Checked before anything starts: a kubeconfig that does not load stops local mode at once.
@@ -331,6 +345,10 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         let _ = controller_stopped.await;
     };
     let controller = match member_kubeconfig {
+        _ if no_controller => {
+            tracing::info!("no controller (--no-controller): serving the API alone");
+            tokio::spawn(async {})
+        }
         None => spawn_member_controller(
             etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
                 .with_restore_credentials(credentials.clone()),
@@ -360,9 +378,14 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         .with_member_ops(members)
         .with_metrics(controller_metrics);
     let (stop_backups, backups_stopped) = tokio::sync::oneshot::channel::<()>();
-    let backup_controllers = tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, async move {
+    let backups_stopped = async move {
         let _ = backups_stopped.await;
-    }));
+    };
+    let backup_controllers = if no_controller {
+        tokio::spawn(async {})
+    } else {
+        tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, backups_stopped))
+    };
     // On Ctrl-C the controllers stop first: their watches are connections to this very server,
     // which would otherwise hold its drain for the whole drain timeout. Once they are gone (and
     // with them the last clone of their kube client and its pooled connections), the server

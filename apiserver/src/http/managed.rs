@@ -95,6 +95,11 @@ fn change_in(
     if !ctx.kind.serves(version) {
         return Ok(None);
     }
+    if version == ctx.kind.info().storage_version {
+        // Storage JSON is this version already: no copies to convert.
+        let empty = json!({});
+        return Ok(Some(fieldset::diff(old.unwrap_or(&empty), new, ctx.scope())));
+    }
     let old_v = match old {
         Some(o) => ctx.kind.in_version(o.clone(), version)?,
         None => json!({}),

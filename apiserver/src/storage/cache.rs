@@ -1,6 +1,11 @@
 //! The watch cache: one etcd watch on the resource prefix feeds an in-memory copy of every
 //! object (serialized bytes, shared by `Arc`) and a bounded ring buffer of recent events that
 //! all client watches read from.
+//!
+//! The ring is bounded in count ([`super::StorageOptions::event_buffer_capacity`]) and in age
+//! ([`super::StorageOptions::event_retention`], beyond the newest [`MIN_EVENTS_KEPT`]): a
+//! deleted object's last state lives on in its `DELETED` event, so without the age bound the
+//! memory of deleted objects would stay until enough later writes pushed them out.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
@@ -54,6 +59,8 @@ pub(crate) struct CacheEvent {
     pub(crate) rev: u64,
     /// See [`StoredObj::splice`].
     pub(crate) splice: Option<u32>,
+    /// When the event entered the ring (its age bound).
+    pub(crate) at: Instant,
 }
 
 impl CacheEvent {
@@ -103,10 +110,14 @@ pub(crate) struct CacheState {
     /// The cache task stopped (the storage was dropped).
     pub(crate) closed: bool,
     capacity: usize,
+    retention: Duration,
 }
 
+/// Events kept whatever their age (kube-apiserver's watch cache keeps at least 100 too).
+pub(crate) const MIN_EVENTS_KEPT: usize = 100;
+
 impl CacheState {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, retention: Duration) -> Self {
         Self {
             objects: BTreeMap::new(),
             events: VecDeque::new(),
@@ -116,6 +127,7 @@ impl CacheState {
             epoch: 0,
             closed: false,
             capacity: capacity.max(1),
+            retention,
         }
     }
 
@@ -167,12 +179,35 @@ impl CacheState {
 
     fn push(&mut self, event: CacheEvent) {
         while self.events.len() >= self.capacity {
-            if let Some(old) = self.events.pop_front() {
-                self.first_seq += 1;
-                self.history_start = self.history_start.max(old.rev);
-            }
+            self.pop_oldest();
         }
+        let now = event.at;
         self.events.push_back(event);
+        self.expire(now);
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some(old) = self.events.pop_front() {
+            self.first_seq += 1;
+            self.history_start = self.history_start.max(old.rev);
+        }
+    }
+
+    /// Whether [`CacheState::expire`] would drop anything at `now`.
+    pub(crate) fn has_expired(&self, now: Instant) -> bool {
+        self.events.len() > MIN_EVENTS_KEPT
+            && self
+                .events
+                .front()
+                .is_some_and(|e| now.saturating_duration_since(e.at) > self.retention)
+    }
+
+    /// Drops the events older than the retention, beyond the newest [`MIN_EVENTS_KEPT`]:
+    /// watches from before them get `Expired` (and relist), as after a compaction.
+    pub(crate) fn expire(&mut self, now: Instant) {
+        while self.has_expired(now) {
+            self.pop_oldest();
+        }
     }
 
     pub(crate) fn apply_put(&mut self, key: Arc<str>, obj: StoredObj) {
@@ -189,6 +224,7 @@ impl CacheState {
             data,
             rev,
             splice,
+            at: Instant::now(),
         });
         self.rev = self.rev.max(rev);
     }
@@ -210,6 +246,7 @@ impl CacheState {
             data: last.data,
             rev,
             splice: last.splice,
+            at: Instant::now(),
         });
         self.rev = self.rev.max(rev);
     }
@@ -405,9 +442,12 @@ async fn watch_once(
         Err(e) => return WatchEnd::Failed(e.to_string()),
     };
     let mut progress_sent: Option<Instant> = None;
+    let mut expiry = tokio::time::interval(EXPIRY_CHECK);
+    expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return WatchEnd::Cancelled,
+            _ = expiry.tick() => expire_events(inner),
             c = control.recv() => match c {
                 None => return WatchEnd::Cancelled,
                 Some(Control::Disconnect(pause)) => return WatchEnd::Disconnect(pause),
@@ -437,6 +477,21 @@ async fn watch_once(
                 }
             },
         }
+    }
+}
+
+/// How often an idle cache looks for events past their retention.
+const EXPIRY_CHECK: Duration = Duration::from_secs(5);
+
+/// Drops the events past their retention (without waking the watchers: nothing new for them).
+fn expire_events(inner: &Inner) {
+    let now = Instant::now();
+    if inner.read_state(|s| s.has_expired(now)) {
+        let mut state = inner
+            .state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.expire(now);
     }
 }
 
@@ -477,5 +532,37 @@ fn apply_changes(state: &mut CacheState, changes: Vec<Change>) {
             Change::Delete(key, rev, prev) => state.apply_delete(&key, rev, prev),
             Change::Other(rev) => state.rev = state.rev.max(rev),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(rev: u64) -> StoredObj {
+        StoredObj::new(Arc::from(&b"{\"metadata\":{}}"[..]), rev)
+    }
+
+    #[test]
+    fn events_past_their_retention_expire_beyond_the_newest_kept() {
+        let mut state = CacheState::new(1000, Duration::from_secs(60));
+        for rev in 1..=150u64 {
+            state.apply_put(Arc::from(format!("ns/o{rev}").as_str()), obj(rev));
+        }
+        let now = Instant::now();
+        assert!(!state.has_expired(now));
+        state.expire(now);
+        assert_eq!(state.events.len(), 150);
+
+        let later = now + Duration::from_secs(61);
+        assert!(state.has_expired(later));
+        state.expire(later);
+        assert_eq!(state.events.len(), MIN_EVENTS_KEPT);
+        assert_eq!(state.first_seq, 50);
+        // A watch from before the dropped events expires; one from after them is served.
+        assert!(state.seq_after(10).is_err());
+        assert_eq!(state.seq_after(50).unwrap(), 50);
+        // The objects themselves stay.
+        assert_eq!(state.objects.len(), 150);
     }
 }

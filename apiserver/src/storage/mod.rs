@@ -66,6 +66,9 @@ pub enum ConsistencyMode {
 pub struct StorageOptions {
     /// Events kept in the watch cache's ring buffer (watches may start this far back).
     pub event_buffer_capacity: usize,
+    /// How long an event stays in the ring once more than the newest 100 are kept (the last
+    /// state of a deleted object lives in its event: this bounds how long its memory does).
+    pub event_retention: Duration,
     /// How often watches with `allow_bookmarks` get a bookmark (kube-apiserver: about 60 s).
     pub bookmark_interval: Duration,
     /// How long a consistent read waits for the cache before reading etcd.
@@ -87,6 +90,7 @@ impl Default for StorageOptions {
     fn default() -> Self {
         Self {
             event_buffer_capacity: 16 * 1024,
+            event_retention: Duration::from_secs(60),
             bookmark_interval: Duration::from_secs(60),
             consistent_read_timeout: Duration::from_secs(5),
             resource_version_wait: Duration::from_secs(3),
@@ -473,7 +477,10 @@ impl Storage {
         let inner = Arc::new(Inner {
             backend,
             prefix,
-            state: RwLock::new(CacheState::new(options.event_buffer_capacity)),
+            state: RwLock::new(CacheState::new(
+                options.event_buffer_capacity,
+                options.event_retention,
+            )),
             options,
             rev_tx,
             observed_rev: AtomicU64::new(0),

@@ -12,8 +12,7 @@ use etcd_operator_api::v1alpha2::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use super::{BackupContext, BackupError, BackupRecord, from_time, policy, store, take_and_store, to_time};
@@ -27,7 +26,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    crate::cluster_watch::controller(api)
         .reconcile_all_on(ctx.shards.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

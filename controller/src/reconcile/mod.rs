@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::runtime::watcher;
 
 use crate::member_ops::{EtcdClient, MemberOps};
 use crate::metrics::{ClusterSample, ControllerMetrics};
@@ -319,7 +318,7 @@ pub async fn run<R: Runtime, M: MemberOps>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, watcher::Config::default())
+    let controller = crate::cluster_watch::controller(api)
         .with_config(kube::runtime::controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
         .reconcile_all_on(ctx.shards.changes());
     ctx.runtime
