@@ -1019,7 +1019,7 @@ fn a_call_without_a_rule_is_denied() {
 /// this test covers it: driven above, or calling only our own API (`etcd.operator.dev`, served
 /// by this process, authorized by its own SubjectAccessReviews, no RBAC rule for the
 /// ServiceAccount needed).
-const KUBE_CALLERS: [(&str, &str); 16] = [
+const KUBE_CALLERS: [(&str, &str); 17] = [
     (
         "apiserver/src/cluster/namespaces.rs",
         "driven: drive_serve_mode (Namespace lifecycle)",
@@ -1043,6 +1043,7 @@ const KUBE_CALLERS: [(&str, &str); 16] = [
     ),
     ("controller/src/backup/scheduled.rs", "own API: EtcdClusters"),
     ("controller/src/reconcile/mod.rs", "own API: EtcdClusters"),
+    ("controller/src/cluster_watch.rs", "own API: EtcdClusters"),
     (
         "controller/src/reconcile/status_write.rs",
         "own API: EtcdClusters",
