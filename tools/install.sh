@@ -155,7 +155,7 @@ install_deb_etcd() { # etcd-version suite "name=version sha"...
   [ -f "$tmp/root/usr/bin/etcdutl" ] && bins+=(etcdutl)
   for b in "${bins[@]}"; do install -m 0755 "$tmp/root/usr/bin/$b" "$tmp/out/$b"; done
   rm -rf "$tmp/root"
-  "$tmp/out/etcd" --version | grep -qx "etcd Version: $etcd_version" \
+  "$tmp/out/etcd" --version | grep -x "etcd Version: $etcd_version" >/dev/null \
     || die "the unpacked etcd does not run or is not $etcd_version"
   write_stamp "$tmp/out" "$want"
   commit_dir "$tmp/out" "$dest"; rmdir "$tmp"
@@ -235,7 +235,7 @@ install_crate_etcd() {
     mkdir -p "$tmp/out"
     install -m 0755 "$tmp/$CRATE_ETCD_NAME-$version/bin/etcd" "$tmp/out/etcd"
     rm -rf "${tmp:?}/$CRATE_ETCD_NAME-$version"
-    "$tmp/out/etcd" --version | grep -qx "etcd Version: $version" \
+    "$tmp/out/etcd" --version | grep -x "etcd Version: $version" >/dev/null \
       || die "the unpacked etcd does not run or is not $version"
     write_stamp "$tmp/out" "$sha"
     commit_dir "$tmp/out" "$dest"; rmdir "$tmp"

@@ -20,6 +20,15 @@ pub fn parse(input: &str) -> Result<f64, QuantityError> {
     }
 }
 
+/// A quantity as a whole number of bytes (rounded; negative values count as 0), for sizes:
+/// volumes, quotas. `None` when it does not parse.
+pub fn bytes(input: &str) -> Option<u64> {
+    let value = parse(input).ok()?;
+    // Sizes are far below 2^53, where f64 holds integers exactly; truncation is intended.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Some(value.max(0.0).round() as u64)
+}
+
 fn split_number(input: &str) -> Result<(&str, &str), QuantityError> {
     let bytes = input.as_bytes();
     let mut end = 0;
@@ -75,6 +84,14 @@ fn suffix_multiplier(suffix: &str) -> Result<f64, QuantityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_whole_bytes() {
+        assert_eq!(bytes("2Gi"), Some(2 << 30));
+        assert_eq!(bytes("1.5Ki"), Some(1536));
+        assert_eq!(bytes("-1"), Some(0));
+        assert_eq!(bytes("2GiB"), None);
+    }
 
     #[test]
     fn parses_valid_quantities() {

@@ -225,10 +225,7 @@ fn volume_bytes(storage: &StorageSpec) -> Option<u64> {
     ) {
         return None;
     }
-    let size = etcd_operator_api::quantity::parse(&storage.size.as_ref()?.0).ok()?;
-    // Sizes are whole bytes; admission bounds them far below u64::MAX.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    Some(size.max(0.0).round() as u64)
+    etcd_operator_api::quantity::bytes(&storage.size.as_ref()?.0)
 }
 
 impl ValidatedCluster {

@@ -551,8 +551,15 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
     etcd_operator_tests::writer::assert_no_write_lost(&endpoints, None, &writes).await;
     etcd_operator_tests::writer::assert_hash_kv_agrees(&endpoints).await;
 
-    // Settled: nothing more is re-created.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Settled: the controller says nothing is in progress, and no Pod was re-created since.
+    wait_for(
+        &op,
+        Watched::status("ec", name),
+        "the cluster settled",
+        TIMEOUT,
+        |s| etcd_operator_tests::kubectl::condition(s, "Progressing").is_some_and(|c| c["status"] == "False"),
+    )
+    .await?;
     let still: std::collections::BTreeSet<String> = pods_of(&kube_api, name).iter().map(uid_of).collect();
     let settled: std::collections::BTreeSet<String> = pods.iter().map(uid_of).collect();
     assert_eq!(still, settled, "no Pod re-created after the rollout completed");

@@ -263,11 +263,7 @@ fn stored_config<K: Resource>(obj: &K, member: &str) -> Result<Option<MemberConf
 
 /// Bytes of a Kubernetes quantity (0 when it does not parse).
 fn quantity_bytes(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> u64 {
-    let bytes = etcd_operator_api::quantity::parse(&q.0).unwrap_or_default();
-    // Sizes are whole bytes, far below u64::MAX.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let bytes = bytes.max(0.0).round() as u64;
-    bytes
+    etcd_operator_api::quantity::bytes(&q.0).unwrap_or_default()
 }
 
 /// What a member's claim says about its volume: requested and actual size, and whether its
