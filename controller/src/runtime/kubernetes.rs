@@ -372,6 +372,28 @@ impl KubernetesRuntime {
         self
     }
 
+    /// Deletes a member's Pod so that the next start creates it again on its PVC (a version
+    /// change, new certificates, a changed template), and says so: a log line and a Normal Event
+    /// with `reason` and `note`. A Pod already gone is fine.
+    async fn delete_member_pod(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        op: &'static str,
+        reason: &str,
+        note: String,
+    ) -> Result<(), RuntimeError> {
+        ignore_not_found(
+            self.api::<Pod>(cluster)
+                .delete(name, &DeleteParams::default())
+                .await,
+            op,
+        )?;
+        info!(cluster = %cluster.key(), member = name, %reason, %note, "deleted member Pod");
+        self.publish(cluster, reason, "DeletePod", note, None).await;
+        Ok(())
+    }
+
     /// Deletes the cluster's set-aside claims beyond the newest [`RETAINED_REMOVED_LIMIT`].
     async fn prune_set_aside(&self, cluster: &ClusterRef) -> Result<(), RuntimeError> {
         let pvcs = self.api::<PersistentVolumeClaim>(cluster);
@@ -1103,23 +1125,16 @@ impl Runtime for KubernetesRuntime {
             .map_err(kube_error(
                 "record the new version on the member PersistentVolumeClaim",
             ))?;
-        ignore_not_found(
-            self.api::<Pod>(cluster)
-                .delete(name, &DeleteParams::default())
-                .await,
-            "delete the member Pod to change its version",
-        )?;
-        info!(cluster = %cluster.key(), member = name, %from, to = version, "deleted member Pod to recreate it on a new version");
-        self.publish(
+        self.delete_member_pod(
             cluster,
+            name,
+            "delete the member Pod to change its version",
             "MemberVersionChanging",
-            "DeletePod",
             format!(
                 "Deleted Pod {name} to recreate it on PersistentVolumeClaim {pvc_name} with etcd {version} (was {from})"
             ),
-            None,
         )
-        .await;
+        .await?;
         Ok(())
     }
 
@@ -1185,24 +1200,17 @@ impl Runtime for KubernetesRuntime {
                 }
             }
         };
-        ignore_not_found(
-            self.api::<Pod>(cluster)
-                .delete(name, &DeleteParams::default())
-                .await,
-            "delete the member Pod to restart it on new certificates",
-        )?;
-        info!(cluster = %cluster.key(), member = name, %reason, "deleted member Pod to restart it on new certificates");
-        self.publish(
+        self.delete_member_pod(
             cluster,
+            name,
+            "delete the member Pod to restart it on new certificates",
             "MemberCertificatesRenewed",
-            "DeletePod",
             format!(
                 "Deleted Pod {name} to restart it on PersistentVolumeClaim {} with new certificates ({reason})",
                 naming::member_pvc_name(name)
             ),
-            None,
         )
-        .await;
+        .await?;
         Ok(())
     }
 
@@ -1305,25 +1313,19 @@ impl Runtime for KubernetesRuntime {
         if had == wanted {
             return Ok(());
         }
-        ignore_not_found(
-            pods.delete(name, &DeleteParams::default()).await,
-            "delete the member Pod to re-create it on the new template",
-        )?;
-        info!(cluster = %cluster.key(), member = name, from = ?had, to = ?wanted, "deleted member Pod to re-create it on the new template");
-        self.publish(
+        self.delete_member_pod(
             cluster,
+            name,
+            "delete the member Pod to re-create it on the new template",
             "MemberTemplateChanging",
-            "DeletePod",
             format!(
                 "Deleted Pod {name} to re-create it on PersistentVolumeClaim {} from the changed member template ({} -> {})",
                 naming::member_pvc_name(name),
                 had.as_deref().unwrap_or("none"),
                 wanted.as_deref().unwrap_or("none"),
             ),
-            None,
         )
-        .await;
-        Ok(())
+        .await
     }
 
     /// Every other member is removed with its volume claim released (kept, as `remove` with
