@@ -296,6 +296,20 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "RotatingCertificates",
             format!("restarting member {name} on new certificates: {reason}"),
         ),
+        Step::AdvanceAuthority { to, reason, .. } => (
+            "RotatingCertificateAuthority",
+            format!(
+                "{reason}; {}",
+                match to {
+                    crate::tls::authority::AuthorityPhase::Trusting =>
+                        "phase 1 of 3: every member restarts trusting the old and the new CA",
+                    crate::tls::authority::AuthorityPhase::Reissuing =>
+                        "phase 2 of 3: every member restarts on certificates of the new CA",
+                    crate::tls::authority::AuthorityPhase::Steady =>
+                        "phase 3 of 3: every member restarts trusting only the new CA",
+                }
+            ),
+        ),
         Step::RollBack { name, to, reason, .. } => (
             "UpgradeRolledBack",
             format!("{reason}; starting {name} again on etcd {to}"),
@@ -736,6 +750,7 @@ mod tests {
     #[test]
     fn kstatus_conditions_while_forming_and_paused() {
         let nothing = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -772,6 +787,7 @@ mod tests {
         );
         // Paused while serving: ready, so health checks do not wait on a deliberate pause.
         let serving = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -806,6 +822,7 @@ mod tests {
     #[test]
     fn healthy_cluster_is_available_and_settled() {
         let observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 0xabc,
@@ -849,6 +866,7 @@ mod tests {
     #[test]
     fn a_pending_replacement_is_degraded_with_its_own_reason_until_done() {
         let mut observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -941,6 +959,7 @@ mod tests {
     #[test]
     fn lost_quorum_is_degraded_and_unavailable() {
         let observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -1049,6 +1068,7 @@ mod tests {
             ..Default::default()
         });
         let silent = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -1064,6 +1084,7 @@ mod tests {
         assert_eq!(get(&gone, "Degraded").reason, "DataLost");
         // A wait whose message mentions quorum but that puts nothing at risk degrades nothing.
         let healthy = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -1087,6 +1108,7 @@ mod tests {
     #[test]
     fn transition_times_survive_unchanged_conditions() {
         let observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -1135,6 +1157,7 @@ mod tests {
             }
         }
         Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
