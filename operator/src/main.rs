@@ -363,7 +363,8 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
             tracing::info!(kubeconfig = %path.display(), "members run as Pods of the cluster of this kubeconfig");
             spawn_member_controller(
                 etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube)
-                    .with_namespaces(controller.namespaces()),
+                    .with_namespaces(controller.namespaces())
+                    .with_snapshot_dir(controller.snapshot_dir.clone()),
                 &controller_client,
                 &members,
                 &credentials,

@@ -1439,6 +1439,7 @@ async fn serve_wiring_runs_the_controllers_only_while_leading() {
         Default::default(),
         Default::default(),
         Vec::new(),
+        None,
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -1589,6 +1590,7 @@ async fn serve_wiring_with_shards_runs_the_controllers_and_holds_every_shard() {
         metrics,
         Default::default(),
         Vec::new(),
+        None,
     );
     let scrape = || {
         let mut text = String::new();

@@ -179,12 +179,23 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     };
     tools::etcd(EtcdVersion::V3_5_16)?;
     tools::etcd(EtcdVersion::V3_5_34)?;
+    // The operator's own volume for pre-upgrade snapshots (the chart's `--snapshot-dir`).
+    let snapshots = tempfile::Builder::new()
+        .prefix("etcd-operator-snapshots-")
+        .tempdir()?;
     let Cluster {
         kube_api,
         agent,
         op,
         _dir,
-    } = Cluster::start(hosts).await?;
+    } = Cluster::start_with(
+        hosts,
+        vec![(
+            "ETCD_OPERATOR_SNAPSHOT_DIR".to_owned(),
+            snapshots.path().display().to_string(),
+        )],
+    )
+    .await?;
     let name = "kr";
 
     // 3 members through the kubernetes runtime. Each phase's duration is printed (figures for
@@ -332,6 +343,38 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     );
     assert_eq!(member_versions(&agent, &pods), vec!["3.5.34"; 5]);
     assert_eq!(member_list(&endpoint), before, "the roll keeps every member");
+    // No backup destination: the pre-upgrade snapshot is in the operator's own volume, named in
+    // status, and etcd's own tool reads it.
+    let status = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+    let kept = status["upgrade"]["snapshot"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let snapshot = std::path::PathBuf::from(&kept);
+    assert!(
+        snapshot.starts_with(snapshots.path().join("default").join(name)),
+        "status.upgrade.snapshot: {kept:?}"
+    );
+    let file_name = snapshot
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        file_name.starts_with("pre-upgrade-3.5.16-to-3.5.34-") && file_name.ends_with(".db"),
+        "{file_name}"
+    );
+    let checked = std::process::Command::new(tools::etcdutl(EtcdVersion::V3_5_16)?)
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&snapshot)
+        .output()?;
+    assert!(
+        checked.status.success(),
+        "etcdutl snapshot status: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let checked: Value = serde_json::from_slice(&checked.stdout)?;
+    assert!(checked["totalKey"].as_u64().unwrap_or_default() > 0, "{checked}");
 
     // Scale 5 -> 3: two members leave etcd, their Pods go, the PDB follows.
     phase.restart();

@@ -176,9 +176,11 @@ pub fn spawn_controllers(
     metrics: ControllerMetrics,
     thresholds: etcd_operator_controller::plan::Thresholds,
     namespaces: Vec<String>,
+    snapshot_dir: Option<std::path::PathBuf>,
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone())
-        .with_namespaces(namespaces.clone());
+        .with_namespaces(namespaces.clone())
+        .with_snapshot_dir(snapshot_dir);
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
     let controller_metrics = metrics.clone();
     let controllers = move |stop: CancellationToken, shards: ShardOwnership| {
@@ -331,6 +333,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         controller_metrics,
         args.controller.thresholds(),
         args.controller.namespaces(),
+        args.controller.snapshot_dir.clone(),
     );
 
     let stop_private = tasks.clone();
