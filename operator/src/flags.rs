@@ -56,6 +56,17 @@ pub struct ControllerArgs {
     pub snapshot_dir: Option<std::path::PathBuf>,
 }
 
+impl Default for ControllerArgs {
+    /// The flags' defaults.
+    fn default() -> Self {
+        Self {
+            upgrade_timeout: etcd_operator_controller::plan::Thresholds::default().upgrade_timeout,
+            watch_namespaces: Vec::new(),
+            snapshot_dir: None,
+        }
+    }
+}
+
 impl ControllerArgs {
     /// The namespaces whose clusters are managed (empty: every namespace), without blanks.
     pub fn namespaces(&self) -> Vec<String> {

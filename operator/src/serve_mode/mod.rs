@@ -174,13 +174,13 @@ pub fn spawn_controllers(
     leader_election: leader::LeaderElectionArgs,
     tasks: CancellationToken,
     metrics: ControllerMetrics,
-    thresholds: etcd_operator_controller::plan::Thresholds,
-    namespaces: Vec<String>,
-    snapshot_dir: Option<std::path::PathBuf>,
+    settings: &crate::flags::ControllerArgs,
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
+    let thresholds = settings.thresholds();
+    let namespaces = settings.namespaces();
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone())
         .with_namespaces(namespaces.clone())
-        .with_snapshot_dir(snapshot_dir);
+        .with_snapshot_dir(settings.snapshot_dir.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
     let controller_metrics = metrics.clone();
     let controllers = move |stop: CancellationToken, shards: ShardOwnership| {
@@ -331,9 +331,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         args.leader_election.clone(),
         tasks.clone(),
         controller_metrics,
-        args.controller.thresholds(),
-        args.controller.namespaces(),
-        args.controller.snapshot_dir.clone(),
+        &args.controller,
     );
 
     let stop_private = tasks.clone();
