@@ -1111,6 +1111,107 @@ async fn kubernetes_runtime_serves_tls_members_from_secrets() -> anyhow::Result<
     Ok(())
 }
 
+/// 3.6 → 3.5 through the kubernetes runtime: etcd's downgrade enabled before the first Pod is
+/// re-created, then every member's Pod re-created on the 3.5 image in the roll order, data kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_downgrades_3_6_to_3_5_through_etcds_downgrade() -> anyhow::Result<()> {
+    let Some(hosts) =
+        private_hosts::enter("kubernetes_runtime_downgrades_3_6_to_3_5_through_etcds_downgrade")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_6_15)?;
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "dg";
+    apply(&op, &cluster_yaml(name, 3, "3.6.15"))?;
+    wait_available(&op, name, 3, "3 members on 3.6.15", TIMEOUT).await;
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    let endpoint = format!(
+        "http://{}:2379",
+        agent
+            .address(
+                "default",
+                pods[0]["metadata"]["name"].as_str().unwrap_or_default()
+            )
+            .context("address")?
+    );
+    etcdctl_ok(&endpoint, &["put", "kept", "through-the-downgrade"]);
+    let before = member_list(&endpoint);
+    let mut phase = Phase::start();
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "etcdcluster",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"3.5.34"}}"#,
+        ],
+        None,
+    )?;
+    let mut phases: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + TIMEOUT * 2;
+    loop {
+        let s = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+        if let Some(p) = s["upgrade"]["downgrade"].as_str()
+            && phases.last().map(String::as_str) != Some(p)
+        {
+            phases.push(p.to_owned());
+        }
+        if s["upgrade"]["phase"] == "Complete" && available(&s, 3) {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the downgrade did not complete: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    phase.done(&format!(
+        "downgraded 3 members 3.6.15 -> 3.5.34 (status.upgrade.downgrade seen: {phases:?})"
+    ));
+    assert_eq!(phases.last().map(String::as_str), Some("Complete"), "{phases:?}");
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    assert!(
+        pods.iter().all(|p| p["spec"]["containers"][0]["image"]
+            .as_str()
+            .is_some_and(|i| i.ends_with(":v3.5.34"))),
+        "{pods:#?}"
+    );
+    assert_eq!(member_versions(&agent, &pods), vec!["3.5.34"; 3]);
+    let endpoint = format!(
+        "http://{}:2379",
+        agent
+            .address(
+                "default",
+                pods[0]["metadata"]["name"].as_str().unwrap_or_default()
+            )
+            .context("address")?
+    );
+    assert_eq!(member_list(&endpoint), before, "the same members, on their data");
+    let got = std::process::Command::new(tools::etcdctl(EtcdVersion::V3_5_16)?)
+        .env("ETCDCTL_API", "3")
+        .args([
+            format!("--endpoints={endpoint}"),
+            "get".into(),
+            "kept".into(),
+            "--print-value-only".into(),
+        ])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "through-the-downgrade"
+    );
+    Ok(())
+}
+
 /// The text of a key of a Secret as the fake API stores it (base64 in `data`).
 fn secret_key(secret: &Value, key: &str) -> Option<String> {
     use base64::Engine as _;
