@@ -200,11 +200,25 @@ pub fn spawn_controllers(
         )
         .with_metrics(metrics.clone())
         .with_shards(shards);
+        // One watch and store of the EtcdClusters for both controllers.
+        let clusters =
+            etcd_operator_controller::cluster_watch::shared(kube::Api::all(controller_client.clone()));
         async move {
-            let stop_members = stop.clone();
+            let (stop_members, stop_watch) = (stop.clone(), stop.clone());
+            let watch = async move {
+                tokio::select! {
+                    () = clusters.watch => {}
+                    () = stop_watch.cancelled() => {}
+                }
+            };
             tokio::join!(
-                etcd_operator_controller::reconcile::run(ctx, async move { stop_members.cancelled().await }),
-                etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
+                watch,
+                etcd_operator_controller::reconcile::run_on(ctx, clusters.members, async move {
+                    stop_members.cancelled().await
+                }),
+                etcd_operator_controller::backup::run_on(backup_ctx, Some(clusters.backups), async move {
+                    stop.cancelled().await
+                }),
             );
             metrics.forget_all_clusters();
         }
