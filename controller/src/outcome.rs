@@ -75,7 +75,7 @@ pub enum StepError {
     },
     /// The pre-upgrade snapshot could not be sent to the backup destination.
     #[error("send the pre-upgrade snapshot: {0}")]
-    SendSnapshot(#[source] crate::backup::store::DestinationError),
+    SendSnapshot(#[source] crate::backup_store::DestinationError),
     /// The snapshot the cluster is to bootstrap from cannot be resolved or fetched.
     #[error("restore from snapshot: {0}")]
     Restore(#[source] RestoreError),

@@ -805,7 +805,7 @@ async fn drive_serve_mode(stub: &Stub) {
         serde_json::from_value(json!({"s3": {"bucket": "backups", "credentialsSecret": "s3-credentials"}}))
             .unwrap();
     stub.set_world(World::Full);
-    let _ = etcd_operator_controller::backup::store::open(
+    let _ = etcd_operator_controller::backup_store::open(
         &destination,
         NS,
         &etcd_operator_controller::backup::Credentials::Kubernetes(client),

@@ -14,7 +14,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::{BackupContext, BackupError, policy, take_and_store, to_time};
+use super::{BackupContext, BackupError, take_and_store};
+use crate::backup_policy::{self as policy, from_time, to_time};
 
 /// Attempts before a backup is `Failed`.
 pub const MAX_ATTEMPTS: i32 = 5;
@@ -234,7 +235,7 @@ async fn seed_metric(obj: &EtcdBackup, namespace: &str, ctx: &BackupContext) {
         .as_ref()
         .filter(|s| s.phase == Some(BackupPhase::Succeeded))
         .and_then(|s| s.completion_time.as_ref())
-        .and_then(super::from_time)
+        .and_then(from_time)
     else {
         return;
     };
@@ -270,7 +271,7 @@ async fn retry_or_stop(
     if status.phase.as_ref().is_some_and(BackupPhase::is_finished) {
         match ended {
             Ended::Succeeded => {
-                if let Some(completed) = status.completion_time.as_ref().and_then(super::from_time) {
+                if let Some(completed) = status.completion_time.as_ref().and_then(from_time) {
                     ctx.metrics.record_etcdbackup(namespace, cluster, completed);
                 }
             }

@@ -15,7 +15,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
-use super::{BackupContext, BackupError, BackupRecord, from_time, policy, store, take_and_store, to_time};
+use super::{BackupContext, BackupError, BackupRecord, take_and_store};
+use crate::backup_policy::{self as policy, from_time, to_time};
+use crate::backup_store as store;
 
 /// Status writes retried on a resourceVersion conflict.
 const PATCH_ATTEMPTS: usize = 5;

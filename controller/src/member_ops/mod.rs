@@ -5,6 +5,7 @@
 //! the reconciler's `act` is unit-tested without etcd.
 
 mod client;
+pub mod file;
 pub mod fake;
 pub mod stream;
 
@@ -17,7 +18,7 @@ pub use stream::{SnapshotStream, Verified};
 
 use crate::tls::member::ClientTls;
 
-use crate::backup::policy::SnapshotCheckError;
+use crate::backup_policy::SnapshotCheckError;
 use crate::model::EtcdView;
 
 /// An etcd membership or maintenance call failed.

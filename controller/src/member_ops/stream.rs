@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, Stream, StreamExt};
 
 use super::SnapshotError;
-use crate::backup::policy::SnapshotDigest;
+use crate::backup_policy::SnapshotDigest;
 
 /// The chunks of a snapshot as a member sends them, unchecked.
 pub type RawChunks = BoxStream<'static, Result<Bytes, SnapshotError>>;
@@ -180,7 +180,7 @@ impl Stream for SnapshotStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backup::policy::{SnapshotCheckError, sha256_hex};
+    use crate::backup_policy::{SnapshotCheckError, sha256_hex};
     use crate::member_ops::fake::fake_snapshot_bytes;
 
     fn big_snapshot(pages: usize) -> Vec<u8> {

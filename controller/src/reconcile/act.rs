@@ -311,7 +311,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
             .map_err(StepError::Snapshot)?;
         tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
         // Only the newest few stay beside the data.
-        match crate::backup::file::prune_local(&dir, crate::backup::policy::LOCAL_PRE_UPGRADE_KEEP).await {
+        match crate::member_ops::file::prune_local(&dir, crate::backup_policy::LOCAL_PRE_UPGRADE_KEEP).await {
             Ok(deleted) => {
                 for path in deleted {
                     tracing::info!(cluster = %cluster.key(), path = %path.display(), "deleted an older pre-upgrade snapshot");
@@ -329,7 +329,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
         // by the cluster's retention, counted apart from the scheduled ones). Either way it
         // streams, checked against etcd's hash.
         let stream = match &taken {
-            Some(saved) => crate::backup::file::read_snapshot(saved)
+            Some(saved) => crate::member_ops::file::read_snapshot(saved)
                 .await
                 .map_err(StepError::Snapshot)?,
             None => ctx
@@ -338,18 +338,18 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
                 .await
                 .map_err(StepError::Snapshot)?,
         };
-        let store = crate::backup::store::open(destination, &cluster.namespace, &ctx.backup_credentials)
+        let store = crate::backup_store::open(destination, &cluster.namespace, &ctx.backup_credentials)
             .await
             .map_err(StepError::SendSnapshot)?;
         let dir =
-            crate::backup::policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
-        let key = crate::backup::policy::manual_key(&dir, &name, chrono::Utc::now(), stream.revision);
+            crate::backup_policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
+        let key = crate::backup_policy::manual_key(&dir, &name, chrono::Utc::now(), stream.revision);
         store
             .put_snapshot_stream(&key, stream)
             .await
             .map_err(|e| match e {
-                crate::backup::store::StoreSnapshotError::Snapshot(e) => StepError::Snapshot(e),
-                crate::backup::store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
+                crate::backup_store::StoreSnapshotError::Snapshot(e) => StepError::Snapshot(e),
+                crate::backup_store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
             })?;
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
         let retention = spec.backup.as_ref().and_then(|b| b.retention.as_ref());

@@ -210,7 +210,7 @@ pub async fn fetch(
         vec![plan.expected_sha256.clone(), recorded],
         Arc::clone(&sha256),
     );
-    let size = crate::backup::file::write_atomically(checked, to, |op, path, source| RestoreError::Io {
+    let size = crate::member_ops::file::write_atomically(checked, to, |op, path, source| RestoreError::Io {
         op,
         path: path.to_path_buf(),
         source,
@@ -336,7 +336,7 @@ mod tests {
         let sha = Arc::new(OnceLock::new());
         let checked = verifying(chunks, "u".into(), vec![], Arc::clone(&sha));
         let to = out.path().join("got.db");
-        let err = crate::backup::file::write_atomically(checked, &to, |op, path, source| RestoreError::Io {
+        let err = crate::member_ops::file::write_atomically(checked, &to, |op, path, source| RestoreError::Io {
             op,
             path: path.to_path_buf(),
             source,

@@ -32,8 +32,8 @@ use etcd_operator_api::backup::EtcdBackup;
 use etcd_operator_api::v1alpha2::{BackupDestination, RestoreSpec};
 use object_store::ObjectStoreExt;
 
-use crate::backup::policy::{self, SnapshotCheckError, SnapshotDigest};
-use crate::backup::store::{self, Credentials, DestinationError};
+use crate::backup_policy::{self as policy, SnapshotCheckError, SnapshotDigest};
+use crate::backup_store::{self as store, Credentials, DestinationError};
 
 /// How the restored member is named and joins: the same values it starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]

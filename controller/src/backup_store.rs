@@ -19,7 +19,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
-use super::policy;
+use crate::backup_policy as policy;
 use crate::member_ops::{SnapshotError, SnapshotStream, Verified};
 
 /// The size of the parts of an S3 multipart upload (S3 wants at least 5 MiB but for the last).
@@ -231,7 +231,7 @@ impl Destination {
         let endpoint = stream.endpoint.clone();
         if let Some(dir) = &self.dir {
             let path = dir.join(key);
-            super::file::write_atomically(stream, &path, |op, path, source| {
+            crate::member_ops::file::write_atomically(stream, &path, |op, path, source| {
                 StoreSnapshotError::Destination(DestinationError::Directory {
                     op,
                     path: path.to_path_buf(),
