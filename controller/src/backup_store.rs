@@ -83,7 +83,7 @@ pub enum DestinationError {
     #[error("volume.claimName {0:?} needs the Kubernetes runtime; use volume.path in local mode")]
     ClaimInLocalMode(String),
     /// Reading the credentials Secret failed.
-    #[error("read credentials Secret {namespace}/{name}: {source}")]
+    #[error("read credentials Secret {namespace}/{name}")]
     Secret {
         /// Namespace.
         namespace: String,
@@ -102,7 +102,7 @@ pub enum DestinationError {
         key: &'static str,
     },
     /// The credentials file could not be read.
-    #[error("read credentials file {path}: {source}")]
+    #[error("read credentials file {path}")]
     File {
         /// Path.
         path: PathBuf,
@@ -111,7 +111,7 @@ pub enum DestinationError {
         source: std::io::Error,
     },
     /// Creating or writing in the directory of a volume destination failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Directory {
         /// What was being done.
         op: &'static str,
@@ -122,7 +122,7 @@ pub enum DestinationError {
         source: std::io::Error,
     },
     /// The object store refused or failed.
-    #[error("{op} {location}: {source}")]
+    #[error("{op} {location}")]
     Store {
         /// What was being done.
         op: &'static str,
@@ -196,7 +196,7 @@ pub async fn upload_multipart(
         }
     };
     if let Err(error) = writer.abort().await {
-        tracing::warn!(%location, %error, "could not abort a snapshot upload (the store expires incomplete uploads)");
+        tracing::warn!(%location, error = %etcd_operator_api::report::Chain(&error), "could not abort a snapshot upload (the store expires incomplete uploads)");
     }
     Err(failure)
 }

@@ -30,5 +30,8 @@ fn the_top_level_modules_form_no_cycle() {
         "the graph sees the controller's imports: {graph:#?}"
     );
     let found = cycles(&graph);
-    assert!(found.is_empty(), "module cycles in the controller: {found:?}\n{graph:#?}");
+    assert!(
+        found.is_empty(),
+        "module cycles in the controller: {found:?}\n{graph:#?}"
+    );
 }

@@ -104,7 +104,12 @@ impl<'ast> Visit<'ast> for Finder {
     }
 
     fn visit_item_struct(&mut self, item: &'ast syn::ItemStruct) {
-        check(&item.ident.to_string(), &item.attrs, &item.fields, &mut self.found);
+        check(
+            &item.ident.to_string(),
+            &item.attrs,
+            &item.fields,
+            &mut self.found,
+        );
         syn::visit::visit_item_struct(self, item);
     }
 }
@@ -120,7 +125,11 @@ fn source_fields(fields: &syn::Fields) -> Vec<String> {
                 .any(|a| a.path().is_ident("source") || a.path().is_ident("from"))
                 || f.ident.as_ref().is_some_and(|i| i == "source")
         })
-        .map(|(i, f)| f.ident.as_ref().map_or_else(|| i.to_string(), ToString::to_string))
+        .map(|(i, f)| {
+            f.ident
+                .as_ref()
+                .map_or_else(|| i.to_string(), ToString::to_string)
+        })
         .collect()
 }
 
@@ -130,7 +139,9 @@ fn check(item: &str, attrs: &[syn::Attribute], fields: &syn::Fields, found: &mut
         return;
     }
     for attr in attrs.iter().filter(|a| a.path().is_ident("error")) {
-        let Ok(list) = attr.meta.require_list() else { continue };
+        let Ok(list) = attr.meta.require_list() else {
+            continue;
+        };
         let Some((message, extra)) = format_args(list.tokens.clone()) else {
             continue; // `transparent` and other forms that are not a format
         };
@@ -183,10 +194,7 @@ fn format_args(tokens: proc_macro2::TokenStream) -> Option<(String, Vec<String>)
 /// The field a thiserror format argument reads: `.0`, `.source`, `.source.to_string()`,
 /// `name = .source`.
 fn field_of(arg: &str) -> Option<String> {
-    let text: String = arg
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
+    let text: String = arg.chars().filter(|c| !c.is_whitespace()).collect();
     let text = text.split_once('=').map_or(text.as_str(), |(_, v)| v);
     let rest = text.strip_prefix('.')?;
     let name: String = rest

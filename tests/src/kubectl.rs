@@ -25,7 +25,7 @@ pub enum KubectlError {
     #[error(transparent)]
     Missing(#[from] MissingTool),
     /// kubectl could not be started, fed its stdin or waited for.
-    #[error("kubectl {args:?}: {source}")]
+    #[error("kubectl {args:?}")]
     Io {
         args: Vec<String>,
         source: std::io::Error,
@@ -40,7 +40,7 @@ pub enum KubectlError {
         log: String,
     },
     /// It printed something that is not JSON where JSON was asked for.
-    #[error("kubectl {args:?}: output is not JSON ({source}):\n{stdout}")]
+    #[error("kubectl {args:?}: output is not JSON:\n{stdout}")]
     NotJson {
         args: Vec<String>,
         stdout: String,

@@ -57,10 +57,10 @@ pub enum BackupError {
     #[error(transparent)]
     Store(#[from] store::StoreSnapshotError),
     /// Writing status failed.
-    #[error("patch status: {0}")]
+    #[error("patch status")]
     PatchStatus(#[source] kube::Error),
     /// Reading an object failed.
-    #[error("read {what}: {source}")]
+    #[error("read {what}")]
     Read {
         /// What was read.
         what: String,
@@ -283,6 +283,6 @@ pub async fn prune_manual_after_snapshot(
         Err(e) => Err(e),
     };
     if let Err(error) = result {
-        tracing::warn!(cluster = %key, %error, "retention of manual snapshots failed; retried after the next snapshot");
+        tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&error), "retention of manual snapshots failed; retried after the next snapshot");
     }
 }

@@ -32,14 +32,14 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
-                tracing::warn!(%error, "EtcdBackup reconcile failed");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "EtcdBackup reconcile failed");
             }
         })
         .await;
 }
 
 fn error_policy(_obj: Arc<EtcdBackup>, error: &BackupError, _ctx: Arc<BackupContext>) -> Action {
-    tracing::warn!(%error, "EtcdBackup: retrying");
+    tracing::warn!(error = %etcd_operator_api::report::Chain(error), "EtcdBackup: retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -202,7 +202,7 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
     let (status, ended) = match &outcome {
         Ok(record) => (finish(&current, Ok(record)), Ended::Succeeded),
         Err(e) => (
-            finish(&current, Err((e.reason(), e.to_string()))),
+            finish(&current, Err((e.reason(), etcd_operator_api::report::chain(e)))),
             Ended::Failed(e.reason()),
         ),
     };
@@ -247,7 +247,9 @@ async fn seed_metric(obj: &EtcdBackup, namespace: &str, ctx: &BackupContext) {
     match clusters.get_opt(cluster).await {
         Ok(Some(_)) => ctx.metrics.record_etcdbackup(namespace, cluster, completed),
         Ok(None) => {}
-        Err(error) => tracing::debug!(%error, cluster, "EtcdBackup metric: the cluster could not be read"),
+        Err(error) => {
+            tracing::debug!(error = %etcd_operator_api::report::Chain(&error), cluster, "EtcdBackup metric: the cluster could not be read")
+        }
     }
 }
 

@@ -34,14 +34,14 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
-                tracing::warn!(%error, "scheduled backup reconcile failed");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "scheduled backup reconcile failed");
             }
         })
         .await;
 }
 
 fn error_policy(_obj: Arc<EtcdCluster>, error: &BackupError, _ctx: Arc<BackupContext>) -> Action {
-    tracing::warn!(%error, "scheduled backup: retrying");
+    tracing::warn!(error = %etcd_operator_api::report::Chain(error), "scheduled backup: retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -77,7 +77,11 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         Ok(cron) => cron,
         Err(e) => {
             // Admission rejects such schedules; one stored before the rule changed lands here.
-            let message = format!("schedule {:?} is invalid: {e}", backup.schedule);
+            let message = format!(
+                "schedule {:?} is invalid: {}",
+                backup.schedule,
+                etcd_operator_api::report::Chain(&e)
+            );
             patch_status(
                 &api,
                 &name,
@@ -147,7 +151,7 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
             )
             .await?;
             if let Err(e) = apply_retention(&ctx, &backup, &namespace, &name).await {
-                tracing::warn!(cluster = %key, error = %e, "backup retention failed; retrying after the next snapshot");
+                tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&e), "backup retention failed; retrying after the next snapshot");
             }
             match policy::next_due(&cron, Some(record.taken), created) {
                 Some(next) => Ok(Action::requeue(until(next))),
@@ -158,8 +162,12 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
             let delay = ctx.failed(&key);
             ctx.metrics.backup_failed(error.reason());
             let failures = ctx.failures(&key);
-            tracing::warn!(cluster = %key, %error, failures, retry_in = ?delay, "scheduled backup failed");
-            let message = format!("{error} (attempt {failures}; retrying in {}s)", delay.as_secs());
+            tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&error), failures, retry_in = ?delay, "scheduled backup failed");
+            let message = format!(
+                "{} (attempt {failures}; retrying in {}s)",
+                etcd_operator_api::report::Chain(&error),
+                delay.as_secs()
+            );
             patch_status(
                 &api,
                 &name,

@@ -246,7 +246,7 @@ impl EtcdClient {
                 })
                 .collect(),
             Err(error) => {
-                tracing::debug!(%endpoint, %error, "no alarm list");
+                tracing::debug!(%endpoint, error = %etcd_operator_api::report::Chain(&error), "no alarm list");
                 Vec::new()
             }
         }

@@ -56,7 +56,7 @@ pub async fn write_atomically<S: Into<E>, E>(
         Ok(size) => size,
         Err(e) => {
             if let Err(error) = tokio::fs::remove_file(&partial).await {
-                tracing::warn!(path = %partial.display(), %error, "could not remove a partial file");
+                tracing::warn!(path = %partial.display(), error = %etcd_operator_api::report::Chain(&error), "could not remove a partial file");
             }
             return Err(e);
         }
@@ -71,7 +71,7 @@ pub async fn write_atomically<S: Into<E>, E>(
         && let Ok(dir) = tokio::fs::File::open(parent).await
         && let Err(error) = dir.sync_all().await
     {
-        tracing::debug!(path = %parent.display(), %error, "could not sync directory");
+        tracing::debug!(path = %parent.display(), error = %etcd_operator_api::report::Chain(&error), "could not sync directory");
     }
     Ok(size)
 }

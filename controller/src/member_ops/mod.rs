@@ -5,8 +5,8 @@
 //! the reconciler's `act` is unit-tested without etcd.
 
 mod client;
-pub mod file;
 pub mod fake;
+pub mod file;
 pub mod stream;
 
 use std::future::Future;
@@ -40,7 +40,7 @@ pub enum MemberOpError {
         detail: String,
     },
     /// etcd refused or failed.
-    #[error("{op}: {source}")]
+    #[error("etcd {op}")]
     Etcd {
         /// The operation.
         op: &'static str,
@@ -85,7 +85,7 @@ pub enum SnapshotError {
         asked: Vec<String>,
     },
     /// etcd failed while streaming.
-    #[error("snapshot from {endpoint}: {source}")]
+    #[error("snapshot from {endpoint}")]
     Etcd {
         /// The member.
         endpoint: String,
@@ -94,7 +94,7 @@ pub enum SnapshotError {
         source: MemberOpError,
     },
     /// Writing the file failed.
-    #[error("snapshot: write {}: {source}", path.display())]
+    #[error("snapshot: write {}", path.display())]
     Write {
         /// The file.
         path: PathBuf,
@@ -103,7 +103,7 @@ pub enum SnapshotError {
         source: std::io::Error,
     },
     /// Reading a snapshot file back failed.
-    #[error("snapshot: read {}: {source}", path.display())]
+    #[error("snapshot: read {}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
@@ -120,7 +120,7 @@ pub enum SnapshotError {
         after: Duration,
     },
     /// The snapshot failed its integrity check.
-    #[error("snapshot from {endpoint} is corrupt: {source}")]
+    #[error("snapshot from {endpoint} is corrupt")]
     Corrupt {
         /// The member.
         endpoint: String,

@@ -150,7 +150,7 @@ impl Stream for SnapshotStream {
             }
             (Some(Err(e)), _) => {
                 this.digest = None;
-                tracing::warn!(endpoint = %this.endpoint, error = %e, "snapshot stream failed");
+                tracing::warn!(endpoint = %this.endpoint, error = %etcd_operator_api::report::Chain(&e), "snapshot stream failed");
                 Poll::Ready(Some(Err(e)))
             }
             (None, _) | (_, None) => {
@@ -165,7 +165,7 @@ impl Stream for SnapshotStream {
                         Poll::Ready(None)
                     }
                     Err(source) => {
-                        tracing::warn!(endpoint = %this.endpoint, size, error = %source, "snapshot failed its integrity check");
+                        tracing::warn!(endpoint = %this.endpoint, size, error = %etcd_operator_api::report::Chain(&source), "snapshot failed its integrity check");
                         Poll::Ready(Some(Err(SnapshotError::Corrupt {
                             endpoint: this.endpoint.clone(),
                             source,

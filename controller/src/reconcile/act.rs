@@ -66,14 +66,14 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             }
             // etcd's strict reconfiguration check: the previous new member joined < 5 s ago.
             Err(e) if e.is_not_ready_yet() => {
-                tracing::debug!(member = %name, error = %e, "member add not accepted yet")
+                tracing::debug!(member = %name, error = %etcd_operator_api::report::Chain(&e), "member add not accepted yet")
             }
             Err(e) => return Err(e.into()),
         },
         Step::Promote { id, name } => match ctx.members.promote(&endpoints, *id).await {
             Ok(()) => tracing::info!(cluster = %cluster.key(), member = %name, "promoted learner"),
             Err(e) if e.is_not_ready_yet() => {
-                tracing::debug!(member = %name, error = %e, "learner not ready yet")
+                tracing::debug!(member = %name, error = %etcd_operator_api::report::Chain(&e), "learner not ready yet")
             }
             Err(e) => return Err(e.into()),
         },
@@ -142,9 +142,9 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 }
                 // Nothing was touched: halt the roll with the reason rather than retry forever.
                 Err(e @ RuntimeError::VersionUnavailable { .. }) => {
-                    tracing::warn!(cluster = %cluster.key(), member = %name, error = %e, "the roll cannot proceed");
+                    tracing::warn!(cluster = %cluster.key(), member = %name, error = %etcd_operator_api::report::Chain(&e), "the roll cannot proceed");
                     if let Some(r) = roll.as_mut() {
-                        r.halted = Some(e.to_string());
+                        r.halted = Some(etcd_operator_api::report::chain(&e));
                         r.failed_member = None;
                     }
                 }
@@ -318,7 +318,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
                 }
             }
             Err(error) => {
-                tracing::warn!(cluster = %cluster.key(), dir = %dir.display(), %error, "could not delete older pre-upgrade snapshots")
+                tracing::warn!(cluster = %cluster.key(), dir = %dir.display(), error = %etcd_operator_api::report::Chain(&error), "could not delete older pre-upgrade snapshots")
             }
         }
         kept.push(saved.path.display().to_string());
@@ -354,7 +354,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
         let retention = spec.backup.as_ref().and_then(|b| b.retention.as_ref());
         if let Err(error) = crate::backup::prune_manual(&store, &dir, retention, &cluster.key()).await {
-            tracing::warn!(cluster = %cluster.key(), %error, "retention of manual snapshots failed; retried after the next snapshot");
+            tracing::warn!(cluster = %cluster.key(), error = %etcd_operator_api::report::Chain(&error), "retention of manual snapshots failed; retried after the next snapshot");
         }
         kept.push(store.location(&key));
     }
