@@ -58,9 +58,17 @@ pub enum KubectlError {
     },
 }
 
+/// The message and its causes (a failed `unwrap` prints this): readable, where the derived
+/// `Debug` would escape the streams and the log into one line.
 impl std::fmt::Debug for KubectlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
+        std::fmt::Display::fmt(self, f)?;
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
