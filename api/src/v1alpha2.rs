@@ -31,6 +31,11 @@ pub const DEFAULT_BACKUP_MAX_COUNT: i32 = 7;
 /// ones and restarts on them, one at a time with the health gate of an upgrade (see
 /// `docs/tls.md`). Any value works; a timestamp is customary.
 pub const ROTATE_CERTIFICATES_ANNOTATION: &str = "etcd.operator.dev/rotate-certificates";
+/// Annotation on an EtcdCluster asking for its `auto` CAs to be rotated: when its value changes,
+/// a new CA is made for each `auto` plane and rolled in through a trust bundle that holds both CAs
+/// (trust the new CA, issue from it, drop the old one: three rolls, one member at a time), so no
+/// member and no client is cut off (see `docs/tls.md`). Any value works; a timestamp is customary.
+pub const ROTATE_CA_ANNOTATION: &str = "etcd.operator.dev/rotate-ca";
 /// Annotation on an EtcdCluster that has lost quorum asking the operator to rebuild it from one
 /// surviving member: the value names that member, or is `auto` for the running member that has
 /// applied the most of the log. Nothing is rebuilt without it (see `docs/day2.md`); each value is

@@ -578,6 +578,7 @@ mod tests {
 
     fn observed(runtime: Vec<RuntimeMember>, etcd: Option<EtcdView>) -> Observed {
         Observed {
+            authority: None,
             runtime,
             etcd,
             timing: Timing::default(),

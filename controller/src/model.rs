@@ -142,6 +142,9 @@ pub struct MemberCertificates {
     pub valid_for: std::time::Duration,
     /// The on-demand rotation (annotation value) they were issued under.
     pub rotation: Option<String>,
+    /// Why it does not yet run on what the cluster's CA rotation asks (trust bundle, issuing
+    /// CA); `None` when it does, or when no `auto` plane has a CA.
+    pub authority: Option<crate::tls::authority::AuthorityLag>,
 }
 
 /// A member as etcd's member list reports it, joined with its status when it answered.

@@ -29,6 +29,7 @@ use std::time::Duration;
 use crate::model::{
     EtcdMember, EtcdView, InitialState, Liveness, MemberConfig, RuntimeMember, is_healthy, quorum,
 };
+use crate::tls::authority::{AuthorityLag, AuthorityPhase, AuthorityView};
 
 pub use crate::validated::{DefragPolicy, RollRecord, ValidatedCluster};
 
@@ -82,6 +83,9 @@ pub struct Timing {
     pub since_reclaim: Option<Duration>,
 }
 
+/// An `auto` CA is rotated when it is valid for less than this (a year of its ten).
+pub const CA_RENEW_BEFORE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Thresholds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thresholds {
@@ -92,6 +96,9 @@ pub struct Thresholds {
     pub upgrade_timeout: Duration,
     /// Member certificates valid for less than this are issued again (a rolling restart).
     pub renew_before: Duration,
+    /// An `auto` CA valid for less than this is rotated (a new CA rolled in, see
+    /// [`crate::tls::authority`]).
+    pub ca_renew_before: Duration,
 }
 
 impl Default for Thresholds {
@@ -101,6 +108,7 @@ impl Default for Thresholds {
             bootstrap_timeout: Duration::from_secs(60),
             upgrade_timeout: Duration::from_secs(120),
             renew_before: crate::tls::ca::RENEW_BEFORE,
+            ca_renew_before: CA_RENEW_BEFORE,
         }
     }
 }
@@ -114,6 +122,9 @@ pub struct Observed {
     pub etcd: Option<EtcdView>,
     /// Timings.
     pub timing: Timing,
+    /// The rotation of the cluster's `auto` CAs; `None` without an `auto` plane (or before its
+    /// CAs exist).
+    pub authority: Option<AuthorityView>,
 }
 
 /// The next step.
@@ -293,6 +304,17 @@ pub enum Step {
         /// Why.
         reason: RenewalReason,
     },
+    /// Move the rotation of the cluster's `auto` CAs to its next phase: begin (a new CA,
+    /// trusted beside the old one), swap (the new CA issues) or finish (the old CA is dropped).
+    /// The members roll between phases as [`Step::RenewCertificates`].
+    AdvanceAuthority {
+        /// The phase to move to.
+        to: AuthorityPhase,
+        /// The `etcd.operator.dev/rotate-ca` value to record when a rotation begins.
+        rotation: Option<String>,
+        /// Why.
+        reason: String,
+    },
     /// Delete every member: a bootstrap that never formed a cluster, retried from scratch.
     WipeBootstrap {
         /// Why.
@@ -395,6 +417,13 @@ pub enum RenewalReason {
         /// The annotation's value.
         rotation: String,
     },
+    /// The CA rotation asks it to trust another bundle, or to hold certificates of the new CA.
+    Authority {
+        /// What it lacks.
+        lag: AuthorityLag,
+        /// The rotation's phase.
+        phase: AuthorityPhase,
+    },
 }
 
 impl std::fmt::Display for RenewalReason {
@@ -405,6 +434,7 @@ impl std::fmt::Display for RenewalReason {
                 write!(f, "its certificates expire in {}h", valid_for.as_secs() / 3600)
             }
             Self::Requested { rotation } => write!(f, "rotation {rotation:?} was requested"),
+            Self::Authority { lag, phase } => write!(f, "CA rotation ({phase}): {lag}"),
         }
     }
 }
@@ -474,6 +504,8 @@ pub enum WaitReason {
         /// The member waiting for its new certificates.
         name: String,
     },
+    /// A CA rotation begins only when every voter is healthy and reports its certificates.
+    UnhealthyBeforeCaRotation,
     /// A member's volume is growing (asked for more than it has).
     VolumeExpanding {
         /// The member.
@@ -562,6 +594,7 @@ impl WaitReason {
             | Self::UnhealthyBeforeScaleDown
             | Self::UnhealthyBeforeRollStep { .. }
             | Self::UnhealthyBeforeRenewal { .. }
+            | Self::UnhealthyBeforeCaRotation
             | Self::UnhealthyBeforeTemplateRoll { .. }
             | Self::UnhealthyBeforeResizeRestart { .. }
             | Self::UnhealthyBeforeDefragmentation { .. } => "WaitingForHealthyMembers",
@@ -646,6 +679,10 @@ impl std::fmt::Display for WaitReason {
             Self::UnhealthyBeforeRenewal { name } => write!(
                 f,
                 "waiting for every member to be healthy before restarting {name} on new certificates"
+            ),
+            Self::UnhealthyBeforeCaRotation => write!(
+                f,
+                "waiting for every member to be healthy (and to report its certificates) before the CA rotation begins"
             ),
             Self::VolumeExpanding {
                 name,
@@ -746,6 +783,7 @@ impl Step {
             Step::ReclaimSpace { .. } => "ReclaimSpace",
             Step::RecoverQuorum { .. } => "RecoverQuorum",
             Step::RenewCertificates { .. } => "RenewCertificates",
+            Step::AdvanceAuthority { .. } => "AdvanceAuthority",
             Step::RollTemplate { .. } => "RollTemplate",
             Step::ExpandVolume { .. } => "ExpandVolume",
             Step::FinishVolumeResize { .. } => "FinishVolumeResize",
@@ -992,7 +1030,19 @@ pub fn plan(
     if let Some(step) = plan_template_roll(desired, etcd, observed, thresholds) {
         return step;
     }
+    // A CA rotation's move an earlier operator left half-written (one plane moved, the other
+    // not) is completed before any member rolls: it only writes the CAs.
+    if let Some(view) = observed.authority.as_ref().filter(|v| !v.settled) {
+        return Step::AdvanceAuthority {
+            to: view.phase,
+            rotation: desired.ca_rotation.clone(),
+            reason: format!("completing the CA rotation's move to {}", view.phase),
+        };
+    }
     if let Some(step) = plan_certificate_renewal(desired, etcd, observed, thresholds) {
+        return step;
+    }
+    if let Some(step) = plan_authority(desired, etcd, observed, thresholds) {
         return step;
     }
     if let Some(step) = plan_defragmentation(desired, etcd, observed) {
@@ -1478,6 +1528,11 @@ fn plan_certificate_renewal(
                 RenewalReason::Expiring {
                     valid_for: certs.valid_for,
                 }
+            } else if let (Some(lag), Some(view)) = (certs.authority, observed.authority.as_ref()) {
+                RenewalReason::Authority {
+                    lag,
+                    phase: view.phase,
+                }
             } else {
                 let wanted = desired.certificate_rotation.as_ref()?;
                 if certs.rotation.as_ref() == Some(wanted) {
@@ -1522,6 +1577,69 @@ fn plan_certificate_renewal(
         name: r.name.clone(),
         reason: reason.clone(),
     })
+}
+
+/// The rotation of the cluster's `auto` CAs, once no member is due for renewal (so every member
+/// runs on what the current phase asks) and its planes agree on the phase:
+/// - a rotation under way moves on (trusting → reissuing → steady);
+/// - a new one begins when `etcd.operator.dev/rotate-ca` holds a value not recorded yet, or an
+///   issuing CA is valid for less than [`Thresholds::ca_renew_before`], and every voter is
+///   healthy.
+///
+/// Members roll between phases through [`plan_certificate_renewal`]
+/// ([`RenewalReason::Authority`]), one at a time under its health gate.
+fn plan_authority(
+    desired: &ValidatedCluster,
+    etcd: &EtcdView,
+    observed: &Observed,
+    thresholds: &Thresholds,
+) -> Option<Step> {
+    let view = observed.authority.as_ref().filter(|v| v.settled)?;
+    // Every member must report its certificates before the rotation moves on: one that does
+    // not (never issued yet) is the renewal's or the start's business first.
+    let reporting = observed
+        .runtime
+        .iter()
+        .all(|r| r.certificates.as_ref().is_some_and(|c| c.authority.is_none()));
+    match view.phase {
+        AuthorityPhase::Trusting | AuthorityPhase::Reissuing if reporting => {
+            let to = view.phase.next();
+            let reason = match to {
+                AuthorityPhase::Reissuing => "every member trusts the new CA: it issues from now on",
+                _ => "every member holds certificates of the new CA: the old CA is dropped",
+            };
+            Some(Step::AdvanceAuthority {
+                to,
+                rotation: view.rotation.clone(),
+                reason: reason.to_owned(),
+            })
+        }
+        AuthorityPhase::Trusting | AuthorityPhase::Reissuing => None,
+        AuthorityPhase::Steady => {
+            let requested = desired
+                .ca_rotation
+                .as_ref()
+                .filter(|wanted| view.rotation.as_ref() != Some(*wanted));
+            let reason = match requested {
+                Some(wanted) => format!("CA rotation {wanted:?} was requested"),
+                None if view.valid_for < thresholds.ca_renew_before => format!(
+                    "the cluster's CA expires in {} days",
+                    view.valid_for.as_secs() / 86_400
+                ),
+                None => return None,
+            };
+            if !reporting || etcd.healthy_voters() < etcd.voters().count() {
+                return Some(Step::Wait {
+                    reason: WaitReason::UnhealthyBeforeCaRotation,
+                });
+            }
+            Some(Step::AdvanceAuthority {
+                to: AuthorityPhase::Trusting,
+                rotation: desired.ca_rotation.clone(),
+                reason,
+            })
+        }
+    }
 }
 
 /// Voters due for defragmentation (scheduled, or fragmented and not defragmented just now):
@@ -2090,6 +2208,7 @@ mod tests {
         let mut d = desired(3);
         d.formed_before = false;
         let o = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -2103,6 +2222,7 @@ mod tests {
 
         // Reserved: configure and start all with the full initial cluster, state new.
         let o = Observed {
+            authority: None,
             runtime: vec![
                 runtime("a", Liveness::Reserved, None),
                 runtime("b", Liveness::Reserved, None),
@@ -2131,6 +2251,7 @@ mod tests {
         d.formed_before = false;
         d.restore = Some(plan.clone());
         let o = Observed {
+            authority: None,
             runtime: vec![
                 runtime("a", Liveness::Reserved, None),
                 runtime("b", Liveness::Reserved, None),
@@ -2163,6 +2284,7 @@ mod tests {
             ..Default::default()
         };
         let o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: None,
             timing,
@@ -2182,6 +2304,7 @@ mod tests {
         let mut rt = running(&["a", "b"]);
         rt.push(runtime("c", Liveness::Reserved, Some(InitialState::New)));
         let o = Observed {
+            authority: None,
             runtime: rt,
             etcd: None,
             timing: Timing::default(),
@@ -2196,6 +2319,7 @@ mod tests {
     fn scale_up_goes_through_one_learner() {
         let d = desired(3);
         let o = Observed {
+            authority: None,
             runtime: running(&["a"]),
             etcd: view(vec![member(1, "a", false, true)], 1),
             timing: Timing::default(),
@@ -2205,6 +2329,7 @@ mod tests {
         let mut rt = running(&["a"]);
         rt.push(runtime("b", Liveness::Reserved, None));
         let o = Observed {
+            authority: None,
             runtime: rt.clone(),
             etcd: view(vec![member(1, "a", false, true)], 1),
             timing: Timing::default(),
@@ -2221,6 +2346,7 @@ mod tests {
         let mut learner = member(2, "", true, false);
         learner.peer_urls = vec![url("b")];
         let o = Observed {
+            authority: None,
             runtime: rt,
             etcd: view(vec![member(1, "a", false, true), learner], 1),
             timing: Timing::default(),
@@ -2240,6 +2366,7 @@ mod tests {
         rt.push(runtime("b", Liveness::Running, Some(InitialState::Existing)));
         rt.push(runtime("c", Liveness::Reserved, None));
         let o = Observed {
+            authority: None,
             runtime: rt,
             etcd: view(vec![member(1, "a", false, true), member(2, "b", true, true)], 1),
             timing: Timing::default(),
@@ -2257,6 +2384,7 @@ mod tests {
     fn scale_down_removes_a_follower_first_and_moves_leadership_off_the_last() {
         let d = desired(1);
         let o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![
@@ -2278,6 +2406,7 @@ mod tests {
         );
 
         let o = Observed {
+            authority: None,
             runtime: running(&["a", "c"]),
             etcd: view(vec![member(3, "c", false, true), member(1, "a", false, true)], 3),
             timing: Timing::default(),
@@ -2292,6 +2421,7 @@ mod tests {
         );
         // Only the leader is left beyond the target: move leadership first.
         let o = Observed {
+            authority: None,
             runtime: running(&["a", "c"]),
             etcd: view(vec![member(1, "a", false, true), member(3, "c", false, true)], 3),
             timing: Timing::default(),
@@ -2306,6 +2436,7 @@ mod tests {
             }
         );
         let o = Observed {
+            authority: None,
             runtime: running(&["c", "a"]),
             etcd: view(vec![member(3, "c", false, true)], 3),
             timing: Timing::default(),
@@ -2318,6 +2449,7 @@ mod tests {
         let d = desired(1);
         for leader in [1, 2] {
             let o = Observed {
+                authority: None,
                 runtime: running(&["a", "b"]),
                 etcd: view(
                     vec![member(1, "a", false, true), member(2, "b", false, true)],
@@ -2348,6 +2480,7 @@ mod tests {
             s.errors = vec!["etcdserver: request timed out".into()];
         }
         let mut o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![sick, member(2, "b", false, true), member(3, "c", false, true)],
@@ -2376,6 +2509,7 @@ mod tests {
             Some(InitialState::New),
         ));
         let o = Observed {
+            authority: None,
             runtime: rt.clone(),
             etcd: view(
                 vec![
@@ -2403,12 +2537,14 @@ mod tests {
         assert!(matches!(run(&d, &o), Step::RemoveFromEtcd { id: 3, .. }));
         // After removal, the runtime leftover is deleted, then a new member joins.
         let o = Observed {
+            authority: None,
             runtime: rt,
             etcd: view(vec![member(1, "a", false, true), member(2, "b", false, true)], 1),
             timing: Timing::default(),
         };
         assert!(matches!(run(&d, &o), Step::DeleteRuntimeMember { ref name, .. } if name == "c"));
         let o = Observed {
+            authority: None,
             runtime: running(&["a", "b"]),
             etcd: view(vec![member(1, "a", false, true), member(2, "b", false, true)], 1),
             timing: Timing::default(),
@@ -2434,6 +2570,7 @@ mod tests {
             Some(InitialState::New),
         ));
         let o = Observed {
+            authority: None,
             runtime: rt,
             etcd: view(
                 vec![
@@ -2485,6 +2622,7 @@ mod tests {
         let mut rt = running(&["a", "b"]);
         rt.push(crashed("c"));
         let mut o = Observed {
+            authority: None,
             runtime: rt,
             etcd: three_with_c_down(),
             timing: Timing {
@@ -2509,6 +2647,7 @@ mod tests {
 
         // Seen running between two exits, it still counts as unable to start.
         let mut o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: three_with_c_down(),
             timing: Timing {
@@ -2536,6 +2675,7 @@ mod tests {
     fn a_slow_member_is_replaced_only_after_unhealthy_after_without_progress() {
         let d = desired(3);
         let mut o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: three_with_c_down(),
             timing: Timing {
@@ -2578,6 +2718,7 @@ mod tests {
             }];
         }
         let mut o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd,
             timing: Timing {
@@ -2611,6 +2752,7 @@ mod tests {
             s.raft_applied_index = 50;
         }
         let o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![member(1, "a", false, true), member(2, "b", false, true), c],
@@ -2661,6 +2803,7 @@ mod tests {
         let mut rt = running(&["a", "b"]);
         rt.push(crashed("c"));
         let mut o = Observed {
+            authority: None,
             runtime: rt,
             etcd: three_with_c_down(),
             timing: Timing {
@@ -2709,6 +2852,7 @@ mod tests {
         let mut d = desired(3);
         d.replace_member = Some("b".into());
         let mut o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![
@@ -2756,6 +2900,7 @@ mod tests {
         rt.push(runtime("d", Liveness::Running, Some(InitialState::Existing)));
         rt.push(runtime("e", Liveness::Reserved, None));
         let o = Observed {
+            authority: None,
             runtime: rt,
             etcd: view(
                 vec![
@@ -2778,6 +2923,7 @@ mod tests {
     fn paused_changes_nothing_and_a_settled_cluster_is_idle() {
         let mut d = desired(1);
         let o = Observed {
+            authority: None,
             runtime: running(&["a"]),
             etcd: view(vec![member(1, "a", false, true)], 1),
             timing: Timing::default(),
@@ -2823,6 +2969,7 @@ mod tests {
         let mut d = desired(3);
         d.version = "3.5.1".into();
         let o = Observed {
+            authority: None,
             runtime: vec![
                 on_version("a", "3.5.0", None, Liveness::Running),
                 on_version("b", "3.5.0", None, Liveness::Running),
@@ -2865,6 +3012,7 @@ mod tests {
         r.certificates = Some(crate::model::MemberCertificates {
             valid_for: Duration::from_secs(valid_days * 24 * 3600),
             rotation: rotation.map(str::to_owned),
+            authority: None,
         });
         r
     }
@@ -2872,6 +3020,7 @@ mod tests {
     /// Three healthy members with certificates valid for `days`, leader b.
     fn certified(days: [u64; 3], rotation: Option<&str>) -> Observed {
         Observed {
+            authority: None,
             runtime: ["a", "b", "c"]
                 .iter()
                 .zip(days)
@@ -2898,6 +3047,7 @@ mod tests {
     /// Three running members, b the leader, on templates `hashes`.
     fn templated(hashes: [Option<&str>; 3]) -> Observed {
         Observed {
+            authority: None,
             runtime: ["a", "b", "c"]
                 .iter()
                 .zip(hashes)
@@ -3209,6 +3359,7 @@ mod tests {
 
     fn alarmed(kind: crate::model::AlarmKind, members: &[u64], db: (u64, u64)) -> Observed {
         let mut o = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![
@@ -3349,6 +3500,7 @@ mod tests {
         let mut d1 = desired(1);
         d1.replicas = 1;
         let one = Observed {
+            authority: None,
             runtime: running(&["a"]),
             etcd: view(vec![member(1, "a", false, true)], 1),
             timing: Timing {
@@ -3457,6 +3609,7 @@ mod tests {
             )
         };
         let mut o = Observed {
+            authority: None,
             runtime: vec![running(&["a"]).remove(0), lost("b"), lost("c")],
             etcd: view(
                 vec![
@@ -3509,6 +3662,7 @@ mod tests {
 
         // A cluster with quorum ignores the request.
         let healthy = Observed {
+            authority: None,
             runtime: running(&["a", "b", "c"]),
             etcd: view(
                 vec![
@@ -3568,6 +3722,7 @@ mod tests {
             )
         };
         let o = Observed {
+            authority: None,
             runtime: vec![gone("a", true), gone("b", true), gone("c", false)],
             etcd: None,
             timing: Timing::default(),
@@ -3586,6 +3741,7 @@ mod tests {
 
         // Running members that do not answer, and nothing to start: quorum is lost; wait.
         let o = Observed {
+            authority: None,
             runtime: vec![gone("a", false), running(&["b"]).remove(0)],
             etcd: None,
             timing: Timing::default(),
@@ -3599,6 +3755,7 @@ mod tests {
         // Paused: nothing starts.
         d.paused = true;
         let o = Observed {
+            authority: None,
             runtime: vec![gone("a", true)],
             etcd: None,
             timing: Timing::default(),
@@ -3638,6 +3795,137 @@ mod tests {
         let mut paused = d.clone();
         paused.paused = true;
         assert_eq!(renew_expired(&paused, &o), None);
+    }
+
+    /// [`certified`] with a CA rotation at `phase` (recorded `rotation`) and each member's lag.
+    fn rotating(phase: AuthorityPhase, rotation: Option<&str>, lags: [Option<AuthorityLag>; 3]) -> Observed {
+        let mut o = certified([365, 365, 365], None);
+        for (r, lag) in o.runtime.iter_mut().zip(lags) {
+            if let Some(c) = r.certificates.as_mut() {
+                c.authority = lag;
+            }
+        }
+        o.authority = Some(AuthorityView {
+            phase,
+            settled: true,
+            rotation: rotation.map(str::to_owned),
+            valid_for: Duration::from_secs(9 * 365 * 86_400),
+        });
+        o
+    }
+
+    #[test]
+    fn a_ca_rotation_is_asked_for_then_walks_its_phases_rolling_members_between_them() {
+        use AuthorityPhase::{Reissuing, Steady, Trusting};
+        let mut d = desired(3);
+        // Nothing asked, CA good for 9 years: nothing to do.
+        assert_eq!(run(&d, &rotating(Steady, None, [None; 3])), Step::Idle);
+        // Asked: begins, recording the value.
+        d.ca_rotation = Some("r1".into());
+        let Step::AdvanceAuthority { to, rotation, reason } = run(&d, &rotating(Steady, None, [None; 3]))
+        else {
+            panic!("expected the rotation to begin")
+        };
+        assert_eq!((to, rotation.as_deref()), (Trusting, Some("r1")));
+        assert!(reason.contains("\"r1\" was requested"), "{reason}");
+        // Recorded already: nothing again.
+        assert_eq!(run(&d, &rotating(Steady, Some("r1"), [None; 3])), Step::Idle);
+        // Not while a voter is unhealthy.
+        let mut sick = rotating(Steady, None, [None; 3]);
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        assert_eq!(
+            run(&d, &sick),
+            Step::Wait {
+                reason: WaitReason::UnhealthyBeforeCaRotation
+            }
+        );
+
+        // Trusting: members that do not trust the bundle roll, follower first, one at a time.
+        let lag = Some(AuthorityLag::Trust);
+        let o = rotating(Trusting, Some("r1"), [lag, lag, lag]);
+        let Step::RenewCertificates { name, reason } = run(&d, &o) else {
+            panic!("expected a renewal: {:?}", run(&d, &o))
+        };
+        assert_ne!(name, "b", "the leader goes last");
+        assert_eq!(
+            reason,
+            RenewalReason::Authority {
+                lag: AuthorityLag::Trust,
+                phase: Trusting
+            }
+        );
+        assert!(reason.to_string().contains("CA rotation (Trusting)"), "{reason}");
+        let mut sick = o.clone();
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        assert!(matches!(
+            run(&d, &sick),
+            Step::Wait {
+                reason: WaitReason::UnhealthyBeforeRenewal { .. }
+            }
+        ));
+        // Only the leader lags: leadership moves first.
+        assert!(matches!(
+            run(&d, &rotating(Trusting, Some("r1"), [None, lag, None])),
+            Step::MoveLeader { from: 2, .. }
+        ));
+        // Every member trusts both: the new CA issues from now on.
+        assert!(matches!(
+            run(&d, &rotating(Trusting, Some("r1"), [None; 3])),
+            Step::AdvanceAuthority { to: Reissuing, .. }
+        ));
+        // Reissuing: members on certificates of the old CA roll; then the old CA is dropped.
+        let lag = Some(AuthorityLag::Issuer);
+        assert!(matches!(
+            run(&d, &rotating(Reissuing, Some("r1"), [lag, None, None])),
+            Step::RenewCertificates { ref name, reason: RenewalReason::Authority { lag: AuthorityLag::Issuer, .. } } if name == "a"
+        ));
+        assert!(matches!(
+            run(&d, &rotating(Reissuing, Some("r1"), [None; 3])),
+            Step::AdvanceAuthority { to: Steady, .. }
+        ));
+        // Steady again: members still trusting the old CA roll, then nothing is left to do.
+        let lag = Some(AuthorityLag::Trust);
+        assert!(matches!(
+            run(&d, &rotating(Steady, Some("r1"), [None, None, lag])),
+            Step::RenewCertificates { ref name, .. } if name == "c"
+        ));
+        assert_eq!(run(&d, &rotating(Steady, Some("r1"), [None; 3])), Step::Idle);
+    }
+
+    #[test]
+    fn a_ca_near_expiry_rotates_without_asking_and_a_half_written_move_is_completed_first() {
+        use AuthorityPhase::{Steady, Trusting};
+        let d = desired(3);
+        let mut expiring = rotating(Steady, None, [None; 3]);
+        if let Some(a) = expiring.authority.as_mut() {
+            a.valid_for = Duration::from_secs(200 * 86_400);
+        }
+        let Step::AdvanceAuthority { to, rotation, reason } = run(&d, &expiring) else {
+            panic!("expected a rotation before the CA expires")
+        };
+        assert_eq!((to, rotation), (Trusting, None));
+        assert!(reason.contains("expires in 200 days"), "{reason}");
+        // An operator stopped between the planes' writes: completed whatever the health, before
+        // any member rolls.
+        let mut half = rotating(Trusting, None, [Some(AuthorityLag::Trust); 3]);
+        if let Some(a) = half.authority.as_mut() {
+            a.settled = false;
+        }
+        if let Some(v) = half.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        assert!(matches!(
+            run(&d, &half),
+            Step::AdvanceAuthority { to: Trusting, .. }
+        ));
+        // A member not reporting its certificates (not issued yet) holds the rotation back.
+        let mut unreported = rotating(Trusting, None, [None; 3]);
+        unreported.runtime[0].certificates = None;
+        assert_eq!(run(&d, &unreported), Step::Idle);
     }
 
     #[test]
@@ -3685,6 +3973,7 @@ mod tests {
         let d = upgrading("3.5.1");
         // Leader is b (id 2): a first.
         let o = Observed {
+            authority: None,
             runtime: vec![
                 on_version("a", "3.5.0", None, Liveness::Running),
                 on_version("b", "3.5.0", None, Liveness::Running),
@@ -3767,6 +4056,7 @@ mod tests {
     fn a_member_that_does_not_come_up_is_rolled_back_within_a_minor_and_the_roll_halts() {
         let d = upgrading("3.5.2");
         let mut o = Observed {
+            authority: None,
             runtime: vec![
                 on_version(
                     "a",
@@ -3844,6 +4134,7 @@ mod tests {
         };
         // The first follower failed: the others still run 3.4 → back to 3.4.23.
         let o = Observed {
+            authority: None,
             runtime: vec![
                 on_version("a", "3.5.1", Some("3.4.23"), gone()),
                 on_version("b", "3.4.23", None, Liveness::Running),
@@ -3865,6 +4156,7 @@ mod tests {
         assert!(matches!(run(&d, &o), Step::RollBack { ref to, .. } if to == "3.4.23"));
         // The last one (everyone else on 3.5 already): the cluster version moved → stop it.
         let o = Observed {
+            authority: None,
             runtime: vec![
                 on_version("a", "3.5.1", Some("3.4.23"), Liveness::Running),
                 on_version("b", "3.5.1", Some("3.4.23"), gone()),
@@ -3910,6 +4202,7 @@ mod tests {
             r.complete = true;
         }
         let o = Observed {
+            authority: None,
             runtime: vec![
                 on_version(
                     "a",

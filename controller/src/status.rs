@@ -296,6 +296,20 @@ fn step_reason(step: &Step) -> (&'static str, String) {
             "RotatingCertificates",
             format!("restarting member {name} on new certificates: {reason}"),
         ),
+        Step::AdvanceAuthority { to, reason, .. } => (
+            "RotatingCertificateAuthority",
+            format!(
+                "{reason}; {}",
+                match to {
+                    crate::tls::authority::AuthorityPhase::Trusting =>
+                        "phase 1 of 3: every member restarts trusting the old and the new CA",
+                    crate::tls::authority::AuthorityPhase::Reissuing =>
+                        "phase 2 of 3: every member restarts on certificates of the new CA",
+                    crate::tls::authority::AuthorityPhase::Steady =>
+                        "phase 3 of 3: every member restarts trusting only the new CA",
+                }
+            ),
+        ),
         Step::RollBack { name, to, reason, .. } => (
             "UpgradeRolledBack",
             format!("{reason}; starting {name} again on etcd {to}"),
@@ -738,6 +752,7 @@ mod tests {
     #[test]
     fn kstatus_conditions_while_forming_and_paused() {
         let nothing = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -774,6 +789,7 @@ mod tests {
         );
         // Paused while serving: ready, so health checks do not wait on a deliberate pause.
         let serving = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -808,6 +824,7 @@ mod tests {
     #[test]
     fn healthy_cluster_is_available_and_settled() {
         let observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 0xabc,
@@ -851,6 +868,7 @@ mod tests {
     #[test]
     fn a_pending_replacement_is_degraded_with_its_own_reason_until_done() {
         let mut observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -943,6 +961,7 @@ mod tests {
     #[test]
     fn lost_quorum_is_degraded_and_unavailable() {
         let observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -1051,6 +1070,7 @@ mod tests {
             ..Default::default()
         });
         let silent = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -1066,6 +1086,7 @@ mod tests {
         assert_eq!(get(&gone, "Degraded").reason, "DataLost");
         // A wait whose message mentions quorum but that puts nothing at risk degrades nothing.
         let healthy = Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,
@@ -1089,6 +1110,7 @@ mod tests {
     #[test]
     fn transition_times_survive_unchanged_conditions() {
         let observed = Observed {
+            authority: None,
             runtime: vec![],
             etcd: None,
             timing: Timing::default(),
@@ -1137,6 +1159,7 @@ mod tests {
             }
         }
         Observed {
+            authority: None,
             runtime: vec![],
             etcd: Some(EtcdView {
                 cluster_id: 1,

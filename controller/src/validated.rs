@@ -11,8 +11,8 @@ use etcd_operator_api::defaults::EffectiveReplacement;
 use etcd_operator_api::status::{EtcdClusterStatus, UpgradePhase};
 use etcd_operator_api::v1alpha2::{
     BackupSpec, DEFAULT_REPLICAS, DEFAULT_REPOSITORY, EtcdCluster, PodTemplateSpec,
-    RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION, ROTATE_CERTIFICATES_ANNOTATION, RestoreSpec,
-    StorageSpec,
+    RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION, ROTATE_CA_ANNOTATION,
+    ROTATE_CERTIFICATES_ANNOTATION, RestoreSpec, StorageSpec,
 };
 use etcd_operator_api::versions::DEFAULT_ETCD_VERSION;
 
@@ -204,6 +204,9 @@ pub struct ValidatedCluster {
     /// The value of the [`ROTATE_CERTIFICATES_ANNOTATION`]: the on-demand rotation member
     /// certificates must have been issued under (`None`: none asked for).
     pub certificate_rotation: Option<String>,
+    /// The value of the [`ROTATE_CA_ANNOTATION`]: the CA rotation the `auto` planes' CAs must
+    /// have begun under (`None`: none asked for).
+    pub ca_rotation: Option<String>,
     /// The value of the [`RECOVER_QUORUM_ANNOTATION`], when not answered yet (status.recovery
     /// records the last request done).
     pub recover_quorum: Option<String>,
@@ -315,6 +318,7 @@ impl ValidatedCluster {
             },
             defrag_schedule,
             certificate_rotation: annotation(ROTATE_CERTIFICATES_ANNOTATION),
+            ca_rotation: annotation(ROTATE_CA_ANNOTATION),
             // Each request is answered once: status.recovery records the last one done.
             recover_quorum: annotation(RECOVER_QUORUM_ANNOTATION).filter(|request| {
                 status

@@ -1944,8 +1944,8 @@ mod tls {
         AutoTls, CertManagerTls, IssuerReference, SecretReference, TlsPlane, TlsSpec,
     };
     use etcd_operator_controller::resources::tls::{
-        CertificateUse, MemberTlsMaterial, Plane, build_ca_secret, build_certificate, build_member_secret,
-        member_dns_names,
+        CaMaterial, CertificateUse, MemberTlsMaterial, Plane, build_ca_secret, build_certificate,
+        build_member_secret, member_dns_names,
     };
     use etcd_operator_controller::tls::ca::{CA_VALIDITY, CertificateAuthority, LeafSpec, PemPair};
     use etcd_operator_controller::tls::member::{peer_certificate, server_certificate};
@@ -2064,7 +2064,11 @@ mod tls {
     }
 
     fn ca_secret(ca: &CertificateAuthority, plane: Plane) -> Value {
-        to_value(&build_ca_secret(&cluster_ref(), plane, ca.pem()))
+        to_value(&build_ca_secret(
+            &cluster_ref(),
+            plane,
+            &CaMaterial::steady(ca.pem()),
+        ))
     }
 
     /// A member Secret issued by the given CAs (validity of the certificates `days`).
@@ -3185,7 +3189,11 @@ mod tls {
         );
         golden(
             "ca-secret",
-            &build_ca_secret(&cluster_ref(), Plane::Client, &redacted("CA")),
+            &build_ca_secret(
+                &cluster_ref(),
+                Plane::Client,
+                &CaMaterial::steady(&redacted("CA")),
+            ),
         );
     }
 

@@ -44,6 +44,7 @@ use etcd_operator_apiserver::serve::UserInfo;
 use etcd_operator_controller::model::{ClusterRef, MemberConfig};
 use etcd_operator_controller::runtime::kubernetes::KubernetesRuntime;
 use etcd_operator_controller::runtime::{Runtime, ValidatedCluster};
+use etcd_operator_controller::tls::authority::AuthorityPhase;
 use etcd_operator_tests::kube::{helm, run};
 use etcd_operator_tests::tools::workspace_root;
 use http::{Method, Request, Response, StatusCode};
@@ -643,8 +644,10 @@ fn member_config() -> MemberConfig {
 
 /// The `Runtime` operations driven below; compared with the trait's methods by
 /// [`every_code_path_that_calls_kube_apiserver_is_driven_here`].
-const RUNTIME_OPERATIONS: [&str; 18] = [
+const RUNTIME_OPERATIONS: [&str; 20] = [
     "client_tls",
+    "authority",
+    "advance_authority",
     "template_hash",
     "recreate",
     "expand_volume",
@@ -700,6 +703,14 @@ async fn drive_runtime(stub: &Stub) {
             let _ = runtime.start(&cluster, &spec, &member, &config).await;
             let _ = runtime.change_version(&cluster, &spec, &member, "3.5.22").await;
             let _ = runtime.renew_certificates(&cluster, &spec, &member).await;
+            let _ = runtime.authority(&cluster, &spec).await;
+            for to in [
+                AuthorityPhase::Trusting,
+                AuthorityPhase::Reissuing,
+                AuthorityPhase::Steady,
+            ] {
+                let _ = runtime.advance_authority(&cluster, &spec, to, Some("r1")).await;
+            }
             let _ = runtime.template_hash(&cluster, &spec);
             let _ = runtime.recreate(&cluster, &spec, &member).await;
             let _ = runtime.expand_volume(&cluster, &spec, &member).await;

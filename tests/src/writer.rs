@@ -21,6 +21,9 @@ pub struct Writes {
     pub failures: usize,
     /// Each failed attempt: when it started and ended (Unix seconds) and why.
     pub failure_log: Vec<(f64, f64, String)>,
+    /// How often a reloading writer ([`start_reloading_writer`]) connected again with the TLS
+    /// identity it read anew.
+    pub reconnects: usize,
 }
 
 /// Seconds since the Unix epoch, for lining up the writer's log with the operator's.
@@ -51,9 +54,32 @@ pub fn start_writer(
     tls: Option<TlsOptions>,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<Writes> {
+    run_writer(endpoints, move || tls.clone(), false, stop)
+}
+
+/// A writer whose client reads its TLS identity again with `tls` and reconnects after a failed
+/// write, as a client that re-reads its mounted certificate files does: for rolls that change
+/// what the members trust or present (a CA rotation).
+///
+/// # Panics
+/// When the first connection cannot be made (a test failure).
+pub fn start_reloading_writer(
+    endpoints: Vec<String>,
+    tls: impl Fn() -> Option<TlsOptions> + Send + 'static,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Writes> {
+    run_writer(endpoints, tls, true, stop)
+}
+
+fn run_writer(
+    endpoints: Vec<String>,
+    tls: impl Fn() -> Option<TlsOptions> + Send + 'static,
+    reload: bool,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Writes> {
     tokio::spawn(async move {
         #[allow(clippy::unwrap_used)]
-        let mut client = Client::connect(&endpoints, Some(options(tls.as_ref())))
+        let mut client = Client::connect(&endpoints, Some(options(tls().as_ref())))
             .await
             .unwrap();
         let mut writes = Writes::default();
@@ -91,6 +117,17 @@ pub fn start_writer(
                         .failure_log
                         .push((began, unix_now(), "no answer in 3 s".into()));
                     tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            if reload && writes.failure_log.last().is_some_and(|f| f.0 >= began) {
+                if let Ok(Ok(fresh)) = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    Client::connect(&endpoints, Some(options(tls().as_ref()))),
+                )
+                .await
+                {
+                    client = fresh;
+                    writes.reconnects += 1;
                 }
             }
         }

@@ -630,3 +630,214 @@ async fn members_whose_certificates_expired_get_new_ones_and_the_cluster_comes_b
         );
     }
 }
+
+/// The TLS options of a client holding `cert`/`key` and trusting the bundle in `trust`.
+fn tls_from(trust: &Path, cert: &str, key: &str) -> etcd_client::TlsOptions {
+    etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(std::fs::read(trust).unwrap()))
+        .identity(etcd_client::Identity::from_pem(cert, key))
+}
+
+/// The operator's identity read from its files now, trusting the plane's bundle (`None` while a
+/// file is being rewritten).
+fn current_identity(pki: &Path) -> Option<etcd_client::TlsOptions> {
+    let trust = std::fs::read(pki.join("client-trust.crt")).ok()?;
+    let cert = std::fs::read(pki.join("operator.crt")).ok()?;
+    let key = std::fs::read(pki.join("operator.key")).ok()?;
+    Some(
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(trust))
+            .identity(etcd_client::Identity::from_pem(cert, key)),
+    )
+}
+
+/// Whether the member at `endpoint` answers a status call from a client with `tls`.
+async fn answers(endpoint: &str, tls: etcd_client::TlsOptions) -> bool {
+    let options = etcd_client::ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(2));
+    match etcd_client::Client::connect([endpoint], Some(options)).await {
+        Ok(mut c) => c.status().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+#[allow(clippy::print_stdout)]
+async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_trusted_nowhere() {
+    use etcd_operator_controller::tls::ca::{CertificateAuthority, LeafSpec};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+    let op = LocalOperator::start().await.unwrap();
+    apply(&op, &tls_cluster("rca", 3, true)).unwrap();
+    let s = wait_available(&op, "rca", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
+    let eps = client_endpoints(&s);
+    let names: Vec<String> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    let pki = pki(&op, "rca");
+    let read = |file: &str| std::fs::read_to_string(pki.join(file)).unwrap();
+    let (old_client, old_peer) = (read("client-ca.crt"), read("peer-ca.crt"));
+    // A client certificate of the old CA, as a client that kept it would hold: accepted now
+    // (so the check at the end can tell).
+    let old_ca = CertificateAuthority::load(&old_client, &read("client-ca.key")).unwrap();
+    let stale = old_ca.issue(&LeafSpec::client("stale-client", &[])).unwrap();
+    let stale_tls = |trust: &Path| tls_from(trust, &stale.cert_pem, &stale.key_pem);
+    for ep in &eps {
+        assert!(
+            answers(ep, stale_tls(&pki.join("client-trust.crt"))).await,
+            "{ep} refused a certificate of its own CA before the rotation"
+        );
+    }
+
+    // A writer and a sampler that read the client identity anew after a failure, as clients
+    // mounting the bundle and their certificate do.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let pki = pki.clone();
+        etcd_operator_tests::writer::start_reloading_writer(
+            eps.clone(),
+            move || current_identity(&pki),
+            stop.clone(),
+        )
+    };
+    let most_down = Arc::new(AtomicI64::new(0));
+    let sampler = {
+        let (stop, most_down, eps, pki) = (stop.clone(), most_down.clone(), eps.clone(), pki.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(tls) = current_identity(&pki) {
+                    let mut down = 0;
+                    for ep in &eps {
+                        down += i64::from(!answers(ep, tls.clone()).await);
+                    }
+                    most_down.fetch_max(down, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let started = std::time::Instant::now();
+    kubectl(
+        &op,
+        &["annotate", "ec", "rca", "etcd.operator.dev/rotate-ca=r1"],
+        None,
+    )
+    .unwrap();
+    let trusts_old = |op: &LocalOperator| {
+        names.iter().any(|n| {
+            let tls = member_dir(op, "rca", n).join("tls");
+            let client = std::fs::read_to_string(tls.join("client-trust.crt")).unwrap_or_default();
+            let peer = std::fs::read_to_string(tls.join("peer-trust.crt")).unwrap_or_default();
+            client.is_empty() || client.contains(old_client.trim()) || peer.contains(old_peer.trim())
+        })
+    };
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "rca"),
+        "every member on the new CAs, trusting only them",
+        Duration::from_secs(240),
+        |s| {
+            available(s, 3)
+                && std::fs::read_to_string(pki.join("client-ca.rotation"))
+                    .ok()
+                    .as_deref()
+                    == Some("r1")
+                && !pki.join("client-ca-previous.crt").exists()
+                && !pki.join("peer-ca-previous.crt").exists()
+                && !pki.join("client-ca-next.crt").exists()
+                && !trusts_old(&op)
+        },
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let writes = writer.await.unwrap();
+    sampler.await.unwrap();
+    println!(
+        "CA rotation of 3 members (3 rolls): {:.1}s; {} writes acknowledged, {} failed attempts, {} reconnects; longest gap between successful writes: {} ms; most members down at once: {}",
+        took.as_secs_f64(),
+        writes.acknowledged.len(),
+        writes.failures,
+        writes.reconnects,
+        writes.longest_gap.as_millis(),
+        most_down.load(Ordering::SeqCst)
+    );
+    assert!(
+        writes.acknowledged.len() > 10,
+        "the writer hardly wrote ({} writes)",
+        writes.acknowledged.len()
+    );
+    // One member restarting at a time costs the writer at most a leadership move, never an
+    // outage: a cluster split over trust would stop every write until the end.
+    assert!(
+        writes.longest_gap < Duration::from_secs(5),
+        "the writer failed for {:?} at {:?}: {:?}",
+        writes.longest_gap,
+        writes.longest_gap_at,
+        writes.failure_log.iter().rev().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        most_down.load(Ordering::SeqCst) <= 1,
+        "two members were down at once"
+    );
+    assert_eq!(condition(&s, "Degraded").unwrap()["status"], "False", "{s}");
+    assert_eq!(client_endpoints(&s), eps, "the same members serve");
+
+    // The new CAs issue everything; the old ones are trusted nowhere.
+    let (new_client, new_peer) = (read("client-ca.crt"), read("peer-ca.crt"));
+    assert_ne!(new_client, old_client);
+    assert_ne!(new_peer, old_peer);
+    for file in ["client-trust.crt", "peer-trust.crt"] {
+        let bundle = read(file);
+        assert!(
+            !bundle.contains(old_client.trim()) && !bundle.contains(old_peer.trim()),
+            "{file}"
+        );
+    }
+    for n in &names {
+        let tls = member_dir(&op, "rca", n).join("tls");
+        let server = std::fs::read_to_string(tls.join("server.crt")).unwrap();
+        let peer = std::fs::read_to_string(tls.join("peer.crt")).unwrap();
+        assert!(
+            etcd_operator_controller::tls::member::issued_by(&server, &new_client),
+            "{n}: serving certificate"
+        );
+        assert!(
+            etcd_operator_controller::tls::member::issued_by(&peer, &new_peer),
+            "{n}: peer certificate"
+        );
+    }
+    for ep in &eps {
+        assert!(
+            !answers(ep, stale_tls(&pki.join("client-trust.crt"))).await,
+            "{ep} still accepts a client certificate of the old CA"
+        );
+        assert!(
+            answers(ep, current_identity(&pki).unwrap()).await,
+            "{ep} refuses the operator's new identity"
+        );
+    }
+    etcd_operator_tests::writer::assert_no_write_lost(&eps, current_identity(&pki).as_ref(), &writes).await;
+
+    // Asked again with the same value, nothing restarts.
+    let pids: Vec<u32> = names
+        .iter()
+        .map(|n| member_pid(&member_dir(&op, "rca", n)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let again: Vec<u32> = names
+        .iter()
+        .map(|n| member_pid(&member_dir(&op, "rca", n)))
+        .collect();
+    assert_eq!(pids, again, "members restarted without a new rotation");
+}

@@ -789,6 +789,26 @@ impl Runtime for Recorder {
         runtime.recover_quorum(cluster, spec, survivor).await
     }
 
+    async fn authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+    ) -> Result<Option<etcd_operator_controller::tls::authority::AuthorityView>, RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.authority(cluster, spec).await
+    }
+
+    async fn advance_authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        to: etcd_operator_controller::tls::authority::AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        let runtime = self.of(cluster);
+        runtime.advance_authority(cluster, spec, to, rotation).await
+    }
+
     fn template_hash(&self, cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
         self.of(cluster).template_hash(cluster, spec)
     }

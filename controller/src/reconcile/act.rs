@@ -229,6 +229,12 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             ctx.runtime.renew_certificates(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
         }
+        Step::AdvanceAuthority { to, rotation, reason } => {
+            ctx.runtime
+                .advance_authority(cluster, spec, *to, rotation.as_deref())
+                .await?;
+            tracing::info!(cluster = %cluster.key(), %to, rotation = ?rotation, %reason, "moved the CA rotation on");
+        }
         Step::RollTemplate { name, from, to } => {
             ctx.runtime.recreate(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, from = ?from, %to, "re-creating member on the changed member template");
@@ -433,6 +439,7 @@ mod tests {
 
     fn observed(view: Option<EtcdView>) -> Observed {
         Observed {
+            authority: None,
             runtime: ["a", "b", "c", "d"].into_iter().map(running).collect(),
             etcd: view,
             timing: Timing::default(),

@@ -31,6 +31,7 @@ use crate::outcome::{Outcome, StepError};
 use crate::plan::{self, Observed, Step, Thresholds, Timing};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::status;
+use crate::tls::member::Provider;
 use crate::validated::RolloutRecord;
 use crate::validated::{RollRecord, ValidatedCluster, ValidationError};
 use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
@@ -561,6 +562,7 @@ async fn refuse_to_start<R: Runtime, M: MemberOps>(
         ..Outcome::idle()
     };
     let observed = Observed {
+        authority: None,
         runtime: Vec::new(),
         etcd: None,
         timing: Timing::default(),
@@ -702,18 +704,31 @@ async fn apply<R: Runtime, M: MemberOps>(
 
     // Observe.
     let mut observed = Observed {
+        authority: None,
         runtime: Vec::new(),
         etcd: None,
         timing: Timing::default(),
     };
-    let seen = observe::observe(
+    let seen = match observe::observe(
         &cluster,
         ctx,
         &view.version,
         view.replace_member.as_deref(),
         client_tls.as_ref(),
     )
-    .await;
+    .await
+    {
+        // Where the rotation of the `auto` CAs is (a cluster without them costs no call).
+        Ok((mut seen, tls))
+            if view.tls.client == Some(Provider::Auto) || view.tls.peer == Some(Provider::Auto) =>
+        {
+            ctx.runtime.authority(&cluster, &view).await.map(|authority| {
+                seen.authority = authority;
+                (seen, tls)
+            })
+        }
+        other => other,
+    };
     let observed_once = seen.is_ok();
     // Plan one step, and act.
     let mut outcome = match seen {

@@ -150,6 +150,7 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
     }
     Ok((
         Observed {
+            authority: None,
             runtime,
             etcd,
             timing,

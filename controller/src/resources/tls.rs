@@ -34,6 +34,18 @@ pub const CERTIFICATE_ROTATION_ANNOTATION: &str = "etcd.operator.dev/certificate
 /// Annotation on a member's `auto` Secret: when its certificates were issued (RFC 3339), so a
 /// Pod created before that still runs on older ones.
 pub const ISSUED_AT_ANNOTATION: &str = "etcd.operator.dev/certificates-issued-at";
+/// Annotation on an `auto` CA Secret: the EtcdCluster's `etcd.operator.dev/rotate-ca` value when
+/// the last CA rotation began.
+pub const CA_ROTATION_ANNOTATION: &str = "etcd.operator.dev/ca-rotation";
+/// Key of an `auto` CA Secret: every CA certificate the plane trusts now (the bundle clients
+/// should trust).
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
+/// Keys of an `auto` CA Secret during a rotation's trusting phase: the incoming CA.
+pub const NEXT_CERT_KEY: &str = "next.crt";
+/// See [`NEXT_CERT_KEY`].
+pub const NEXT_KEY_KEY: &str = "next.key";
+/// Key of an `auto` CA Secret during a rotation's reissuing phase: the retiring CA's certificate.
+pub const PREVIOUS_CERT_KEY: &str = "previous.crt";
 /// Where the planes' certificates are mounted in the etcd container.
 pub const TLS_MOUNT_DIR: &str = "/etc/etcd/tls";
 /// The kubelet's cluster domain the members' fully qualified names are under.
@@ -295,21 +307,74 @@ fn bytes(text: &str) -> ByteString {
 }
 
 /// The CA Secret of an `auto` plane (`kubernetes.io/tls`, owned by the EtcdCluster).
-pub fn build_ca_secret(cluster: &ClusterRef, plane: Plane, ca: &PemPair) -> Secret {
+pub fn build_ca_secret(cluster: &ClusterRef, plane: Plane, ca: &CaMaterial) -> Secret {
+    let mut data = BTreeMap::from([
+        (TLS_CERT_KEY.to_owned(), bytes(&ca.issuing.cert_pem)),
+        (TLS_KEY_KEY.to_owned(), bytes(&ca.issuing.key_pem)),
+        (CA_BUNDLE_KEY.to_owned(), bytes(&ca.bundle)),
+    ]);
+    if let Some(next) = &ca.incoming {
+        data.insert(NEXT_CERT_KEY.to_owned(), bytes(&next.cert_pem));
+        data.insert(NEXT_KEY_KEY.to_owned(), bytes(&next.key_pem));
+    }
+    if let Some(previous) = &ca.retiring {
+        data.insert(PREVIOUS_CERT_KEY.to_owned(), bytes(previous));
+    }
     Secret {
         metadata: ObjectMeta {
             name: Some(ca_secret_name(cluster, plane)),
             namespace: Some(cluster.namespace.clone()),
             labels: Some(cluster_labels(cluster)),
+            annotations: ca
+                .rotation
+                .as_ref()
+                .map(|r| BTreeMap::from([(CA_ROTATION_ANNOTATION.to_owned(), r.clone())])),
             owner_references: Some(vec![owner_reference(cluster)]),
             ..ObjectMeta::default()
         },
         type_: Some("kubernetes.io/tls".to_owned()),
-        data: Some(BTreeMap::from([
-            (TLS_CERT_KEY.to_owned(), bytes(&ca.cert_pem)),
-            (TLS_KEY_KEY.to_owned(), bytes(&ca.key_pem)),
-        ])),
+        data: Some(data),
         ..Secret::default()
+    }
+}
+
+/// What an `auto` CA Secret holds (see [`crate::tls::authority`]): the issuing CA, during a
+/// rotation the incoming or the retiring one, the bundle trusted now, and the rotation recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaMaterial {
+    /// The CA that issues (`tls.crt`, `tls.key`).
+    pub issuing: PemPair,
+    /// The incoming CA (`next.crt`, `next.key`).
+    pub incoming: Option<PemPair>,
+    /// The retiring CA's certificate (`previous.crt`).
+    pub retiring: Option<String>,
+    /// Every CA certificate trusted now (`ca.crt`).
+    pub bundle: String,
+    /// The rotate-ca value recorded when the last rotation began.
+    pub rotation: Option<String>,
+}
+
+impl CaMaterial {
+    /// A plane with one CA and no rotation recorded.
+    pub fn steady(issuing: &PemPair) -> Self {
+        Self {
+            bundle: issuing.cert_pem.clone(),
+            issuing: issuing.clone(),
+            incoming: None,
+            retiring: None,
+            rotation: None,
+        }
+    }
+
+    /// What `authority` is, with `rotation` recorded.
+    pub fn of(authority: &crate::tls::authority::Authority, rotation: Option<&str>) -> Self {
+        Self {
+            issuing: authority.issuing.pem().clone(),
+            incoming: authority.incoming.as_ref().map(|ca| ca.pem().clone()),
+            retiring: authority.retiring.clone(),
+            bundle: authority.bundle(),
+            rotation: rotation.map(str::to_owned),
+        }
     }
 }
 

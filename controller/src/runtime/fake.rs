@@ -20,6 +20,8 @@ pub enum RuntimeCall {
     ChangeVersion(String, String),
     /// `renew_certificates(name)` under the rotation asked for.
     RenewCertificates(String, Option<String>),
+    /// `advance_authority(to, rotation)`.
+    AdvanceAuthority(crate::tls::authority::AuthorityPhase, Option<String>),
     /// `recover_quorum(survivor)`.
     RecoverQuorum(String),
     /// `recreate(name)` on the template hash asked for.
@@ -49,6 +51,8 @@ pub enum RuntimeOp {
     ChangeVersion,
     /// [`Runtime::renew_certificates`].
     RenewCertificates,
+    /// [`Runtime::advance_authority`].
+    AdvanceAuthority,
     /// [`Runtime::recover_quorum`].
     RecoverQuorum,
     /// [`Runtime::recreate`].
@@ -77,6 +81,7 @@ pub struct FakeRuntime {
     snapshot_dir: Option<PathBuf>,
     client_tls: Option<crate::tls::member::ClientTls>,
     template: Mutex<Option<String>>,
+    authority: Mutex<Option<crate::tls::authority::AuthorityView>>,
 }
 
 impl FakeRuntime {
@@ -90,7 +95,17 @@ impl FakeRuntime {
             snapshot_dir,
             client_tls: None,
             template: Mutex::new(None),
+            authority: Mutex::new(None),
         }
+    }
+
+    /// Answers [`Runtime::authority`] with `view` from now on; [`Runtime::advance_authority`]
+    /// moves it.
+    pub fn set_authority(&self, view: Option<crate::tls::authority::AuthorityView>) {
+        *self
+            .authority
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = view;
     }
 
     /// Answers [`Runtime::template_hash`] with `hash` from now on (a spec edit, as the test
@@ -259,6 +274,7 @@ impl Runtime for FakeRuntime {
         m.certificates = Some(crate::model::MemberCertificates {
             valid_for: crate::tls::ca::LEAF_VALIDITY,
             rotation: spec.certificate_rotation.clone(),
+            authority: None,
         });
         m.liveness = Liveness::Running;
         Ok(())
@@ -276,6 +292,45 @@ impl Runtime for FakeRuntime {
         )?;
         member(&mut state, survivor)?.liveness = Liveness::Running;
         state.members.retain(|m| m.name == survivor);
+        Ok(())
+    }
+
+    async fn authority(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ValidatedCluster,
+    ) -> Result<Option<crate::tls::authority::AuthorityView>, RuntimeError> {
+        Ok(self
+            .authority
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone())
+    }
+
+    /// Moves the view set with [`FakeRuntime::set_authority`] to `to` (settled), recording
+    /// `rotation` when a rotation begins.
+    async fn advance_authority(
+        &self,
+        _cluster: &ClusterRef,
+        _spec: &ValidatedCluster,
+        to: crate::tls::authority::AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        drop(self.call(
+            RuntimeCall::AdvanceAuthority(to, rotation.map(str::to_owned)),
+            RuntimeOp::AdvanceAuthority,
+        )?);
+        let mut view = self
+            .authority
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(view) = view.as_mut() {
+            if to == crate::tls::authority::AuthorityPhase::Trusting {
+                view.rotation = rotation.map(str::to_owned);
+            }
+            view.phase = to;
+            view.settled = true;
+        }
         Ok(())
     }
 

@@ -705,7 +705,24 @@ impl KubernetesRuntime {
         {
             let secrets = self.member_secrets(cluster).await?;
             for member in &mut members {
-                member.certificates = secrets.get(&member.name).map(|(certs, _)| certs.clone());
+                member.certificates = secrets.get(&member.name).map(|(certs, issued_at)| {
+                    let mut certs = certs.clone();
+                    // A Pod created before its Secret was last written runs on what the Secret
+                    // held before (etcd reads its certificates and CAs as it starts).
+                    let created = objects
+                        .get(&member.name)
+                        .and_then(|o| o.pod.as_ref())
+                        .filter(|p| !being_deleted(*p))
+                        .and_then(|p| p.metadata.creation_timestamp.as_ref())
+                        .map(|t| t.0.as_second());
+                    if let (Some(created), Some(issued)) = (created, issued_at)
+                        && created < issued.as_second()
+                        && certs.authority.is_none()
+                    {
+                        certs.authority = Some(crate::tls::authority::AuthorityLag::Trust);
+                    }
+                    certs
+                });
             }
         }
         Ok(members)
@@ -1213,6 +1230,24 @@ impl Runtime for KubernetesRuntime {
         )
         .await?;
         Ok(())
+    }
+
+    async fn authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+    ) -> Result<Option<crate::tls::authority::AuthorityView>, RuntimeError> {
+        self.authority_view(cluster, spec).await
+    }
+
+    async fn advance_authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        to: crate::tls::authority::AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        self.advance_authority_to(cluster, spec, to, rotation).await
     }
 
     fn template_hash(&self, cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {

@@ -18,9 +18,12 @@ use serde::{Deserialize, Serialize};
 use super::{RETAINED_REMOVED_LIMIT, Runtime, RuntimeError, ValidatedCluster};
 use crate::etcd_args::TlsFiles;
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
-use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, CertificateError, PemPair, RENEW_BEFORE};
+use crate::tls::authority::{Authority, AuthorityPhase, AuthorityView};
+use crate::tls::ca::{CertificateError, PemPair, RENEW_BEFORE};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 use etcd_operator_api::report::chain;
+
+mod authority;
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -221,22 +224,19 @@ impl LocalRuntime {
         self.cluster_dir(cluster).join(name)
     }
 
-    /// The cluster's CA of one plane (`client` or `peer`), created on first use.
-    fn ensure_ca(&self, cluster: &ClusterRef, plane: &str) -> Result<CertificateAuthority, RuntimeError> {
-        let base = self.cluster_dir(cluster).join("pki").join(format!("{plane}-ca"));
-        let name = format!("etcd-operator {} {plane} CA", cluster.key());
-        // A CA is never replaced silently: members trust it until they restart.
-        let pair = ensure_pair(
-            &base,
-            |_| Ok(()),
-            || CertificateAuthority::generate(&name, CA_VALIDITY).map(|ca| ca.pem().clone()),
-        )?;
-        CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
-            .map_err(|e| certificates_error(&base.display().to_string())(chain(&e)))
+    /// The CA files of one plane (`client` or `peer`) of the cluster.
+    fn plane_cas(&self, cluster: &ClusterRef, plane: &'static str) -> authority::PlaneCas {
+        authority::PlaneCas::new(self.cluster_dir(cluster).join("pki"), plane, &cluster.key())
+    }
+
+    /// The cluster's CAs of one plane, created on first use (a CA is never replaced silently:
+    /// members trust it until they restart; a new one comes only through a rotation).
+    fn ensure_authority(&self, cluster: &ClusterRef, plane: &'static str) -> Result<Authority, RuntimeError> {
+        Ok(self.plane_cas(cluster, plane).load()?.0)
     }
 
     /// A member's certificates for the planes that use TLS: `<member>/tls/{server,peer}`, and
-    /// each plane's CA certificate path. Certificates issued under another on-demand rotation
+    /// the plane's trust bundle (`<member>/tls/<plane>-trust.crt`). Certificates issued under another on-demand rotation
     /// than `rotation` (when one is asked for) are issued again, and `rotation` is recorded
     /// beside them (`<member>/tls/rotation`) once they are written.
     fn ensure_member_certificates(
@@ -250,7 +250,6 @@ impl LocalRuntime {
         let server_names = server_names(&file.name);
         let now = std::time::SystemTime::now();
         let mut files = MemberTlsFiles::default();
-        let pki = self.cluster_dir(cluster).join("pki");
         let rotation_file = dir.join("rotation");
         let recorded = std::fs::read_to_string(&rotation_file).ok();
         let rotate = rotation.is_some_and(|r| recorded.as_deref() != Some(r));
@@ -260,8 +259,17 @@ impl LocalRuntime {
             }
             check(pair)
         };
+        // The member trusts its own copy of the plane's bundle, written as it starts: what the
+        // copy says is what the running process trusts (a CA rotation compares it).
+        let trust = |plane: &str, authority: &Authority| {
+            let path = dir.join(format!("{plane}-trust.crt"));
+            write_file(&path, &authority.bundle(), 0o644)
+                .map_err(|e| certificates_error(&path.display().to_string())(e.to_string()))?;
+            Ok::<_, RuntimeError>(path.display().to_string())
+        };
         if file.client_tls {
-            let ca = self.ensure_ca(cluster, "client")?;
+            let authority = self.ensure_authority(cluster, "client")?;
+            let ca = &authority.issuing;
             let good = |pair: &PemPair| {
                 requested(pair, &|p: &PemPair| {
                     Ok(ca.verify_server(&p.cert_pem, &server_names, now)?)
@@ -273,11 +281,12 @@ impl LocalRuntime {
             files.client = Some(TlsFiles {
                 cert: dir.join("server.crt").display().to_string(),
                 key: dir.join("server.key").display().to_string(),
-                trusted_ca: pki.join("client-ca.crt").display().to_string(),
+                trusted_ca: trust("client", &authority)?,
             });
         }
         if file.peer_tls {
-            let ca = self.ensure_ca(cluster, "peer")?;
+            let authority = self.ensure_authority(cluster, "peer")?;
+            let ca = &authority.issuing;
             let good = |pair: &PemPair| {
                 requested(pair, &|p: &PemPair| {
                     ca.verify_server(&p.cert_pem, &server_names, now)?;
@@ -290,7 +299,7 @@ impl LocalRuntime {
             files.peer = Some(TlsFiles {
                 cert: dir.join("peer.crt").display().to_string(),
                 key: dir.join("peer.key").display().to_string(),
-                trusted_ca: pki.join("peer-ca.crt").display().to_string(),
+                trusted_ca: trust("peer", &authority)?,
             });
         }
         if let Some(rotation) = rotation.filter(|_| rotate && (file.client_tls || file.peer_tls)) {
@@ -300,17 +309,33 @@ impl LocalRuntime {
         Ok(files)
     }
 
-    /// What the member's certificates on disk say: the earliest expiry and the rotation they
-    /// were issued under (`None` for a member without TLS or not issued yet).
-    fn member_certificates(&self, dir: &Path, file: &MemberFile) -> Option<crate::model::MemberCertificates> {
+    /// What the member's certificates on disk say: the earliest expiry, the rotation they
+    /// were issued under, and whether it runs on what the CA rotation asks (`None` for a member
+    /// without TLS or not issued yet).
+    fn member_certificates(
+        &self,
+        cluster: &ClusterRef,
+        dir: &Path,
+        file: &MemberFile,
+    ) -> Option<crate::model::MemberCertificates> {
         let tls = dir.join("tls");
-        let planes = [(file.client_tls, "server.crt"), (file.peer_tls, "peer.crt")];
+        let planes = [
+            (file.client_tls, "server.crt", "client"),
+            (file.peer_tls, "peer.crt", "peer"),
+        ];
         let mut earliest: Option<std::time::SystemTime> = None;
-        for (_, cert) in planes.iter().filter(|(on, _)| *on) {
+        let mut lag = None;
+        for (_, cert, plane) in planes.iter().filter(|(on, _, _)| *on) {
             let pem = std::fs::read_to_string(tls.join(cert)).ok()?;
             // An unreadable certificate counts as expired: renewing it is the remedy.
             let at = crate::tls::ca::not_after(&pem).unwrap_or(std::time::SystemTime::UNIX_EPOCH);
             earliest = Some(earliest.map_or(at, |e| e.min(at)));
+            if let Ok((authority, _)) = self.plane_cas(cluster, plane).load() {
+                // A member started before trust files were written trusts the issuing CA's file.
+                let trusted = std::fs::read_to_string(tls.join(format!("{plane}-trust.crt")))
+                    .unwrap_or_else(|_| authority.issuing.pem().cert_pem.clone());
+                lag = lag.or(authority.lag(&trusted, &pem));
+            }
         }
         let valid_for = earliest?
             .duration_since(std::time::SystemTime::now())
@@ -318,6 +343,7 @@ impl LocalRuntime {
         Some(crate::model::MemberCertificates {
             valid_for,
             rotation: std::fs::read_to_string(tls.join("rotation")).ok(),
+            authority: lag,
         })
     }
 
@@ -393,7 +419,7 @@ impl LocalRuntime {
         std::fs::rename(&tmp, dir.join("member.json")).map_err(io("write member.json", &file.name))
     }
 
-    fn to_runtime_member(&self, dir: &Path, file: &MemberFile) -> RuntimeMember {
+    fn to_runtime_member(&self, cluster: &ClusterRef, dir: &Path, file: &MemberFile) -> RuntimeMember {
         let stale = stale_version(dir, file);
         let liveness = if !file.started {
             Liveness::Reserved
@@ -425,7 +451,7 @@ impl LocalRuntime {
             client_url: file.client_url(),
             config: file.config.clone(),
             liveness,
-            certificates: self.member_certificates(dir, file),
+            certificates: self.member_certificates(cluster, dir, file),
             restarts: 0,
             template_hash: running_template(dir),
             volume: None,
@@ -711,7 +737,7 @@ impl Runtime for LocalRuntime {
                 continue;
             }
             let file = self.read_member(&path, &name)?;
-            members.push(self.to_runtime_member(&path, &file));
+            members.push(self.to_runtime_member(cluster, &path, &file));
         }
         members.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(members)
@@ -727,7 +753,7 @@ impl Runtime for LocalRuntime {
         let dir = self.member_dir(cluster, name);
         if dir.join("member.json").is_file() {
             let file = self.read_member(&dir, name)?;
-            return Ok(self.to_runtime_member(&dir, &file));
+            return Ok(self.to_runtime_member(cluster, &dir, &file));
         }
         std::fs::create_dir_all(&dir).map_err(io("create member directory", name))?;
         let (peer_port, client_port) = free_port_pair().map_err(io("choose ports", name))?;
@@ -741,7 +767,7 @@ impl Runtime for LocalRuntime {
             peer_tls: planes.peer.is_some(),
         };
         self.write_member(&dir, &file)?;
-        Ok(self.to_runtime_member(&dir, &file))
+        Ok(self.to_runtime_member(cluster, &dir, &file))
     }
 
     async fn start(
@@ -818,8 +844,9 @@ impl Runtime for LocalRuntime {
             name,
             "it was never started, so it has no certificates to renew",
         )?;
-        let current = self.member_certificates(&dir, &file).is_none_or(|c| {
-            c.valid_for >= RENEW_BEFORE
+        let current = self.member_certificates(cluster, &dir, &file).is_none_or(|c| {
+            c.authority.is_none()
+                && c.valid_for >= RENEW_BEFORE
                 && spec
                     .certificate_rotation
                     .as_ref()
@@ -832,6 +859,53 @@ impl Runtime for LocalRuntime {
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name)?;
         self.launch(cluster, spec, &dir, &mut file, &config, false)
+    }
+
+    async fn authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+    ) -> Result<Option<AuthorityView>, RuntimeError> {
+        let planes = local_planes(spec)?;
+        let now = std::time::SystemTime::now();
+        let mut seen = Vec::new();
+        for (plane, on) in [
+            ("client", planes.client.is_some()),
+            ("peer", planes.peer.is_some()),
+        ] {
+            // Only once the cluster has its CAs (they come with the first member's certificates).
+            if !on
+                || !self
+                    .cluster_dir(cluster)
+                    .join("pki")
+                    .join(format!("{plane}-ca.crt"))
+                    .exists()
+            {
+                continue;
+            }
+            let (authority, rotation) = self.plane_cas(cluster, plane).load()?;
+            seen.push((authority.phase(), rotation, authority.valid_for(now)));
+        }
+        Ok(AuthorityView::of(&seen))
+    }
+
+    async fn advance_authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        to: AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        let planes = local_planes(spec)?;
+        for (plane, on) in [
+            ("client", planes.client.is_some()),
+            ("peer", planes.peer.is_some()),
+        ] {
+            if on {
+                self.plane_cas(cluster, plane).advance(to, rotation)?;
+            }
+        }
+        Ok(())
     }
 
     fn template_hash(&self, _cluster: &ClusterRef, spec: &ValidatedCluster) -> Option<String> {
@@ -970,13 +1044,15 @@ impl Runtime for LocalRuntime {
         if local_planes(spec)?.client.is_none() {
             return Ok(None);
         }
-        let ca = self.ensure_ca(cluster, "client")?;
+        let authority = self.ensure_authority(cluster, "client")?;
+        let ca = &authority.issuing;
         let base = self.cluster_dir(cluster).join("pki").join("operator");
         let now = std::time::SystemTime::now();
         let good = |pair: &PemPair| Ok(ca.verify_client(&pair.cert_pem, now)?);
         let pair = ensure_pair(&base, good, || ca.issue(&member_tls::operator_certificate()))?;
         Ok(Some(ClientTls {
-            ca_pem: ca.pem().cert_pem.clone(),
+            // Every CA trusted now: members present certificates of either during a rotation.
+            ca_pem: authority.bundle(),
             cert_pem: pair.cert_pem,
             key_pem: pair.key_pem,
         }))
@@ -1028,6 +1104,7 @@ impl Runtime for LocalRuntime {
 mod tests {
     use super::*;
     use crate::model::InitialState;
+    use crate::tls::ca::CertificateAuthority;
 
     /// Runs a runtime call again while it answers that it waits (a process stopping), as the
     /// controller's next reconcile would.

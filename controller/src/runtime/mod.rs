@@ -203,6 +203,30 @@ pub trait Runtime: Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
+    /// The rotation of the cluster's `auto` CAs (see [`crate::tls::authority`]): its phase, the
+    /// rotation value recorded when the last one began and how long the issuing CAs stay valid.
+    /// `None` without an `auto` plane, or before its CAs exist (they are made with the first
+    /// member's certificates).
+    fn authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+    ) -> impl Future<Output = Result<Option<crate::tls::authority::AuthorityView>, RuntimeError>> + Send;
+
+    /// Moves every `auto` plane's CA rotation to `to` (a plane already there is left alone):
+    /// begin (a new CA made and trusted beside the issuing one, `rotation` recorded), swap (the
+    /// new CA issues, the old one stays trusted) or finish (the old CA is dropped). Writes only
+    /// the CAs: the members roll through [`Runtime::renew_certificates`], and the operator's own
+    /// identity follows on its next use. A move the rotation cannot make from where it is is an
+    /// error that changes nothing.
+    fn advance_authority(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        to: crate::tls::authority::AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
     /// The hash of the member template `spec` renders to in this runtime (see
     /// [`crate::template`]): what a member reports in [`RuntimeMember::template_hash`] once it
     /// was created from this spec. `None`: this runtime does not roll members onto templates.

@@ -18,14 +18,16 @@ use tracing::{info, warn};
 use super::{KubernetesRuntime, is_already_exists, kube_error};
 use crate::model::{ClusterRef, MemberCertificates};
 use crate::resources::tls::{
-    CA_CERT_KEY, CERTIFICATE_ROTATION_ANNOTATION, CLIENT_CA_KEY, CertificateUse, ISSUED_AT_ANNOTATION,
-    MemberTlsMaterial, PEER_CA_KEY, PEER_CERT_KEY, PEER_KEY_KEY, Plane, SERVER_CERT_KEY, SERVER_KEY_KEY,
+    CA_BUNDLE_KEY, CA_CERT_KEY, CA_ROTATION_ANNOTATION, CERTIFICATE_ROTATION_ANNOTATION, CLIENT_CA_KEY,
+    CaMaterial, CertificateUse, ISSUED_AT_ANNOTATION, MemberTlsMaterial, NEXT_CERT_KEY, NEXT_KEY_KEY,
+    PEER_CA_KEY, PEER_CERT_KEY, PEER_KEY_KEY, PREVIOUS_CERT_KEY, Plane, SERVER_CERT_KEY, SERVER_KEY_KEY,
     TLS_CERT_KEY, TLS_KEY_KEY, build_ca_secret, build_certificate, build_member_secret, ca_secret_name,
     certificate_name, certificate_resource, certificate_secret_name, member_dns_names, member_secret_name,
     operator_certificate_name, operator_certificate_secret_name,
 };
 use crate::resources::{FIELD_MANAGER, list_selector};
 use crate::runtime::{RuntimeError, ValidatedCluster};
+use crate::tls::authority::{Authority, AuthorityLag, AuthorityPhase, AuthorityView};
 use crate::tls::ca::{CA_VALIDITY, CertificateAuthority, PemPair, key_matches_certificate, not_after};
 use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 
@@ -63,14 +65,14 @@ pub(super) fn server_names(cluster: &ClusterRef, member: &str) -> Vec<ServerName
 /// The CAs of a cluster's `auto` planes.
 #[derive(Debug, Default)]
 pub(super) struct AutoCas {
-    client: Option<CertificateAuthority>,
-    peer: Option<CertificateAuthority>,
+    client: Option<Authority>,
+    peer: Option<Authority>,
 }
 
 /// Why a member's `auto` certificates must be issued (again), `None` when the Secret holds good
-/// ones: present, keys matching, issued by the cluster's CAs (whose certificates it carries),
-/// valid for every name now and for [`crate::tls::ca::RENEW_BEFORE`] more, and issued under the
-/// rotation asked for (when one is).
+/// ones: present, keys matching, issued by the cluster's issuing CAs, carrying the bundles they
+/// trust now (a CA rotation changes them), valid for every name now and for
+/// [`crate::tls::ca::RENEW_BEFORE`] more, and issued under the rotation asked for (when one is).
 pub(super) fn reissue_reason(
     secret: Option<&Secret>,
     cas: &AutoCas,
@@ -87,14 +89,19 @@ pub(super) fn reissue_reason(
             return Some(format!("rotation {wanted:?} was requested"));
         }
     }
-    let check = |ca: &CertificateAuthority, cert: &str, key: &str, ca_key: &str, peer: bool| {
+    let check = |authority: &Authority, cert: &str, key: &str, ca_key: &str, peer: bool| {
         let pair = secret_pair(secret, cert, key).ok_or_else(|| format!("{cert} or {key} is missing"))?;
         if !key_matches(&pair) {
             return Err(format!("{key} is not the key of {cert}"));
         }
-        if secret_text(secret, ca_key).as_deref() != Some(ca.pem().cert_pem.as_str()) {
-            return Err(format!("{ca_key} is not the cluster's CA"));
+        let trusted = secret_text(secret, ca_key).unwrap_or_default();
+        if let Some(lag) = authority.lag(&trusted, &pair.cert_pem) {
+            return Err(match lag {
+                AuthorityLag::Trust => format!("{ca_key} is not what the cluster's CAs trust now"),
+                AuthorityLag::Issuer => format!("{cert} is not issued by the cluster's CA"),
+            });
         }
+        let ca = &authority.issuing;
         ca.verify_server(&pair.cert_pem, names, now)
             .map_err(|e| format!("{cert}: {}", etcd_operator_api::report::chain(&e)))?;
         if peer {
@@ -118,31 +125,70 @@ pub(super) fn reissue_reason(
 }
 
 /// What a member's `auto` Secret says about its certificates: the earliest expiry (zero for a
-/// certificate that does not parse or is not signed by the plane's CA, when that CA is known)
-/// and the rotation they were issued under. `None` when it holds no certificate.
+/// certificate that does not parse or is not signed by a CA the plane trusts, when its CAs are
+/// known), the rotation they were issued under, and whether they are what the CA rotation asks
+/// (see [`Authority::lag`]). `None` when it holds no certificate.
 pub(super) fn certificates_of(
     secret: &Secret,
-    client_ca: Option<&str>,
-    peer_ca: Option<&str>,
+    client: Option<&Authority>,
+    peer: Option<&Authority>,
     now: SystemTime,
 ) -> Option<MemberCertificates> {
     let mut earliest: Option<SystemTime> = None;
-    for (key, ca) in [(SERVER_CERT_KEY, client_ca), (PEER_CERT_KEY, peer_ca)] {
+    let mut lag = None;
+    for (key, ca_key, authority) in [
+        (SERVER_CERT_KEY, CLIENT_CA_KEY, client),
+        (PEER_CERT_KEY, PEER_CA_KEY, peer),
+    ] {
         let Some(pem) = secret_text(secret, key) else {
             continue;
         };
-        let chains = ca.is_none_or(|ca| member_tls::issued_by(&pem, ca));
+        let chains = authority.is_none_or(|a| a.trusts_issuer_of(&pem));
         let at = if chains {
             not_after(&pem).unwrap_or(SystemTime::UNIX_EPOCH)
         } else {
             SystemTime::UNIX_EPOCH
         };
         earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        if let Some(authority) = authority.filter(|_| chains) {
+            let trusted = secret_text(secret, ca_key).unwrap_or_default();
+            lag = lag.or(authority.lag(&trusted, &pem));
+        }
     }
     Some(MemberCertificates {
         valid_for: earliest?.duration_since(now).unwrap_or_default(),
         rotation: secret.annotations().get(CERTIFICATE_ROTATION_ANNOTATION).cloned(),
+        authority: lag,
     })
+}
+
+/// The CAs an `auto` CA Secret holds and the rotation it records, or what is wrong with it.
+pub(super) fn authority_of(secret: &Secret) -> Result<(Authority, Option<String>), String> {
+    let pair = secret_pair(secret, TLS_CERT_KEY, TLS_KEY_KEY)
+        .ok_or_else(|| format!("it has no {TLS_CERT_KEY} or {TLS_KEY_KEY}"))?;
+    let issuing = CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
+        .map_err(|e| etcd_operator_api::report::chain(&e))?;
+    let incoming = match secret_pair(secret, NEXT_CERT_KEY, NEXT_KEY_KEY) {
+        Some(next) => Some(
+            CertificateAuthority::load(&next.cert_pem, &next.key_pem)
+                .map_err(|e| format!("{NEXT_CERT_KEY}: {}", etcd_operator_api::report::chain(&e)))?,
+        ),
+        None => None,
+    };
+    let retiring = secret_text(secret, PREVIOUS_CERT_KEY).filter(|p| p.trim() != pair.cert_pem.trim());
+    let rotation = secret
+        .annotations()
+        .get(CA_ROTATION_ANNOTATION)
+        .filter(|r| !r.is_empty())
+        .cloned();
+    Ok((
+        Authority {
+            issuing,
+            incoming,
+            retiring,
+        },
+        rotation,
+    ))
 }
 
 /// When the Secret's certificates were issued, from [`ISSUED_AT_ANNOTATION`].
@@ -205,7 +251,7 @@ impl KubernetesRuntime {
         &self,
         cluster: &ClusterRef,
         plane: Plane,
-    ) -> Result<CertificateAuthority, RuntimeError> {
+    ) -> Result<(Authority, Option<String>), RuntimeError> {
         let secrets = self.api::<Secret>(cluster);
         let name = ca_secret_name(cluster, plane);
         // A settled cluster's CA comes from the controller's watches; a missing one is looked
@@ -260,7 +306,10 @@ impl KubernetesRuntime {
         )
         .map_err(|e| certificates_error(what.clone())(e.to_string()))?;
         match secrets
-            .create(&PostParams::default(), &build_ca_secret(cluster, plane, ca.pem()))
+            .create(
+                &PostParams::default(),
+                &build_ca_secret(cluster, plane, &CaMaterial::steady(ca.pem())),
+            )
             .await
         {
             Ok(_) => {
@@ -273,7 +322,7 @@ impl KubernetesRuntime {
                     Some(secret_reference(cluster, &name)),
                 )
                 .await;
-                Ok(ca)
+                Ok((Authority::steady(ca), None))
             }
             // Created meanwhile (another operator instance): that one is the CA.
             Err(error) if is_already_exists(&error) => {
@@ -295,14 +344,9 @@ impl KubernetesRuntime {
         cluster: &ClusterRef,
         name: &str,
         secret: &Secret,
-    ) -> Result<CertificateAuthority, RuntimeError> {
-        let loaded = match secret_pair(secret, TLS_CERT_KEY, TLS_KEY_KEY) {
-            Some(pair) => CertificateAuthority::load(&pair.cert_pem, &pair.key_pem)
-                .map_err(|e| etcd_operator_api::report::chain(&e)),
-            None => Err(format!("it has no {TLS_CERT_KEY} or {TLS_KEY_KEY}")),
-        };
-        match loaded {
-            Ok(ca) => Ok(ca),
+    ) -> Result<(Authority, Option<String>), RuntimeError> {
+        match authority_of(secret) {
+            Ok(loaded) => Ok(loaded),
             Err(detail) => {
                 let detail = format!(
                     "Secret {}/{name} does not hold a usable CA: {detail}",
@@ -328,10 +372,10 @@ impl KubernetesRuntime {
     async fn auto_cas(&self, cluster: &ClusterRef, planes: &TlsPlanes) -> Result<AutoCas, RuntimeError> {
         let mut cas = AutoCas::default();
         if planes.client == Some(Provider::Auto) {
-            cas.client = Some(self.ensure_ca(cluster, Plane::Client).await?);
+            cas.client = Some(self.ensure_ca(cluster, Plane::Client).await?.0);
         }
         if planes.peer == Some(Provider::Auto) {
-            cas.peer = Some(self.ensure_ca(cluster, Plane::Peer).await?);
+            cas.peer = Some(self.ensure_ca(cluster, Plane::Peer).await?.0);
         }
         Ok(cas)
     }
@@ -395,8 +439,10 @@ impl KubernetesRuntime {
         };
         let what = format!("member {name}");
         let dns = member_dns_names(cluster, name);
-        let issue = |ca: &CertificateAuthority, spec| {
-            ca.issue(&spec)
+        let issue = |authority: &Authority, spec| {
+            authority
+                .issuing
+                .issue(&spec)
                 .map_err(|e| certificates_error(what.clone())(e.to_string()))
         };
         let material = MemberTlsMaterial {
@@ -410,8 +456,9 @@ impl KubernetesRuntime {
                 .as_ref()
                 .map(|ca| issue(ca, member_tls::peer_certificate(name, &dns)))
                 .transpose()?,
-            client_ca: cas.client.as_ref().map(|ca| ca.pem().cert_pem.clone()),
-            peer_ca: cas.peer.as_ref().map(|ca| ca.pem().cert_pem.clone()),
+            // Every CA the plane trusts now: during a CA rotation, the old and the new one.
+            client_ca: cas.client.as_ref().map(Authority::bundle),
+            peer_ca: cas.peer.as_ref().map(Authority::bundle),
             rotation: rotation.map(str::to_owned),
             issued_at: Some(jiff::Timestamp::now().to_string()),
         };
@@ -564,15 +611,20 @@ impl KubernetesRuntime {
         match &planes.client {
             None => Ok(None),
             Some(Provider::Auto) => {
-                let ca = self.ensure_ca(cluster, Plane::Client).await?;
+                let (authority, _) = self.ensure_ca(cluster, Plane::Client).await?;
+                let bundle = authority.bundle();
+                let ca = &authority.issuing;
                 let now = SystemTime::now();
                 let mut identities = self
                     .identities
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(identity) = identities.get(&cluster.key()).filter(|id| {
-                    id.ca_pem == ca.pem().cert_pem && ca.verify_client(&id.cert_pem, now).is_ok()
-                }) {
+                // Kept while it trusts what the members may present and the issuing CA vouches
+                // for it: a CA rotation renews it when the new CA starts issuing.
+                if let Some(identity) = identities
+                    .get(&cluster.key())
+                    .filter(|id| id.ca_pem == bundle && ca.verify_client(&id.cert_pem, now).is_ok())
+                {
                     return Ok(Some(identity.clone()));
                 }
                 let pair = ca.issue(&member_tls::operator_certificate()).map_err(|e| {
@@ -581,7 +633,7 @@ impl KubernetesRuntime {
                     )
                 })?;
                 let identity = ClientTls {
-                    ca_pem: ca.pem().cert_pem.clone(),
+                    ca_pem: bundle,
                     cert_pem: pair.cert_pem,
                     key_pem: pair.key_pem,
                 };
@@ -600,6 +652,148 @@ impl KubernetesRuntime {
                 Ok(identity_of(&secret))
             }
         }
+    }
+
+    /// The CA Secret of an `auto` plane when it exists (the controller's watch first, then the
+    /// API).
+    async fn ca_secret(&self, cluster: &ClusterRef, plane: Plane) -> Result<Option<Secret>, RuntimeError> {
+        let name = ca_secret_name(cluster, plane);
+        if let Some(secret) = self
+            .cache
+            .read_secrets(cluster)
+            .and_then(|all| all.into_iter().find(|s| s.name_any() == name))
+        {
+            return Ok(Some(secret));
+        }
+        self.api::<Secret>(cluster)
+            .get_opt(&name)
+            .await
+            .map_err(kube_error("read the CA Secret"))
+    }
+
+    /// See [`crate::runtime::Runtime::authority`].
+    pub(super) async fn authority_view(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+    ) -> Result<Option<AuthorityView>, RuntimeError> {
+        let now = SystemTime::now();
+        let mut seen = Vec::new();
+        for plane in Plane::ALL {
+            if plane.provider(&spec.tls) != Some(&Provider::Auto) {
+                continue;
+            }
+            let Some(secret) = self.ca_secret(cluster, plane).await? else {
+                continue;
+            };
+            let (authority, rotation) = self.load_ca(cluster, &secret.name_any(), &secret).await?;
+            seen.push((authority.phase(), rotation, authority.valid_for(now)));
+        }
+        Ok(AuthorityView::of(&seen))
+    }
+
+    /// See [`crate::runtime::Runtime::advance_authority`]: each `auto` plane's CA Secret is
+    /// replaced whole at the resourceVersion read (a concurrent writer makes it a conflict, tried
+    /// again by the next reconcile), with a Normal Event per plane moved.
+    pub(super) async fn advance_authority_to(
+        &self,
+        cluster: &ClusterRef,
+        spec: &ValidatedCluster,
+        to: AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        self.cache.wrote(cluster);
+        let secrets = self.api::<Secret>(cluster);
+        for plane in Plane::ALL {
+            if plane.provider(&spec.tls) != Some(&Provider::Auto) {
+                continue;
+            }
+            let name = ca_secret_name(cluster, plane);
+            let Some(secret) = secrets
+                .get_opt(&name)
+                .await
+                .map_err(kube_error("read the CA Secret"))?
+            else {
+                return Err(RuntimeError::Certificates {
+                    what: format!("the {} CA of {}", plane.as_str(), cluster.key()),
+                    detail: format!(
+                        "its Secret {}/{name} does not exist, so it cannot be rotated",
+                        cluster.namespace
+                    ),
+                });
+            };
+            let (authority, recorded) = self.load_ca(cluster, &name, &secret).await?;
+            let from = authority.phase();
+            if from == to {
+                continue;
+            }
+            let what = format!("the {} CA of {}", plane.as_str(), cluster.key());
+            let moved = authority
+                .advance(to, || {
+                    let stamp = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                    CertificateAuthority::generate(
+                        &format!("etcd-operator {} {} CA {stamp}", cluster.key(), plane.as_str()),
+                        CA_VALIDITY,
+                    )
+                    .ok()
+                })
+                .map_err(|e| certificates_error(what.clone())(etcd_operator_api::report::chain(&e)))?;
+            let record = if to == AuthorityPhase::Trusting {
+                rotation.map(str::to_owned)
+            } else {
+                recorded
+            };
+            // A merge patch conditional on the resourceVersion read: keys the phase no longer
+            // has are removed (null), and a concurrent writer makes it a 409.
+            let next = build_ca_secret(cluster, plane, &CaMaterial::of(&moved, record.as_deref()));
+            let data = next.data.unwrap_or_default();
+            let mut patch_data = serde_json::Map::new();
+            for key in [
+                TLS_CERT_KEY,
+                TLS_KEY_KEY,
+                CA_BUNDLE_KEY,
+                NEXT_CERT_KEY,
+                NEXT_KEY_KEY,
+                PREVIOUS_CERT_KEY,
+            ] {
+                patch_data.insert(
+                    key.to_owned(),
+                    data.get(key)
+                        .map_or(serde_json::Value::Null, |v| serde_json::json!(v)),
+                );
+            }
+            let patch = serde_json::json!({
+                "metadata": {
+                    "resourceVersion": secret.metadata.resource_version,
+                    "annotations": {CA_ROTATION_ANNOTATION: record},
+                },
+                "data": patch_data,
+            });
+            secrets
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_error("write the CA Secret"))?;
+            let note = match to {
+                AuthorityPhase::Trusting => "a new CA is trusted beside the old one, which still issues",
+                AuthorityPhase::Reissuing => {
+                    "the new CA issues; the old one stays trusted until every member holds new certificates"
+                }
+                AuthorityPhase::Steady => "the old CA is trusted no more",
+            };
+            info!(cluster = %cluster.key(), secret = %name, %from, %to, "CA rotation moved on");
+            self.publish(
+                cluster,
+                "CertificateAuthorityRotating",
+                "RotateCertificateAuthority",
+                format!(
+                    "The {} plane's CA rotation moved from {from} to {to}: {note}",
+                    plane.as_str()
+                ),
+                Some(secret_reference(cluster, &name)),
+            )
+            .await;
+        }
+        Ok(())
     }
 
     /// The `auto` Secrets of the cluster's members: certificates (see [`certificates_of`]) and
@@ -622,7 +816,8 @@ impl KubernetesRuntime {
             secrets
                 .iter()
                 .find(|s| s.name_any() == ca_secret_name(cluster, plane))
-                .and_then(|s| secret_text(s, TLS_CERT_KEY))
+                .and_then(|s| authority_of(s).ok())
+                .map(|(authority, _)| authority)
         };
         let (client_ca, peer_ca) = (ca(Plane::Client), ca(Plane::Peer));
         let now = SystemTime::now();
@@ -634,7 +829,7 @@ impl KubernetesRuntime {
             if secret.name_any() != member_secret_name(member) {
                 continue;
             }
-            if let Some(certs) = certificates_of(secret, client_ca.as_deref(), peer_ca.as_deref(), now) {
+            if let Some(certs) = certificates_of(secret, client_ca.as_ref(), peer_ca.as_ref(), now) {
                 out.insert(member.clone(), (certs, issued_at(secret)));
             }
         }
@@ -645,7 +840,7 @@ impl KubernetesRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::tls::{build_member_secret, member_secret_name};
+    use crate::resources::tls::{CA_BUNDLE_KEY, build_member_secret, member_secret_name};
     use std::time::Duration;
 
     fn cluster() -> ClusterRef {
@@ -672,10 +867,11 @@ mod tests {
     fn good_certificates_are_kept_and_every_fault_is_named() {
         let ca = CertificateAuthority::generate("c client CA", CA_VALIDITY).unwrap();
         let cas = AutoCas {
-            client: Some(ca),
+            client: Some(Authority::steady(ca)),
             peer: None,
         };
-        let ca = cas.client.as_ref().unwrap();
+        let authority = cas.client.as_ref().unwrap();
+        let ca = &authority.issuing;
         let names = server_names(&cluster(), "c-a");
         let now = SystemTime::now();
         let good = build_member_secret(&cluster(), "c-a", &material(ca, Some("r1")));
@@ -694,10 +890,11 @@ mod tests {
         let later = now + Duration::from_secs(340 * 24 * 3600);
         assert!(reissue_reason(Some(&good), &cas, &names, None, later).is_some());
         // Its reported state.
-        let certs = certificates_of(&good, Some(&ca.pem().cert_pem), None, now).unwrap();
+        let certs = certificates_of(&good, Some(authority), None, now).unwrap();
         assert!(certs.valid_for > Duration::from_secs(360 * 24 * 3600));
         assert_eq!(certs.rotation.as_deref(), Some("r1"));
-        let certs = certificates_of(&foreign, Some(&ca.pem().cert_pem), None, now).unwrap();
+        assert_eq!(certs.authority, None);
+        let certs = certificates_of(&foreign, Some(authority), None, now).unwrap();
         assert_eq!(
             certs.valid_for,
             Duration::ZERO,
@@ -705,5 +902,85 @@ mod tests {
         );
         assert_eq!(member_secret_name("c-a"), good.name_any());
         assert!(issued_at(&good).is_some());
+    }
+
+    #[test]
+    fn a_ca_rotation_changes_what_a_member_secret_must_hold_phase_by_phase() {
+        let old = CertificateAuthority::generate("c client CA", CA_VALIDITY).unwrap();
+        let good = build_member_secret(&cluster(), "c-a", &material(&old, None));
+        let names = server_names(&cluster(), "c-a");
+        let now = SystemTime::now();
+        let new = CertificateAuthority::generate("c client CA 2", CA_VALIDITY).unwrap();
+        let trusting = Authority::steady(old).begin(new).unwrap();
+        // The CA Secret round-trips every phase.
+        let secret = build_ca_secret(&cluster(), Plane::Client, &CaMaterial::of(&trusting, Some("r1")));
+        let (read, rotation) = authority_of(&secret).unwrap();
+        assert_eq!(
+            (read.phase(), rotation.as_deref()),
+            (AuthorityPhase::Trusting, Some("r1"))
+        );
+        assert_eq!(read.bundle(), trusting.bundle());
+        assert_eq!(secret_text(&secret, CA_BUNDLE_KEY), Some(trusting.bundle()));
+        // Trusting: the member's Secret carries the old CA only, so it is issued again with
+        // the bundle; what it reports says why.
+        let cas = AutoCas {
+            client: Some(trusting),
+            peer: None,
+        };
+        let reason = reissue_reason(Some(&good), &cas, &names, None, now).unwrap();
+        assert!(
+            reason.contains("not what the cluster's CAs trust now"),
+            "{reason}"
+        );
+        let certs = certificates_of(&good, cas.client.as_ref(), None, now).unwrap();
+        assert_eq!(certs.authority, Some(AuthorityLag::Trust));
+        assert!(
+            certs.valid_for > Duration::ZERO,
+            "a certificate of a trusted CA is not expired"
+        );
+        // Reissuing: the old CA's certificate is rolled (not treated as expired).
+        let Some(trusting) = cas.client else {
+            unreachable!()
+        };
+        let reissuing = trusting.swap().unwrap();
+        let cas = AutoCas {
+            client: Some(reissuing),
+            peer: None,
+        };
+        let mut on_bundle = good.clone();
+        if let Some(data) = on_bundle.data.as_mut() {
+            let bundle = cas.client.as_ref().map(Authority::bundle).unwrap_or_default();
+            data.insert(
+                CLIENT_CA_KEY.to_owned(),
+                k8s_openapi::ByteString(bundle.into_bytes()),
+            );
+        }
+        let certs = certificates_of(&on_bundle, cas.client.as_ref(), None, now).unwrap();
+        assert_eq!(certs.authority, Some(AuthorityLag::Issuer));
+        assert!(certs.valid_for > Duration::ZERO);
+        let reason = reissue_reason(Some(&on_bundle), &cas, &names, None, now).unwrap();
+        assert!(reason.contains("not issued by the cluster's CA"), "{reason}");
+        // A Secret issued now holds what the phase asks.
+        let authority = cas.client.as_ref().unwrap();
+        let mut issued = material(&authority.issuing, None);
+        issued.client_ca = Some(authority.bundle());
+        let issued = build_member_secret(&cluster(), "c-a", &issued);
+        assert_eq!(reissue_reason(Some(&issued), &cas, &names, None, now), None);
+        assert_eq!(
+            certificates_of(&issued, Some(authority), None, now)
+                .unwrap()
+                .authority,
+            None
+        );
+        // A CA Secret without a usable pair is named.
+        let mut broken = secret.clone();
+        if let Some(data) = broken.data.as_mut() {
+            data.remove(TLS_KEY_KEY);
+        }
+        assert!(
+            authority_of(&broken)
+                .unwrap_err()
+                .contains("no tls.crt or tls.key")
+        );
     }
 }
