@@ -161,11 +161,21 @@ async fn a_v1alpha1_apply_or_merge_patch_of_size_keeps_the_v1alpha2_only_setting
     // `kubectl patch --type=merge` of the v1alpha1 resource's size.
     let out = kubectl(
         &op,
-        &["patch", V1, "cron", "--type=merge", "-p", r#"{"spec":{"size":7}}"#],
+        &[
+            "patch",
+            V1,
+            "cron",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":7}}"#,
+        ],
         None,
     )
     .unwrap();
-    assert!(out.contains("etcdcluster.etcd.operator.dev/cron patched"), "{out}");
+    assert!(
+        out.contains("etcdcluster.etcd.operator.dev/cron patched"),
+        "{out}"
+    );
     want["replicas"] = 7.into();
     let after_patch = spec(&op);
     assert_v1alpha2_settings_kept(&after_patch);
