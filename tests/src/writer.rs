@@ -119,16 +119,16 @@ fn run_writer(
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
-            if reload && writes.failure_log.last().is_some_and(|f| f.0 >= began) {
-                if let Ok(Ok(fresh)) = tokio::time::timeout(
+            if reload
+                && writes.failure_log.last().is_some_and(|f| f.0 >= began)
+                && let Ok(Ok(fresh)) = tokio::time::timeout(
                     Duration::from_secs(2),
                     Client::connect(&endpoints, Some(options(tls().as_ref()))),
                 )
                 .await
-                {
-                    client = fresh;
-                    writes.reconnects += 1;
-                }
+            {
+                client = fresh;
+                writes.reconnects += 1;
             }
         }
         writes.longest_gap = writes.longest_gap.max(Instant::now() - last_success);
