@@ -1045,7 +1045,7 @@ const KUBE_CALLERS: [(&str, &str); 17] = [
         "driven: drive_runtime (member TLS)",
     ),
     (
-        "controller/src/backup/store.rs",
+        "controller/src/backup_store.rs",
         "driven: drive_serve_mode (credentials Secret)",
     ),
     (
