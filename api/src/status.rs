@@ -238,6 +238,19 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// Where the etcd downgrade of a roll to an older minor (3.6 → 3.5) stands.
+    pub enum DowngradePhase {
+        /// etcd's downgrade is being validated and enabled, and the cluster waits for every
+        /// member's storage version to go down; no member has been restarted yet.
+        Enabling => "Enabling",
+        /// The cluster and storage versions are at the target minor: members restart on it.
+        StorageDowngraded => "StorageDowngraded",
+        /// Every member runs the older version (etcd ended the downgrade).
+        Complete => "Complete",
+    }
+}
+
 /// A rolling version change: members restarted one at a time on the target version (followers
 /// first, the leader last), each health-gated, after a snapshot of the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -275,6 +288,11 @@ pub struct UpgradeStatus {
     /// Why the roll halted, and what was done about the failed member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+
+    /// For a roll to an older minor version (etcd's downgrade): Enabling, StorageDowngraded,
+    /// Complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downgrade: Option<DowngradePhase>,
 }
 
 /// A rolling restart onto a changed member template.

@@ -450,7 +450,7 @@ fn update_cases() -> Vec<UpdateCase> {
         ("patch downgrade", |o| o.spec.version = Some("3.5.21".into()), |o| o.spec.version = Some("3.5.3".into()), vec![]),
         ("minor upgrade", |o| o.spec.version = Some("3.4.23".into()), |o| o.spec.version = Some("3.5.0".into()), vec![]),
         ("minor upgrade to 3.6", |o| o.spec.version = Some("3.5.21".into()), |o| o.spec.version = Some("3.6.4".into()), vec![]),
-        ("downgrade 3.6 to 3.5", |o| o.spec.version = Some("3.6.4".into()), |o| o.spec.version = Some("3.5.21".into()), vec![("spec.version", Invalid)]),
+        ("downgrade 3.6 to 3.5", |o| o.spec.version = Some("3.6.4".into()), |o| o.spec.version = Some("3.5.21".into()), vec![]),
         ("default version to explicit", |o| o.spec.version = None, |o| o.spec.version = Some("3.6.0".into()), vec![]),
         ("skipped minor", |o| o.spec.version = Some("3.4.23".into()), |o| o.spec.version = Some("3.6.0".into()), vec![("spec.version", Invalid)]),
         ("downgrade 3.5 to 3.4", |o| o.spec.version = Some("3.5.21".into()), |o| o.spec.version = Some("3.4.23".into()), vec![("spec.version", Invalid)]),
@@ -511,6 +511,23 @@ fn a_shrinking_volume_is_refused_saying_why_and_a_growing_one_warns() {
 }
 
 #[test]
+fn a_downgrade_from_3_6_to_3_5_is_accepted_and_says_what_will_happen() {
+    let mut old = base();
+    old.spec.version = Some("3.6.4".into());
+    let mut new = old.clone();
+    new.spec.version = Some("3.5.21".into());
+    let outcome = validate_update(&new, &old);
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert!(
+        outcome.warnings.iter().any(|w| w.field == "spec.version"
+            && w.message.contains("downgrade is validated and enabled")
+            && w.message.contains("storage versions become 3.5")),
+        "{:?}",
+        outcome.warnings
+    );
+}
+
+#[test]
 fn version_rejections_say_why() {
     let cases = [
         ("3.4.23", "3.6.0", "may not skip a minor version"),
@@ -519,7 +536,6 @@ fn version_rejections_say_why() {
             "3.4.23",
             "only supported minor downgrade is from 3.6 to 3.5",
         ),
-        ("3.6.4", "3.5.21", "needs etcd's downgrade API"),
     ];
     for (from, to, reason) in cases {
         let mut old = base();

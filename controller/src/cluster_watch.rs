@@ -6,6 +6,9 @@
 //! it, the member controller's and the backup controller's stores held about 20 KiB per
 //! cluster (docs/performance.md). Nothing writes an EtcdCluster back from a store (status is
 //! patched, finalizers through JSON patches), so the projection never reaches the API.
+//!
+//! The member controller and the scheduled-backup controller run on one [`shared`] watch and
+//! store, not one each: every EtcdCluster is held once.
 
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use kube::api::Api;
@@ -19,6 +22,57 @@ pub fn controller(api: Api<EtcdCluster>) -> Controller<EtcdCluster> {
     let clusters = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(project))
         .applied_objects();
     Controller::for_stream(clusters, reader)
+}
+
+/// How many events the shared watch holds for a controller that has not taken them yet (past
+/// that, the watch waits for it).
+const SHARED_BUFFER: usize = 1024;
+
+/// Controllers that share one watch and one store of the EtcdClusters.
+pub struct SharedClusters {
+    /// A controller for the member reconciler.
+    pub members: Controller<EtcdCluster>,
+    /// A controller for the scheduled backups.
+    pub backups: Controller<EtcdCluster>,
+    /// The watch itself: the controllers see nothing unless this runs (until they stop).
+    pub watch: std::pin::Pin<Box<dyn futures::Future<Output = ()> + Send>>,
+}
+
+impl std::fmt::Debug for SharedClusters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedClusters").finish_non_exhaustive()
+    }
+}
+
+/// One watch of every EtcdCluster `api` reaches, with its store projected by [`project`], and
+/// the two controllers that run on it. Both subscribe before the watch starts, so neither misses
+/// an object.
+pub fn shared(api: Api<EtcdCluster>) -> SharedClusters {
+    use futures::StreamExt as _;
+    let (reader, writer) = reflector::store_shared(SHARED_BUFFER);
+    let subscribe = || {
+        writer
+            .subscribe()
+            .map(|events| Controller::for_shared_stream(events, reader.clone()))
+    };
+    // A writer made by `store_shared` always has subscribers to give; were it not so, each
+    // controller would watch on its own (as before the watch was shared).
+    let (Some(members), Some(backups)) = (subscribe(), subscribe()) else {
+        return SharedClusters {
+            members: controller(api.clone()),
+            backups: controller(api),
+            watch: Box::pin(std::future::ready(())),
+        };
+    };
+    let watch = watcher(api, watcher::Config::default())
+        .modify(project)
+        .reflect_shared(writer)
+        .for_each(|_| std::future::ready(()));
+    SharedClusters {
+        members,
+        backups,
+        watch: Box::pin(watch),
+    }
 }
 
 /// What the stores keep of an EtcdCluster: everything but `managedFields`.

@@ -572,6 +572,7 @@ mod tests {
                 errors: Vec::new(),
                 db_size: db,
                 db_size_in_use: db / 2,
+                ..MemberHealth::default()
             }),
         }
     }

@@ -199,6 +199,10 @@ pub struct MemberHealth {
     pub db_size: u64,
     /// Bytes of the database file in use (the rest is free pages a defragmentation returns).
     pub db_size_in_use: u64,
+    /// The storage version of its data (`3.6.0`); etcd 3.5 and older report none.
+    pub storage_version: Option<String>,
+    /// The version an enabled downgrade moves the cluster to (`3.5.0`), as etcd 3.6 reports it.
+    pub downgrade_target: Option<String>,
 }
 
 /// An alarm etcd raised.

@@ -304,6 +304,12 @@ pub enum Step {
         /// Why.
         reason: RenewalReason,
     },
+    /// Validate and enable etcd's downgrade of the cluster to `version` (`major.minor`), before
+    /// the first member of a roll to an older minor restarts.
+    EnableDowngrade {
+        /// The version (`3.5`).
+        version: String,
+    },
     /// Move the rotation of the cluster's `auto` CAs to its next phase: begin (a new CA,
     /// trusted beside the old one), swap (the new CA issues) or finish (the old CA is dropped).
     /// The members roll between phases as [`Step::RenewCertificates`].
@@ -506,6 +512,11 @@ pub enum WaitReason {
     },
     /// A CA rotation begins only when every voter is healthy and reports its certificates.
     UnhealthyBeforeCaRotation,
+    /// A downgrade was enabled and etcd has not lowered every member's storage version yet.
+    StorageDowngrading {
+        /// The version the storage goes down to (`major.minor`).
+        version: String,
+    },
     /// A member's volume is growing (asked for more than it has).
     VolumeExpanding {
         /// The member.
@@ -599,6 +610,7 @@ impl WaitReason {
             | Self::UnhealthyBeforeResizeRestart { .. }
             | Self::UnhealthyBeforeDefragmentation { .. } => "WaitingForHealthyMembers",
             Self::VerifyingTemplate { .. } => "VerifyingTemplate",
+            Self::StorageDowngrading { .. } => "Downgrading",
             Self::VolumeExpanding { .. } => "VolumeExpanding",
             Self::NoLeaderSuccessor | Self::NoLeaderSuccessorForRoll => "NoLeaderSuccessor",
             Self::MembersNotHealthy => "MembersNotHealthy",
@@ -679,6 +691,10 @@ impl std::fmt::Display for WaitReason {
             Self::UnhealthyBeforeRenewal { name } => write!(
                 f,
                 "waiting for every member to be healthy before restarting {name} on new certificates"
+            ),
+            Self::StorageDowngrading { version } => write!(
+                f,
+                "waiting for etcd to lower every member's storage version to {version} before the first member restarts on it"
             ),
             Self::UnhealthyBeforeCaRotation => write!(
                 f,
@@ -784,6 +800,7 @@ impl Step {
             Step::RecoverQuorum { .. } => "RecoverQuorum",
             Step::RenewCertificates { .. } => "RenewCertificates",
             Step::AdvanceAuthority { .. } => "AdvanceAuthority",
+            Step::EnableDowngrade { .. } => "EnableDowngrade",
             Step::RollTemplate { .. } => "RollTemplate",
             Step::ExpandVolume { .. } => "ExpandVolume",
             Step::FinishVolumeResize { .. } => "FinishVolumeResize",
@@ -1274,6 +1291,9 @@ fn plan_roll(
             },
         });
     }
+    if let Some(step) = plan_downgrade(target, etcd, &outdated) {
+        return Some(step);
+    }
     let (m, r, c) = outdated
         .iter()
         .find(|(m, _, _)| m.id != etcd.leader)
@@ -1299,6 +1319,56 @@ fn plan_roll(
         name: r.name.clone(),
         from: c.version.clone(),
         to: target.clone(),
+    })
+}
+
+/// A roll to an older minor (3.6 → 3.5) goes through etcd's downgrade: members on the older
+/// binary cannot start on data of the newer storage version, so before the first member is
+/// restarted the downgrade is validated and enabled (etcd then lowers the cluster version and
+/// every member's storage version), and the roll waits until no voter reports a newer storage
+/// version. etcd ends the downgrade itself once every member runs the target.
+fn plan_downgrade(
+    target: &str,
+    etcd: &EtcdView,
+    outdated: &[(&EtcdMember, &RuntimeMember, &MemberConfig)],
+) -> Option<Step> {
+    let minor = |v: &str| version_key(v).get(..2).map(<[u64]>::to_vec);
+    let target_minor = minor(target)?;
+    let downgrading = outdated
+        .iter()
+        .any(|(_, _, c)| minor(&c.version).is_some_and(|m| m > target_minor));
+    if !downgrading {
+        return None;
+    }
+    let status = |v: &&EtcdMember| v.status.clone().unwrap_or_default();
+    let newer_storage = etcd.voters().any(|v| {
+        status(&v)
+            .storage_version
+            .as_deref()
+            .and_then(minor)
+            .is_some_and(|m| m > target_minor)
+    });
+    if !newer_storage {
+        return None;
+    }
+    let version = format!(
+        "{}.{}",
+        target_minor[0],
+        target_minor.get(1).copied().unwrap_or_default()
+    );
+    let enabled = etcd.voters().any(|v| {
+        status(&v)
+            .downgrade_target
+            .as_deref()
+            .and_then(minor)
+            .is_some_and(|m| m == target_minor)
+    });
+    Some(if enabled {
+        Step::Wait {
+            reason: WaitReason::StorageDowngrading { version },
+        }
+    } else {
+        Step::EnableDowngrade { version }
     })
 }
 
@@ -4050,6 +4120,90 @@ mod tests {
         }
         assert!(roll_finished("3.5.1", &o));
         assert_eq!(run(&d, &o), Step::Idle);
+    }
+
+    #[test]
+    fn a_downgrade_enables_etcds_downgrade_waits_for_the_storage_then_rolls_as_usual() {
+        let d = upgrading("3.5.34");
+        let on_36 = |id, name, storage: &str, target: Option<&str>| {
+            let mut m = member_on(id, name, "3.6.15", 10);
+            if let Some(s) = m.status.as_mut() {
+                s.storage_version = Some(storage.to_owned());
+                s.downgrade_target = target.map(str::to_owned);
+            }
+            m
+        };
+        let observed = |storage: &str, target: Option<&str>| Observed {
+            authority: None,
+            runtime: vec![
+                on_version("a", "3.6.15", None, Liveness::Running),
+                on_version("b", "3.6.15", None, Liveness::Running),
+                on_version("c", "3.6.15", None, Liveness::Running),
+            ],
+            etcd: view(
+                vec![
+                    on_36(1, "a", storage, target),
+                    on_36(2, "b", storage, target),
+                    on_36(3, "c", storage, target),
+                ],
+                2,
+            ),
+            timing: Timing::default(),
+        };
+        // The storage is still 3.6: the downgrade is enabled first, no member is touched.
+        assert_eq!(
+            run(&d, &observed("3.6.0", None)),
+            Step::EnableDowngrade {
+                version: "3.5".into()
+            }
+        );
+        // Enabled, the storage not yet lowered everywhere: wait, not enable again.
+        let mut partly = observed("3.5.0", Some("3.5.0"));
+        if let Some(s) = partly.etcd.as_mut().and_then(|v| v.members[2].status.as_mut()) {
+            s.storage_version = Some("3.6.0".into());
+        }
+        let Step::Wait { reason } = run(&d, &partly) else {
+            panic!("expected a wait: {:?}", run(&d, &partly))
+        };
+        assert_eq!(reason.code(), "Downgrading");
+        assert!(!reason.degrades());
+        assert!(reason.to_string().contains("storage version to 3.5"), "{reason}");
+        // Not while a member is unhealthy (the health gate comes first).
+        let mut sick = observed("3.6.0", None);
+        if let Some(v) = sick.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        assert!(matches!(
+            run(&d, &sick),
+            Step::Wait {
+                reason: WaitReason::UnhealthyBeforeRollStep { .. }
+            }
+        ));
+        // Lowered everywhere: the roll goes on as an upgrade does, a follower first.
+        assert_eq!(
+            run(&d, &observed("3.5.0", Some("3.5.0"))),
+            Step::ChangeVersion {
+                name: "a".into(),
+                from: "3.6.15".into(),
+                to: "3.5.34".into()
+            }
+        );
+        // A 3.5 member reports no storage version: the roll goes on.
+        let mut mid = observed("3.5.0", Some("3.5.0"));
+        mid.runtime[0] = on_version("a", "3.5.34", Some("3.6.15"), Liveness::Running);
+        if let Some(v) = mid.etcd.as_mut() {
+            v.members[0] = member_on(1, "a", "3.5.34", 10);
+        }
+        assert!(matches!(run(&d, &mid), Step::ChangeVersion { ref name, .. } if name == "c"));
+        // An upgrade never enables a downgrade.
+        let up = upgrading("3.6.15");
+        let mut o = observed("3.5.0", None);
+        for r in &mut o.runtime {
+            if let Some(c) = r.config.as_mut() {
+                c.version = "3.5.34".into();
+            }
+        }
+        assert!(matches!(run(&up, &o), Step::ChangeVersion { .. }));
     }
 
     #[test]

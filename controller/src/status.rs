@@ -6,8 +6,8 @@
 
 use etcd_operator_api::status::{
     CONDITION_AVAILABLE, CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_RECONCILING,
-    CONDITION_STALLED, ClusterPhase, EtcdClusterStatus, MemberStatus, RolloutStatus, UpgradePhase,
-    UpgradeStatus,
+    CONDITION_STALLED, ClusterPhase, DowngradePhase, EtcdClusterStatus, MemberStatus, RolloutStatus,
+    UpgradePhase, UpgradeStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -161,6 +161,7 @@ fn upgrade_status(
             })
             .map(|r| r.name.clone()),
     };
+    let downgrade = downgrade_phase(roll, &phase, observed, previous);
     Some(UpgradeStatus {
         from_version: Some(roll.from.clone()).filter(|f| !f.is_empty()),
         target_version: Some(roll.target.clone()),
@@ -170,6 +171,40 @@ fn upgrade_status(
         total_members: total,
         current_member: current,
         message: roll.halted.clone(),
+        downgrade,
+    })
+}
+
+/// Where the etcd downgrade of a roll to an older minor stands (`None` for any other roll): from
+/// the storage versions the members report; the previous value when etcd did not answer.
+fn downgrade_phase(
+    roll: &RollRecord,
+    phase: &UpgradePhase,
+    observed: &Observed,
+    previous: Option<&UpgradeStatus>,
+) -> Option<DowngradePhase> {
+    let minor = |v: &str| plan::version_key(v).get(..2).map(<[u64]>::to_vec);
+    let target = minor(&roll.target)?;
+    if minor(&roll.from).is_none_or(|from| from <= target) {
+        return None;
+    }
+    if *phase == UpgradePhase::Complete {
+        return Some(DowngradePhase::Complete);
+    }
+    let Some(view) = &observed.etcd else {
+        return previous.and_then(|p| p.downgrade.clone());
+    };
+    let newer_storage = view.voters().any(|v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.storage_version.as_deref())
+            .and_then(minor)
+            .is_some_and(|m| m > target)
+    });
+    Some(if newer_storage {
+        DowngradePhase::Enabling
+    } else {
+        DowngradePhase::StorageDowngraded
     })
 }
 
@@ -295,6 +330,12 @@ fn step_reason(step: &Step) -> (&'static str, String) {
         Step::RenewCertificates { name, reason } => (
             "RotatingCertificates",
             format!("restarting member {name} on new certificates: {reason}"),
+        ),
+        Step::EnableDowngrade { version } => (
+            "Downgrading",
+            format!(
+                "enabling etcd's downgrade to {version}: the cluster and storage versions go down before members restart on {version}"
+            ),
         ),
         Step::AdvanceAuthority { to, reason, .. } => (
             "RotatingCertificateAuthority",

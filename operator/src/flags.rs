@@ -47,6 +47,24 @@ pub struct ControllerArgs {
     /// for it.
     #[arg(long, env = "ETCD_OPERATOR_WATCH_NAMESPACES", value_delimiter = ',', num_args = 0..)]
     pub watch_namespaces: Vec<String>,
+
+    /// Where the kubernetes runtime keeps the pre-upgrade snapshot of a cluster without a backup
+    /// destination (`<dir>/<namespace>/<cluster>/`, the newest few kept): a volume of the
+    /// operator's own Pod (the chart mounts its claim, or an emptyDir). Without it, such a
+    /// snapshot is not taken. Local processes keep theirs beside the data either way.
+    #[arg(long, env = "ETCD_OPERATOR_SNAPSHOT_DIR")]
+    pub snapshot_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for ControllerArgs {
+    /// The flags' defaults.
+    fn default() -> Self {
+        Self {
+            upgrade_timeout: etcd_operator_controller::plan::Thresholds::default().upgrade_timeout,
+            watch_namespaces: Vec::new(),
+            snapshot_dir: None,
+        }
+    }
 }
 
 impl ControllerArgs {

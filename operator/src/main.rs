@@ -234,14 +234,16 @@ async fn controller_client(
 }
 
 /// The member controller of local mode on `runtime` (local processes, or Pods with
-/// `--member-kubeconfig`), until `stopped`.
+/// `--member-kubeconfig`), on `clusters`, until `stopped`.
 fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
     runtime: R,
-    client: &kube::Client,
+    clusters: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
     members: &etcd_operator_controller::member_ops::EtcdClient,
-    credentials: &etcd_operator_controller::backup::Credentials,
-    metrics: &etcd_operator_controller::metrics::ControllerMetrics,
-    controller: &ControllerArgs,
+    (credentials, metrics): (
+        &etcd_operator_controller::backup::Credentials,
+        &etcd_operator_controller::metrics::ControllerMetrics,
+    ),
+    (client, controller): (&kube::Client, &ControllerArgs),
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let ctx = etcd_operator_controller::reconcile::Context::with_member_ops(
@@ -253,7 +255,9 @@ fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
     .with_backup_credentials(credentials.clone())
     .with_metrics(metrics.clone())
     .with_namespaces(controller.namespaces());
-    tokio::spawn(etcd_operator_controller::reconcile::run(ctx, stopped))
+    tokio::spawn(etcd_operator_controller::reconcile::run_on(
+        ctx, clusters, stopped,
+    ))
 }
 
 async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
@@ -344,6 +348,20 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     let stopped = async move {
         let _ = controller_stopped.await;
     };
+    // One watch and store of the EtcdClusters for the member and the backup controllers.
+    let clusters = etcd_operator_controller::cluster_watch::shared(kube::Api::all(controller_client.clone()));
+    let (stop_watch, watch_stopped) = tokio::sync::oneshot::channel::<()>();
+    let watch = if no_controller {
+        tokio::spawn(async {})
+    } else {
+        let shared = clusters.watch;
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shared => {}
+                _ = watch_stopped => {}
+            }
+        })
+    };
     let controller = match member_kubeconfig {
         _ if no_controller => {
             tracing::info!("no controller (--no-controller): serving the API alone");
@@ -352,23 +370,22 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         None => spawn_member_controller(
             etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
                 .with_restore_credentials(credentials.clone()),
-            &controller_client,
+            clusters.members,
             &members,
-            &credentials,
-            &controller_metrics,
-            &controller,
+            (&credentials, &controller_metrics),
+            (&controller_client, &controller),
             stopped,
         ),
         Some((path, kube)) => {
             tracing::info!(kubeconfig = %path.display(), "members run as Pods of the cluster of this kubeconfig");
             spawn_member_controller(
                 etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube)
-                    .with_namespaces(controller.namespaces()),
-                &controller_client,
+                    .with_namespaces(controller.namespaces())
+                    .with_snapshot_dir(controller.snapshot_dir.clone()),
+                clusters.members,
                 &members,
-                &credentials,
-                &controller_metrics,
-                &controller,
+                (&credentials, &controller_metrics),
+                (&controller_client, &controller),
                 stopped,
             )
         }
@@ -384,7 +401,11 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     let backup_controllers = if no_controller {
         tokio::spawn(async {})
     } else {
-        tokio::spawn(etcd_operator_controller::backup::run(backup_ctx, backups_stopped))
+        tokio::spawn(etcd_operator_controller::backup::run_on(
+            backup_ctx,
+            Some(clusters.backups),
+            backups_stopped,
+        ))
     };
     // On Ctrl-C the controllers stop first: their watches are connections to this very server,
     // which would otherwise hold its drain for the whole drain timeout. Once they are gone (and
@@ -394,6 +415,10 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         serve::shutdown_signal().await;
         let _ = stop_controller.send(());
         let _ = stop_backups.send(());
+        let _ = stop_watch.send(());
+        if tokio::time::timeout(Duration::from_secs(5), watch).await.is_err() {
+            tracing::warn!("the EtcdCluster watch did not stop within 5 s");
+        }
         if tokio::time::timeout(Duration::from_secs(5), backup_controllers)
             .await
             .is_err()

@@ -1437,8 +1437,7 @@ async fn serve_wiring_runs_the_controllers_only_while_leading() {
         leader_args("replica-a", true),
         tasks.clone(),
         Default::default(),
-        Default::default(),
-        Vec::new(),
+        &Default::default(),
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -1587,8 +1586,7 @@ async fn serve_wiring_with_shards_runs_the_controllers_and_holds_every_shard() {
         args,
         tasks.clone(),
         metrics,
-        Default::default(),
-        Vec::new(),
+        &Default::default(),
     );
     let scrape = || {
         let mut text = String::new();

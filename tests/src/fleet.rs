@@ -266,6 +266,7 @@ impl MemberOps for SimulatedEtcd {
                         errors: Vec::new(),
                         db_size: DB_SIZE,
                         db_size_in_use: DB_SIZE,
+                        ..MemberHealth::default()
                     }),
                 })
                 .collect(),
@@ -352,6 +353,11 @@ impl MemberOps for SimulatedEtcd {
     }
 
     async fn disarm(&self, _endpoints: &[String], _alarm: MemberAlarm) -> Result<(), MemberOpError> {
+        Ok(())
+    }
+
+    /// The fleet runs one version: nothing to downgrade.
+    async fn enable_downgrade(&self, _endpoints: &[String], _version: &str) -> Result<(), MemberOpError> {
         Ok(())
     }
 

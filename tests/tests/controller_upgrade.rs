@@ -275,6 +275,32 @@ async fn minor_upgrade_3_5_16_to_3_6_15_under_a_writer_loses_no_write() {
     roll_under_writer(&mut op, "up36", "3.5.16", "3.6.15", false).await;
 }
 
+/// A minor roll back from etcd 3.6 to 3.5: the pre-upgrade snapshot, then etcd's downgrade
+/// validated and enabled (the cluster and storage versions go to 3.5), then each member on the
+/// 3.5 binary in the upgrade order, with the operator SIGKILLed in the middle.
+#[tokio::test]
+async fn minor_downgrade_3_6_15_to_3_5_34_through_etcds_downgrade_under_a_writer_loses_no_write() {
+    tools::etcd(EtcdVersion::V3_6_15).unwrap();
+    tools::etcd(EtcdVersion::V3_5_34).unwrap();
+    let mut op = LocalOperator::start().await.unwrap();
+    apply(&op, &cluster_yaml("down35", "3.6.15")).unwrap();
+    roll_under_writer(&mut op, "down35", "3.6.15", "3.5.34", true).await;
+    let s = etcd_operator_tests::kubectl::status(&op, "ec", "down35").unwrap();
+    assert_eq!(s["upgrade"]["downgrade"], "Complete", "{s:#}");
+    // etcd says the cluster is 3.5 now, on every member.
+    for ep in endpoints(&s) {
+        let body = reqwest::get(format!("{ep}/version"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let version: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(version["etcdserver"], "3.5.34", "{ep}: {version}");
+        assert_eq!(version["etcdcluster"], "3.5.0", "{ep}: {version}");
+    }
+}
+
 #[tokio::test]
 async fn minor_upgrade_3_4_to_3_5_refuses_skips_and_survives_an_operator_sigkill() {
     tools::etcd(EtcdVersion::V3_4_23).unwrap();

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use etcd_operator_tests::kube::{RunError, helm, run};
 use etcd_operator_tests::tools::workspace_root;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Container, PodSpec, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Container, PersistentVolumeClaim, PodSpec, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -144,6 +146,7 @@ struct Rendered {
     services: Vec<Service>,
     deployments: Vec<Deployment>,
     stateful_sets: Vec<StatefulSet>,
+    claims: Vec<PersistentVolumeClaim>,
     pdbs: Vec<PodDisruptionBudget>,
     cluster_roles: Vec<ClusterRole>,
     cluster_role_bindings: Vec<ClusterRoleBinding>,
@@ -170,6 +173,7 @@ fn parse_all(yaml: &str) -> Result<Rendered, String> {
             ("v1", "Service") => strict(&doc).map(|o| r.services.push(o)),
             ("apps/v1", "Deployment") => strict(&doc).map(|o| r.deployments.push(o)),
             ("apps/v1", "StatefulSet") => strict(&doc).map(|o| r.stateful_sets.push(o)),
+            ("v1", "PersistentVolumeClaim") => strict(&doc).map(|o| r.claims.push(o)),
             ("policy/v1", "PodDisruptionBudget") => strict(&doc).map(|o| r.pdbs.push(o)),
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => strict(&doc).map(|o| r.cluster_roles.push(o)),
             ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
@@ -1174,6 +1178,59 @@ fn value_sets_render_what_they_select() {
         Some(
             "https://etcd-a.storage.svc:2379,https://etcd-b.storage.svc:2379,https://etcd-c.storage.svc:2379"
         )
+    );
+
+    // Pre-upgrade snapshots: `--snapshot-dir` is where a volume is mounted; by default an
+    // emptyDir, with persistence the chart's own claim (kept on uninstall).
+    let snapshot_volume = |r: &Rendered| {
+        let pod = r.deployments[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .clone()
+            .unwrap();
+        let container = &pod.containers[0];
+        let dir = arg_value(container, "--snapshot-dir")
+            .expect("--snapshot-dir")
+            .to_owned();
+        let mount = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == dir)
+            .unwrap_or_else(|| panic!("nothing mounted at {dir}"));
+        assert_ne!(mount.read_only, Some(true));
+        pod.volumes
+            .into_iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("the mounted volume")
+    };
+    let default_volume = snapshot_volume(&defaults);
+    assert!(default_volume.empty_dir.is_some(), "{default_volume:?}");
+    assert!(defaults.claims.is_empty());
+    let kept = render("snapshots-values.yaml");
+    let volume = snapshot_volume(&kept);
+    let claim_name = volume.persistent_volume_claim.expect("a claim").claim_name;
+    assert_eq!(kept.claims.len(), 1);
+    let claim = &kept.claims[0];
+    assert_eq!(name_of(claim), claim_name);
+    let spec = claim.spec.as_ref().unwrap();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("shared-nfs"));
+    assert_eq!(
+        spec.access_modes.as_deref(),
+        Some(&["ReadWriteMany".to_owned()][..])
+    );
+    assert_eq!(
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("helm.sh/resource-policy"))
+            .map(String::as_str),
+        Some("keep")
     );
 
     let ha = render("ha-etcd-values.yaml");

@@ -179,12 +179,23 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     };
     tools::etcd(EtcdVersion::V3_5_16)?;
     tools::etcd(EtcdVersion::V3_5_34)?;
+    // The operator's own volume for pre-upgrade snapshots (the chart's `--snapshot-dir`).
+    let snapshots = tempfile::Builder::new()
+        .prefix("etcd-operator-snapshots-")
+        .tempdir()?;
     let Cluster {
         kube_api,
         agent,
         op,
         _dir,
-    } = Cluster::start(hosts).await?;
+    } = Cluster::start_with(
+        hosts,
+        vec![(
+            "ETCD_OPERATOR_SNAPSHOT_DIR".to_owned(),
+            snapshots.path().display().to_string(),
+        )],
+    )
+    .await?;
     let name = "kr";
 
     // 3 members through the kubernetes runtime. Each phase's duration is printed (figures for
@@ -332,6 +343,38 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
     );
     assert_eq!(member_versions(&agent, &pods), vec!["3.5.34"; 5]);
     assert_eq!(member_list(&endpoint), before, "the roll keeps every member");
+    // No backup destination: the pre-upgrade snapshot is in the operator's own volume, named in
+    // status, and etcd's own tool reads it.
+    let status = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+    let kept = status["upgrade"]["snapshot"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let snapshot = std::path::PathBuf::from(&kept);
+    assert!(
+        snapshot.starts_with(snapshots.path().join("default").join(name)),
+        "status.upgrade.snapshot: {kept:?}"
+    );
+    let file_name = snapshot
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        file_name.starts_with("pre-upgrade-3.5.16-to-3.5.34-") && file_name.ends_with(".db"),
+        "{file_name}"
+    );
+    let checked = std::process::Command::new(tools::etcdutl(EtcdVersion::V3_5_16)?)
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&snapshot)
+        .output()?;
+    assert!(
+        checked.status.success(),
+        "etcdutl snapshot status: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let checked: Value = serde_json::from_slice(&checked.stdout)?;
+    assert!(checked["totalKey"].as_u64().unwrap_or_default() > 0, "{checked}");
 
     // Scale 5 -> 3: two members leave etcd, their Pods go, the PDB follows.
     phase.restart();
@@ -1065,6 +1108,338 @@ async fn kubernetes_runtime_serves_tls_members_from_secrets() -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     phase.done("rotated the certificates of 4 TLS members");
+    Ok(())
+}
+
+/// 3.6 → 3.5 through the kubernetes runtime: etcd's downgrade enabled before the first Pod is
+/// re-created, then every member's Pod re-created on the 3.5 image in the roll order, data kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_downgrades_3_6_to_3_5_through_etcds_downgrade() -> anyhow::Result<()> {
+    let Some(hosts) =
+        private_hosts::enter("kubernetes_runtime_downgrades_3_6_to_3_5_through_etcds_downgrade")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_6_15)?;
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "dg";
+    apply(&op, &cluster_yaml(name, 3, "3.6.15"))?;
+    wait_available(&op, name, 3, "3 members on 3.6.15", TIMEOUT).await;
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    let endpoint = format!(
+        "http://{}:2379",
+        agent
+            .address(
+                "default",
+                pods[0]["metadata"]["name"].as_str().unwrap_or_default()
+            )
+            .context("address")?
+    );
+    etcdctl_ok(&endpoint, &["put", "kept", "through-the-downgrade"]);
+    let before = member_list(&endpoint);
+    let mut phase = Phase::start();
+    kubectl(
+        &op,
+        &[
+            "patch",
+            "etcdcluster",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"3.5.34"}}"#,
+        ],
+        None,
+    )?;
+    let mut phases: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + TIMEOUT * 2;
+    loop {
+        let s = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+        if let Some(p) = s["upgrade"]["downgrade"].as_str()
+            && phases.last().map(String::as_str) != Some(p)
+        {
+            phases.push(p.to_owned());
+        }
+        if s["upgrade"]["phase"] == "Complete" && available(&s, 3) {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the downgrade did not complete: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    phase.done(&format!(
+        "downgraded 3 members 3.6.15 -> 3.5.34 (status.upgrade.downgrade seen: {phases:?})"
+    ));
+    assert_eq!(phases.last().map(String::as_str), Some("Complete"), "{phases:?}");
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    assert!(
+        pods.iter().all(|p| p["spec"]["containers"][0]["image"]
+            .as_str()
+            .is_some_and(|i| i.ends_with(":v3.5.34"))),
+        "{pods:#?}"
+    );
+    assert_eq!(member_versions(&agent, &pods), vec!["3.5.34"; 3]);
+    let endpoint = format!(
+        "http://{}:2379",
+        agent
+            .address(
+                "default",
+                pods[0]["metadata"]["name"].as_str().unwrap_or_default()
+            )
+            .context("address")?
+    );
+    assert_eq!(member_list(&endpoint), before, "the same members, on their data");
+    let got = std::process::Command::new(tools::etcdctl(EtcdVersion::V3_5_16)?)
+        .env("ETCDCTL_API", "3")
+        .args([
+            format!("--endpoints={endpoint}"),
+            "get".into(),
+            "kept".into(),
+            "--print-value-only".into(),
+        ])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "through-the-downgrade"
+    );
+    Ok(())
+}
+
+/// The text of a key of a Secret as the fake API stores it (base64 in `data`).
+fn secret_key(secret: &Value, key: &str) -> Option<String> {
+    use base64::Engine as _;
+    let encoded = secret["data"][key].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The Secret named `name`, as stored now.
+fn secret_named(kube: &FakeKube, name: &str) -> Option<Value> {
+    kube.objects("secrets")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == name)
+}
+
+/// A client identity as a user would hold one: a certificate issued now by the client CA
+/// Secret's issuing CA, trusting the bundle that Secret publishes (`ca.crt`).
+fn client_identity_from(kube: &FakeKube, cluster: &str) -> Option<etcd_client::TlsOptions> {
+    use etcd_operator_controller::tls::ca::{CertificateAuthority, LeafSpec};
+    let secret = secret_named(kube, &format!("{cluster}-client-ca"))?;
+    let ca = CertificateAuthority::load(&secret_key(&secret, "tls.crt")?, &secret_key(&secret, "tls.key")?)
+        .ok()?;
+    let pair = ca.issue(&LeafSpec::client("e2e-writer", &[])).ok()?;
+    Some(
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(secret_key(&secret, "ca.crt")?))
+            .identity(etcd_client::Identity::from_pem(pair.cert_pem, pair.key_pem)),
+    )
+}
+
+/// Whether the member at `endpoint` answers a status call from a client with `tls`.
+async fn answers(endpoint: &str, tls: etcd_client::TlsOptions) -> bool {
+    let options = etcd_client::ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(2));
+    match etcd_client::Client::connect([endpoint], Some(options)).await {
+        Ok(mut c) => c.status().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// CA rotation through the kubernetes runtime: asked with `etcd.operator.dev/rotate-ca`, each
+/// plane's CA Secret goes through trusting (old and new in `ca.crt`), reissuing (the new CA
+/// issues) and steady (only the new CA), every member Pod re-created between the phases one at a
+/// time. A writer whose identity follows the CA Secret (as one from cert-manager's CA issuer
+/// would) keeps writing; at the end no member trusts the old CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_runtime_rotates_the_cluster_cas_under_a_tls_writer() -> anyhow::Result<()> {
+    let Some(hosts) = private_hosts::enter("kubernetes_runtime_rotates_the_cluster_cas_under_a_tls_writer")?
+    else {
+        return Ok(());
+    };
+    tools::etcd(EtcdVersion::V3_5_34)?;
+    let Cluster {
+        kube_api,
+        agent: _agent,
+        op,
+        _dir,
+    } = Cluster::start(hosts).await?;
+    let name = "rca";
+    apply(
+        &op,
+        &format!(
+            "{}  tls:\n    client: {{auto: {{}}}}\n    peer: {{auto: {{}}}}\n",
+            cluster_yaml(name, 3, "3.5.34")
+        ),
+    )?;
+    let status = wait_available(&op, name, 3, "3 TLS members Available", TIMEOUT).await;
+    let endpoints = etcd_operator_tests::local_cluster::endpoints(&status);
+    let pods = wait_pods_ready(&kube_api, name, 3).await?;
+    let uid_of = |pod: &Value| pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    let before: std::collections::BTreeSet<String> = pods.iter().map(uid_of).collect();
+    let old_client = secret_named(&kube_api, &format!("{name}-client-ca"))
+        .and_then(|s| secret_key(&s, "tls.crt"))
+        .context("no client CA")?;
+    let old_client_key =
+        secret_named(&kube_api, &format!("{name}-client-ca")).and_then(|s| secret_key(&s, "tls.key"));
+    let old_peer = secret_named(&kube_api, &format!("{name}-peer-ca"))
+        .and_then(|s| secret_key(&s, "tls.crt"))
+        .context("no peer CA")?;
+    // A client certificate of the old CA, kept by a client that never renews: accepted now.
+    let stale = client_identity_from(&kube_api, name).context("no identity")?;
+    for ep in &endpoints {
+        anyhow::ensure!(
+            answers(ep, stale.clone()).await,
+            "{ep} refused a certificate of its own CA"
+        );
+    }
+
+    let identity = std::sync::Arc::new(std::sync::Mutex::new(client_identity_from(&kube_api, name)));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let identity = identity.clone();
+        etcd_operator_tests::writer::start_reloading_writer(
+            endpoints.clone(),
+            move || identity.lock().ok().and_then(|i| i.clone()),
+            stop.clone(),
+        )
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = std::time::Instant::now();
+    kubectl(
+        &op,
+        &["annotate", "ec", name, "etcd.operator.dev/rotate-ca=r1"],
+        None,
+    )?;
+    let mut phases: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + TIMEOUT * 3;
+    let status = loop {
+        // The identity follows the CA Secret, as a mounted Secret would.
+        if let Some(fresh) = client_identity_from(&kube_api, name)
+            && let Ok(mut held) = identity.lock()
+        {
+            *held = Some(fresh);
+        }
+        let cas: Vec<Value> = [format!("{name}-client-ca"), format!("{name}-peer-ca")]
+            .iter()
+            .filter_map(|n| secret_named(&kube_api, n))
+            .collect();
+        let phase = match cas.first() {
+            Some(ca) if ca["data"].get("next.crt").is_some() => "trusting",
+            Some(ca) if ca["data"].get("previous.crt").is_some() => "reissuing",
+            _ => "steady",
+        };
+        if phases.last().map(String::as_str) != Some(phase) {
+            phases.push(phase.to_owned());
+        }
+        let done = cas.len() == 2
+            && cas.iter().all(|ca| {
+                ca["metadata"]["annotations"]["etcd.operator.dev/ca-rotation"] == "r1"
+                    && ca["data"].get("next.crt").is_none()
+                    && ca["data"].get("previous.crt").is_none()
+            });
+        let member_secrets: Vec<Value> = kube_api
+            .objects("secrets")
+            .into_iter()
+            .filter(|s| s["metadata"]["labels"].get("etcd.operator.dev/member").is_some())
+            .collect();
+        let trust_new_only = member_secrets.len() == 3
+            && member_secrets.iter().all(|s| {
+                let client = secret_key(s, "client-ca.crt").unwrap_or_default();
+                let peer = secret_key(s, "peer-ca.crt").unwrap_or_default();
+                !client.is_empty() && !client.contains(old_client.trim()) && !peer.contains(old_peer.trim())
+            });
+        let now = pods_of(&kube_api, name);
+        let s = etcd_operator_tests::kubectl::status(&op, "ec", name)?;
+        if done && trust_new_only && now.len() == 3 && now.iter().all(ready) && available(&s, 3) {
+            break s;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the CA rotation did not end: phases {phases:?}, CAs done {done}, members trust only the new CAs {trust_new_only}; {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.await?;
+    eprintln!(
+        "node agent e2e: CA rotation of 3 members in {:.1} s under a TLS writer (phases seen {phases:?}): {} writes acknowledged, {} failed attempts, {} reconnects, longest write gap {:.2} s",
+        took.as_secs_f64(),
+        writes.acknowledged.len(),
+        writes.failures,
+        writes.reconnects,
+        writes.longest_gap.as_secs_f64()
+    );
+    assert_eq!(phases.first().map(String::as_str), Some("steady"));
+    assert!(phases.contains(&"reissuing".to_owned()), "{phases:?}");
+    assert!(writes.acknowledged.len() > 10, "the writer hardly wrote");
+    assert!(
+        writes.longest_gap < Duration::from_secs(5),
+        "the writer failed for {:?}: {:?}",
+        writes.longest_gap,
+        writes.failure_log.iter().rev().take(5).collect::<Vec<_>>()
+    );
+    // Every Pod re-created, every certificate from the new CAs, the old ones trusted nowhere.
+    let after: std::collections::BTreeSet<String> = pods_of(&kube_api, name).iter().map(uid_of).collect();
+    assert!(
+        after.is_disjoint(&before),
+        "a Pod was never re-created: {before:?} {after:?}"
+    );
+    let new_client = secret_named(&kube_api, &format!("{name}-client-ca"))
+        .and_then(|s| secret_key(&s, "tls.crt"))
+        .context("no client CA")?;
+    assert_ne!(new_client, old_client);
+    for s in kube_api
+        .objects("secrets")
+        .iter()
+        .filter(|s| s["metadata"]["labels"].get("etcd.operator.dev/member").is_some())
+    {
+        let server = secret_key(s, "server.crt").unwrap_or_default();
+        assert!(
+            etcd_operator_controller::tls::member::issued_by(&server, &new_client),
+            "{}",
+            s["metadata"]["name"]
+        );
+    }
+    // A certificate of the old CA, offered with the trust of the new one: refused by every member.
+    let old_key = old_client_key.context("no old CA key")?;
+    let old_ca = etcd_operator_controller::tls::ca::CertificateAuthority::load(&old_client, &old_key)?;
+    let kept = old_ca.issue(&etcd_operator_controller::tls::ca::LeafSpec::client("kept", &[]))?;
+    let bundle = secret_named(&kube_api, &format!("{name}-client-ca"))
+        .and_then(|s| secret_key(&s, "ca.crt"))
+        .context("no bundle")?;
+    let stale = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(bundle))
+        .identity(etcd_client::Identity::from_pem(kept.cert_pem, kept.key_pem));
+    for ep in &endpoints {
+        assert!(
+            !answers(ep, stale.clone()).await,
+            "{ep} still accepts a certificate of the old CA"
+        );
+    }
+    let fresh = client_identity_from(&kube_api, name).context("no identity")?;
+    etcd_operator_tests::writer::assert_no_write_lost(&endpoints, Some(&fresh), &writes).await;
+    let events = kube_api.objects("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "CertificateAuthorityRotating"),
+        "no CertificateAuthorityRotating Event"
+    );
+    assert_eq!(
+        etcd_operator_tests::kubectl::condition(&status, "Degraded").map(|c| c["status"].clone()),
+        Some(Value::from("False"))
+    );
     Ok(())
 }
 

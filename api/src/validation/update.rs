@@ -96,16 +96,16 @@ fn version_change(report: &mut Report, path: &Path, new: &v2::EtcdClusterSpec, o
             path,
             format!("upgrading from {from} to {to}: members restart on it one at a time on their data, the leader last; a snapshot is taken first"),
         ),
-        // etcd moves 3.6 to 3.5 only through its downgrade API (validate, enable, then every
-        // member on 3.5, the storage version first); the controller does not drive it, so the
-        // change is refused rather than accepted and left half done.
-        Ok(Transition::MinorDowngrade) => report.errors.push(FieldError::invalid(
+        // etcd moves 3.6 to 3.5 only through its downgrade API: the controller validates and
+        // enables it (the cluster and storage versions go to 3.5), then rolls every member onto
+        // the 3.5 binary in the upgrade order (docs/upgrades.md).
+        Ok(Transition::MinorDowngrade) => report.warn_at(
             path,
-            new_version,
             format!(
-                "cannot downgrade from {from} to {to}: a 3.6 to 3.5 downgrade needs etcd's downgrade API, which this operator does not drive yet; restore a backup into a new {to} cluster instead (see docs/upgrades.md)"
+                "downgrading from {from} to {to}: a snapshot is taken, etcd's downgrade is validated and enabled (the cluster and storage versions become {}.{}), then members restart on {to} one at a time, the leader last",
+                to.major, to.minor
             ),
-        )),
+        ),
         Ok(_) => {}
     }
 }

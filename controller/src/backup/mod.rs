@@ -195,6 +195,15 @@ impl BackupContext {
 
 /// Runs both backup controllers until `shutdown` resolves.
 pub async fn run(ctx: BackupContext, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    run_on(ctx, None, shutdown).await;
+}
+
+/// [`run`], the scheduled backups on `clusters` (a [`crate::cluster_watch::shared`] watch).
+pub async fn run_on(
+    ctx: BackupContext,
+    clusters: Option<kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let ctx = std::sync::Arc::new(ctx);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -206,7 +215,7 @@ pub async fn run(ctx: BackupContext, shutdown: impl Future<Output = ()> + Send +
     };
     tokio::join!(
         stop,
-        scheduled::run(ctx.clone(), stopped(rx.clone())),
+        scheduled::run(ctx.clone(), clusters, stopped(rx.clone())),
         oneshot::run(ctx, stopped(rx)),
     );
 }

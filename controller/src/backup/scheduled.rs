@@ -22,13 +22,14 @@ use crate::backup_store as store;
 /// Status writes retried on a resourceVersion conflict.
 const PATCH_ATTEMPTS: usize = 5;
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller on `clusters` (its own watch when `None`) until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<BackupContext>,
+    clusters: Option<kube::runtime::Controller<EtcdCluster>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    crate::cluster_watch::controller(api)
+    let clusters = clusters.unwrap_or_else(|| crate::cluster_watch::controller(Api::all(ctx.client.clone())));
+    clusters
         .reconcile_all_on(ctx.shards.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

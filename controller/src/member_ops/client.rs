@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{
-    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions, GetOptions,
-    MemberAddOptions,
+    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions, DowngradeOptions,
+    GetOptions, MemberAddOptions,
 };
 
 use etcd_operator_etcd_errors::{self as etcd_errors, EtcdErrorKind};
@@ -214,6 +214,11 @@ impl EtcdClient {
                 .collect(),
             db_size: u64::try_from(status.db_size()).unwrap_or_default(),
             db_size_in_use: u64::try_from(status.raft_used_db_size()).unwrap_or_default(),
+            storage_version: Some(status.storage_version().to_owned()).filter(|v| !v.is_empty()),
+            downgrade_target: status
+                .downgrade_info()
+                .filter(|d| d.enabled())
+                .map(|d| d.target_version().to_owned()),
         })
     }
 
@@ -476,6 +481,30 @@ impl MemberOps for EtcdClient {
             timed(
                 "alarm disarm",
                 client.alarm(AlarmAction::Deactivate, kind, Some(options)),
+            )
+            .await
+        }
+        .await;
+        self.keep_or_forget(endpoints, result).map(|_| ())
+    }
+
+    async fn enable_downgrade(&self, endpoints: &[String], version: &str) -> Result<(), MemberOpError> {
+        let result = async {
+            let client = self.client(endpoints, "downgrade").await?;
+            // Validate first: etcd says why a downgrade cannot be enabled (a member on another
+            // version, a target it does not allow) without changing anything.
+            timed(
+                "downgrade validate",
+                client
+                    .maintenance_client()
+                    .downgrade(DowngradeOptions::Validate(version.to_owned())),
+            )
+            .await?;
+            timed(
+                "downgrade enable",
+                client
+                    .maintenance_client()
+                    .downgrade(DowngradeOptions::Enable(version.to_owned())),
             )
             .await
         }

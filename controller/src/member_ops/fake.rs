@@ -66,6 +66,8 @@ pub enum Call {
     Defragment(String),
     /// `disarm(endpoints, alarm)`.
     Disarm(Vec<String>, crate::model::MemberAlarm),
+    /// `enable_downgrade(endpoints, version)`.
+    EnableDowngrade(Vec<String>, String),
     /// `move_leader(leader_url, to)`.
     MoveLeader {
         /// Where it was sent.
@@ -323,6 +325,22 @@ impl MemberOps for FakeMemberOps {
         self.member_result(Call::Disarm(endpoints.to_vec(), alarm), Op::Maintenance)?;
         if let Some(view) = self.state().view.as_mut() {
             view.alarms.retain(|a| *a != alarm);
+        }
+        Ok(())
+    }
+
+    /// Records the call; the view's members report the lowered storage version and the enabled
+    /// downgrade, as etcd 3.6 does.
+    async fn enable_downgrade(&self, endpoints: &[String], version: &str) -> Result<(), MemberOpError> {
+        self.member_result(
+            Call::EnableDowngrade(endpoints.to_vec(), version.to_owned()),
+            Op::Maintenance,
+        )?;
+        if let Some(view) = self.state().view.as_mut() {
+            for status in view.members.iter_mut().filter_map(|m| m.status.as_mut()) {
+                status.storage_version = Some(format!("{version}.0"));
+                status.downgrade_target = Some(format!("{version}.0"));
+            }
         }
         Ok(())
     }

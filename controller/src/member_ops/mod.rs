@@ -202,6 +202,15 @@ pub trait MemberOps: Send + Sync + 'static {
         alarm: crate::model::MemberAlarm,
     ) -> impl Future<Output = Result<(), MemberOpError>> + Send;
 
+    /// Validates, then enables etcd's downgrade of the cluster to `version` (`major.minor`): the
+    /// cluster version and every member's storage version go down to it, after which members
+    /// may restart on that version's binary (etcd 3.6 and later).
+    fn enable_downgrade(
+        &self,
+        endpoints: &[String],
+        version: &str,
+    ) -> impl Future<Output = Result<(), MemberOpError>> + Send;
+
     /// Moves leadership to `to`; must be sent to the leader's own client URL.
     fn move_leader(
         &self,

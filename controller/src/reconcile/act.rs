@@ -229,6 +229,10 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             ctx.runtime.renew_certificates(cluster, spec, name).await?;
             tracing::info!(cluster = %cluster.key(), member = %name, %reason, "restarted member on new certificates");
         }
+        Step::EnableDowngrade { version } => {
+            ctx.members.enable_downgrade(&endpoints, version).await?;
+            tracing::info!(cluster = %cluster.key(), %version, "enabled etcd's downgrade: the cluster and storage versions go down before members restart");
+        }
         Step::AdvanceAuthority { to, rotation, reason } => {
             ctx.runtime
                 .advance_authority(cluster, spec, *to, rotation.as_deref())

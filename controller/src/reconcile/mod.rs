@@ -313,13 +313,23 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
     }
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller until `shutdown` resolves, on a watch of its own.
 pub async fn run<R: Runtime, M: MemberOps>(
     ctx: Context<R, M>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
-    let controller = crate::cluster_watch::controller(api)
+    run_on(ctx, crate::cluster_watch::controller(api), shutdown).await;
+}
+
+/// Runs the controller on `clusters` (a [`crate::cluster_watch::shared`] watch) until
+/// `shutdown` resolves.
+pub async fn run_on<R: Runtime, M: MemberOps>(
+    ctx: Context<R, M>,
+    clusters: kube::runtime::Controller<EtcdCluster>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let controller = clusters
         .with_config(kube::runtime::controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
         .reconcile_all_on(ctx.shards.changes());
     ctx.runtime

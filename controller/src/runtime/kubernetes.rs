@@ -100,6 +100,9 @@ pub struct KubernetesRuntime {
     cache: ChildCache,
     /// The namespaces whose members' objects are watched (every namespace when empty).
     namespaces: Vec<String>,
+    /// Where pre-upgrade snapshots of clusters without a backup destination go (a claim mounted
+    /// into the operator's Pod), as `<dir>/<namespace>/<cluster>/`; `None`: not taken.
+    snapshots: Option<std::path::PathBuf>,
 }
 
 /// On the Pod of a member started with `--force-new-cluster` by [`Runtime::recover_quorum`]:
@@ -362,6 +365,7 @@ impl KubernetesRuntime {
                 .ok()
                 .filter(|i| !i.is_empty()),
             namespaces: Vec::new(),
+            snapshots: None,
         }
     }
 
@@ -370,6 +374,14 @@ impl KubernetesRuntime {
     #[must_use]
     pub fn with_namespaces(mut self, namespaces: Vec<String>) -> Self {
         self.namespaces = namespaces;
+        self
+    }
+
+    /// Keeps pre-upgrade snapshots of clusters without a backup destination under `dir` (the
+    /// chart mounts the operator's own claim there), pruned as beside the data in local mode.
+    #[must_use]
+    pub fn with_snapshot_dir(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.snapshots = dir;
         self
     }
 
@@ -1441,10 +1453,12 @@ impl Runtime for KubernetesRuntime {
         Ok(())
     }
 
-    fn snapshot_dir(&self, _cluster: &ClusterRef) -> Option<std::path::PathBuf> {
-        // The members' volumes are mounted only by their Pods; the operator has no durable place
-        // of its own. The backup destination (when configured) is where snapshots go.
-        None
+    fn snapshot_dir(&self, cluster: &ClusterRef) -> Option<std::path::PathBuf> {
+        // The members' volumes are mounted only by their Pods: the operator's own claim (when
+        // mounted) is its place, one directory per cluster.
+        self.snapshots
+            .as_ref()
+            .map(|dir| dir.join(&cluster.namespace).join(&cluster.name))
     }
 
     /// A Warning Event on the EtcdCluster, reason `MemberReplacing`, naming the member's Pod.

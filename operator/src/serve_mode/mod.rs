@@ -174,11 +174,13 @@ pub fn spawn_controllers(
     leader_election: leader::LeaderElectionArgs,
     tasks: CancellationToken,
     metrics: ControllerMetrics,
-    thresholds: etcd_operator_controller::plan::Thresholds,
-    namespaces: Vec<String>,
+    settings: &crate::flags::ControllerArgs,
 ) -> tokio::task::JoinHandle<Result<(), leader::LeaderElectionError>> {
+    let thresholds = settings.thresholds();
+    let namespaces = settings.namespaces();
     let runtime = etcd_operator_controller::runtime::kubernetes::KubernetesRuntime::new(kube.clone())
-        .with_namespaces(namespaces.clone());
+        .with_namespaces(namespaces.clone())
+        .with_snapshot_dir(settings.snapshot_dir.clone());
     let credentials = etcd_operator_controller::backup::Credentials::Kubernetes(kube.clone());
     let controller_metrics = metrics.clone();
     let controllers = move |stop: CancellationToken, shards: ShardOwnership| {
@@ -198,11 +200,25 @@ pub fn spawn_controllers(
         )
         .with_metrics(metrics.clone())
         .with_shards(shards);
+        // One watch and store of the EtcdClusters for both controllers.
+        let clusters =
+            etcd_operator_controller::cluster_watch::shared(kube::Api::all(controller_client.clone()));
         async move {
-            let stop_members = stop.clone();
+            let (stop_members, stop_watch) = (stop.clone(), stop.clone());
+            let watch = async move {
+                tokio::select! {
+                    () = clusters.watch => {}
+                    () = stop_watch.cancelled() => {}
+                }
+            };
             tokio::join!(
-                etcd_operator_controller::reconcile::run(ctx, async move { stop_members.cancelled().await }),
-                etcd_operator_controller::backup::run(backup_ctx, async move { stop.cancelled().await }),
+                watch,
+                etcd_operator_controller::reconcile::run_on(ctx, clusters.members, async move {
+                    stop_members.cancelled().await
+                }),
+                etcd_operator_controller::backup::run_on(backup_ctx, Some(clusters.backups), async move {
+                    stop.cancelled().await
+                }),
             );
             metrics.forget_all_clusters();
         }
@@ -329,8 +345,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         args.leader_election.clone(),
         tasks.clone(),
         controller_metrics,
-        args.controller.thresholds(),
-        args.controller.namespaces(),
+        &args.controller,
     );
 
     let stop_private = tasks.clone();
