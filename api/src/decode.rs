@@ -20,7 +20,7 @@ pub enum VersionedCluster {
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     /// Not JSON, or a field has the wrong type.
-    #[error("invalid EtcdCluster: {0}")]
+    #[error("invalid EtcdCluster")]
     Json(#[from] serde_json::Error),
     /// `apiVersion` is missing.
     #[error("apiVersion is required")]

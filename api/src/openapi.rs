@@ -28,7 +28,7 @@ pub enum OpenApiError {
     #[error("version {0:?} is not served")]
     UnknownVersion(String),
     /// The generated document does not parse as OpenAPI 3.
-    #[error("generated document is not valid OpenAPI 3: {0}")]
+    #[error("generated document is not valid OpenAPI 3")]
     Invalid(#[from] serde_json::Error),
 }
 

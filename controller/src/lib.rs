@@ -14,6 +14,8 @@
 //! - [`cluster_watch`] is the EtcdCluster watch it and the backup controller run on.
 
 pub mod backup;
+pub mod backup_policy;
+pub mod backup_store;
 pub mod cluster_watch;
 pub mod etcd_args;
 pub mod maintenance;

@@ -10,7 +10,7 @@ use etcd_operator_api::status::{
     DefragmentationStatus, DefragmentationTrigger, MaintenanceStatus, SpaceReclaimStatus,
 };
 
-use crate::backup::{from_time, to_time};
+use crate::backup_policy::{from_time, to_time};
 use crate::plan::DefragTrigger;
 
 /// A member defragmented less than this long ago is left alone by the size trigger (a file that
@@ -194,7 +194,7 @@ mod tests {
     }
 
     fn cron(text: &str) -> croner::Cron {
-        crate::backup::policy::parse_schedule(text).unwrap()
+        crate::backup_policy::parse_schedule(text).unwrap()
     }
 
     #[test]

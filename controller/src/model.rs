@@ -144,7 +144,26 @@ pub struct MemberCertificates {
     pub rotation: Option<String>,
     /// Why it does not yet run on what the cluster's CA rotation asks (trust bundle, issuing
     /// CA); `None` when it does, or when no `auto` plane has a CA.
-    pub authority: Option<crate::tls::authority::AuthorityLag>,
+    pub authority: Option<AuthorityLag>,
+}
+
+/// Why a member does not yet run on what its plane's phase of the CA rotation asks
+/// (`tls::authority` decides it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorityLag {
+    /// It trusts another set of CAs than the phase's bundle.
+    Trust,
+    /// Its certificates are not issued by the CA that issues now.
+    Issuer,
+}
+
+impl std::fmt::Display for AuthorityLag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Trust => "it trusts another set of CAs than the rotation's current one",
+            Self::Issuer => "its certificates are not yet issued by the new CA",
+        })
+    }
 }
 
 /// A member as etcd's member list reports it, joined with its status when it answered.

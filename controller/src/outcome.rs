@@ -59,13 +59,13 @@ pub enum StepError {
         name: String,
     },
     /// The pre-upgrade snapshot could not be taken.
-    #[error("pre-upgrade snapshot: {0}")]
+    #[error("take the pre-upgrade snapshot")]
     Snapshot(#[source] SnapshotError),
     /// The pre-upgrade snapshot could not be taken: no member answers or none is healthy.
     #[error("pre-upgrade snapshot: no healthy member to take it from")]
     NoSnapshotSource,
     /// The pre-upgrade snapshot could not be read back from where it was saved.
-    #[error("read the pre-upgrade snapshot {}: {source}", path.display())]
+    #[error("read the pre-upgrade snapshot {}", path.display())]
     ReadSnapshot {
         /// The file.
         path: std::path::PathBuf,
@@ -74,10 +74,10 @@ pub enum StepError {
         source: std::io::Error,
     },
     /// The pre-upgrade snapshot could not be sent to the backup destination.
-    #[error("send the pre-upgrade snapshot: {0}")]
-    SendSnapshot(#[source] crate::backup::store::DestinationError),
+    #[error("send the pre-upgrade snapshot")]
+    SendSnapshot(#[source] crate::backup_store::DestinationError),
     /// The snapshot the cluster is to bootstrap from cannot be resolved or fetched.
-    #[error("restore from snapshot: {0}")]
+    #[error("restore from snapshot")]
     Restore(#[source] RestoreError),
 }
 
@@ -191,7 +191,11 @@ mod tests {
         for e in [&in_runtime, &resolving] {
             assert_eq!((e.reason(), e.code()), ("RestoreFailed", "RestoreFailed"), "{e}");
         }
-        assert!(resolving.to_string().starts_with("restore from snapshot: "));
+        let text = etcd_operator_api::report::chain(&resolving);
+        assert!(
+            text.starts_with("restore from snapshot: ") && text.ends_with("no snapshot"),
+            "{text}"
+        );
         let cases = [
             (
                 StepError::Member(MemberOpError::Timeout {

@@ -571,7 +571,7 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
         .filter(|r| r.phase == Some(UpgradePhase::Halted))
         .map(|r| r.message.clone().unwrap_or_default());
     if let Some(error) = &outcome.error {
-        degraded = Some((error.reason(), error.to_string()));
+        degraded = Some((error.reason(), etcd_operator_api::report::chain(error)));
     } else if let Some(message) = halted {
         degraded = Some((
             "UpgradeHalted",
@@ -608,7 +608,9 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
     let progressing = (!matches!(outcome.step, Step::Idle) || rolling) && !paused;
     // What needs a person, by the kind of the problem (never its text).
     let stalled: Option<(&str, String)> = match (&outcome.error, &outcome.step) {
-        (Some(error), _) if error.needs_a_person() => Some((error.code(), error.to_string())),
+        (Some(error), _) if error.needs_a_person() => {
+            Some((error.code(), etcd_operator_api::report::chain(error)))
+        }
         (
             None,
             Step::Wait {

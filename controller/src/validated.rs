@@ -261,7 +261,7 @@ impl ValidatedCluster {
         let defrag = etcd_operator_api::defaults::effective_defragmentation(spec);
         let mut ignored = Vec::new();
         let defrag_schedule = defrag.schedule.as_ref().and_then(|text| {
-            crate::backup::policy::parse_schedule(text)
+            crate::backup_policy::parse_schedule(text)
                 .map_err(|e| {
                     ignored.push(ValidationError::DefragmentationSchedule {
                         schedule: text.clone(),
@@ -277,7 +277,7 @@ impl ValidatedCluster {
             created: meta
                 .creation_timestamp
                 .as_ref()
-                .and_then(crate::backup::from_time),
+                .and_then(crate::backup_policy::from_time),
             replicas: usize::try_from(spec.replicas.unwrap_or(DEFAULT_REPLICAS))
                 .unwrap_or(1)
                 .max(1),

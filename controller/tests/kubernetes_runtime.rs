@@ -930,7 +930,7 @@ async fn a_restore_without_the_operator_image_is_refused_before_any_call() {
     let err = refused_restore(None, s3_plan()).await;
     assert!(matches!(err, RuntimeError::Restore { .. }), "{err}");
     assert_eq!(
-        err.to_string(),
+        etcd_operator_api::report::chain(&err),
         "restore from snapshot for member demo-bbbbb: the operator's image is unknown, so member Pods cannot fetch the snapshot: set ETCD_OPERATOR_IMAGE in the operator's environment (the Helm chart does)"
     );
 }
@@ -955,14 +955,16 @@ async fn a_restore_from_a_volume_the_member_pods_cannot_mount_is_refused_before_
         };
         let err = refused_restore(Some(OPERATOR_IMAGE), plan).await;
         assert!(
-            err.to_string().starts_with(
+            etcd_operator_api::report::chain(&err).starts_with(
                 "restore from snapshot for member demo-bbbbb: the snapshot cannot be fetched from the member Pods: snapshot \"prod/main/x.db\" is in "
             ),
-            "{err}"
+            "{}",
+            etcd_operator_api::report::Chain(&err)
         );
         assert!(
-            err.to_string().contains("which member Pods cannot mount"),
-            "{err}"
+            etcd_operator_api::report::chain(&err).contains("which member Pods cannot mount"),
+            "{}",
+            etcd_operator_api::report::Chain(&err)
         );
     }
 }
@@ -1003,7 +1005,7 @@ async fn a_failed_restore_init_container_is_reported_with_its_message() {
     )
     .await;
     assert_eq!(
-        err.to_string(),
+        etcd_operator_api::report::chain(&err),
         format!(
             "restore from snapshot for member demo-bbbbb: init container restore-fetch of the member Pod failed: {message}"
         )

@@ -176,7 +176,7 @@ fn restore_step(
             tracing::error!("restore step failed");
             if std::path::Path::new(TERMINATION_LOG).is_file() {
                 // Best effort: the log line below carries the same text.
-                let _ = std::fs::write(TERMINATION_LOG, error.to_string());
+                let _ = std::fs::write(TERMINATION_LOG, etcd_operator_api::report::chain(&error));
             }
             eprintln!("{}", etcd_operator_api::report::Chain(&error));
             ExitCode::FAILURE

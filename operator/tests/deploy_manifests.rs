@@ -816,7 +816,7 @@ async fn drive_serve_mode(stub: &Stub) {
         serde_json::from_value(json!({"s3": {"bucket": "backups", "credentialsSecret": "s3-credentials"}}))
             .unwrap();
     stub.set_world(World::Full);
-    let _ = etcd_operator_controller::backup::store::open(
+    let _ = etcd_operator_controller::backup_store::open(
         &destination,
         NS,
         &etcd_operator_controller::backup::Credentials::Kubernetes(client),
@@ -1049,7 +1049,7 @@ const KUBE_CALLERS: [(&str, &str); 18] = [
         "driven: drive_runtime (member TLS)",
     ),
     (
-        "controller/src/backup/store.rs",
+        "controller/src/backup_store.rs",
         "driven: drive_serve_mode (credentials Secret)",
     ),
     (

@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use etcd_operator_api::v1alpha2::{BackupDestination, VolumeDestination};
-use etcd_operator_controller::backup::{Credentials, policy, store};
+use etcd_operator_controller::backup::Credentials;
 use etcd_operator_controller::member_ops::{EtcdClient, MemberOps};
 use etcd_operator_controller::restore::{self, RestoreMember, RestorePlan, RestoreTool, SnapshotSource};
+use etcd_operator_controller::{backup_policy as policy, backup_store as store};
 use etcd_operator_tests::{EtcdVersion, TestEtcd, tools};
 
 const ETCD: EtcdVersion = EtcdVersion::V3_5_1;

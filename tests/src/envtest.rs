@@ -124,7 +124,7 @@ pub enum ControlPlaneError {
     #[error(transparent)]
     Assets(#[from] AssetsError),
     /// A file or directory could not be written.
-    #[error("prepare the control plane's files: {0}")]
+    #[error("prepare the control plane's files")]
     Io(#[from] std::io::Error),
     /// A certificate could not be made.
     #[error("make the control plane's certificates: {0}")]

@@ -21,7 +21,7 @@ pub enum StartEtcdError {
     #[error(transparent)]
     Missing(#[from] MissingTool),
     /// The temporary directory or ports could not be set up.
-    #[error("prepare etcd directory or ports: {0}")]
+    #[error("prepare etcd directory or ports")]
     Prepare(#[from] std::io::Error),
     /// The process could not be started.
     #[error(transparent)]

@@ -61,10 +61,10 @@ const DEFAULT_GRACE_SECONDS: i64 = 30;
 #[derive(Debug, thiserror::Error)]
 pub enum FakeKubeError {
     /// The listener could not be bound.
-    #[error("listen for the fake Kubernetes API: {0}")]
+    #[error("listen for the fake Kubernetes API")]
     Listen(#[source] std::io::Error),
     /// The kubeconfig could not be written.
-    #[error("write the fake Kubernetes API's kubeconfig {}: {source}", path.display())]
+    #[error("write the fake Kubernetes API's kubeconfig {}", path.display())]
     Kubeconfig {
         path: PathBuf,
         #[source]

@@ -12,7 +12,7 @@ pub enum RunError {
     #[error(transparent)]
     Missing(#[from] MissingTool),
     /// The process could not be started.
-    #[error("start {program}: {source}")]
+    #[error("start {program}")]
     Start { program: String, source: std::io::Error },
     /// It ran and exited unsuccessfully.
     #[error("{command} failed ({status}):\nstdout: {stdout}\nstderr: {stderr}")]

@@ -11,19 +11,19 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The kubeconfig file could not be read or parsed.
-    #[error("read kubeconfig {path}: {source}")]
+    #[error("read kubeconfig {path}")]
     ReadKubeconfig {
         path: String,
         source: kube::config::KubeconfigError,
     },
     /// The kubeconfig did not make a client configuration.
-    #[error("client configuration from {path}: {source}")]
+    #[error("client configuration from {path}")]
     Configure {
         path: String,
         source: kube::config::KubeconfigError,
     },
     /// The client could not be built from its configuration.
-    #[error("build the kube client: {0}")]
+    #[error("build the kube client")]
     Build(#[from] kube::Error),
 }
 

@@ -25,7 +25,7 @@ pub enum KubectlError {
     #[error(transparent)]
     Missing(#[from] MissingTool),
     /// kubectl could not be started, fed its stdin or waited for.
-    #[error("kubectl {args:?}: {source}")]
+    #[error("kubectl {args:?}")]
     Io {
         args: Vec<String>,
         source: std::io::Error,
@@ -40,7 +40,7 @@ pub enum KubectlError {
         log: String,
     },
     /// It printed something that is not JSON where JSON was asked for.
-    #[error("kubectl {args:?}: output is not JSON ({source}):\n{stdout}")]
+    #[error("kubectl {args:?}: output is not JSON:\n{stdout}")]
     NotJson {
         args: Vec<String>,
         stdout: String,
@@ -58,9 +58,17 @@ pub enum KubectlError {
     },
 }
 
+/// The message and its causes (a failed `unwrap` prints this): readable, where the derived
+/// `Debug` would escape the streams and the log into one line.
 impl std::fmt::Debug for KubectlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
+        std::fmt::Display::fmt(self, f)?;
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 

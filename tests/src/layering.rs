@@ -222,3 +222,59 @@ pub fn build_dependencies(workspace: &Path, package: &str) -> Result<BTreeSet<St
         .filter_map(|id| name_of.get(&id).cloned())
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn graph(edges: &[(&str, &str)]) -> ModuleGraph {
+        let mut g = ModuleGraph::new();
+        for (from, to) in edges {
+            g.entry((*from).to_owned()).or_default().insert((*to).to_owned());
+            g.entry((*to).to_owned()).or_default();
+        }
+        g
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_cycle_through_three_modules_is_found_and_a_chain_is_not() {
+        let g = graph(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("e", "a")]);
+        assert_eq!(cycles(&g), vec![set(&["a", "b", "c"])]);
+        let chain = graph(&[("a", "b"), ("b", "c"), ("a", "c")]);
+        assert_eq!(cycles(&chain), Vec::<BTreeSet<String>>::new());
+    }
+
+    #[test]
+    fn a_synthetic_crate_with_a_cycle_is_flagged_from_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub mod c;\n").unwrap();
+        std::fs::write(src.join("a.rs"), "use crate::b::B;\npub struct A;\n").unwrap();
+        std::fs::create_dir(src.join("b")).unwrap();
+        std::fs::write(
+            src.join("b").join("mod.rs"),
+            "pub struct B;\n// crate::c is only named in a comment\n",
+        )
+        .unwrap();
+        std::fs::write(
+            src.join("c.rs"),
+            "pub fn c() -> crate::a::A { crate::a::A }\n#[cfg(test)]\nmod tests { use crate::b; }\n",
+        )
+        .unwrap();
+        let g = module_graph(src).unwrap();
+        assert_eq!(g["a"], set(&["b"]));
+        assert_eq!(g["b"], set(&[]), "comments do not count");
+        assert_eq!(g["c"], set(&["a"]), "test code does not count");
+        assert!(cycles(&g).is_empty());
+        std::fs::write(src.join("b").join("inner.rs"), "use crate::{c::c, a};\n").unwrap();
+        let g = module_graph(src).unwrap();
+        assert_eq!(g["b"], set(&["a", "c"]));
+        assert_eq!(cycles(&g), vec![set(&["a", "b", "c"])]);
+    }
+}

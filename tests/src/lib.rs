@@ -13,6 +13,7 @@
 //! etcd behind the controller's member operations and a kubelet that runs nothing ([`fleet`]).
 
 pub mod envtest;
+pub mod error_messages;
 pub mod etcd;
 pub mod fake_kube;
 #[cfg(feature = "fleet")]

@@ -10,7 +10,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
     /// `/proc/<pid>/...` could not be read or written.
-    #[error("{op} /proc/{pid}: {source}")]
+    #[error("{op} /proc/{pid}")]
     Proc {
         /// What was done.
         op: &'static str,

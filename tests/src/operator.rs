@@ -25,7 +25,7 @@ pub enum OperatorError {
     #[error(transparent)]
     Missing(#[from] MissingTool),
     /// Preparing the state directory or a port failed.
-    #[error("prepare etcd-operator state: {0}")]
+    #[error("prepare etcd-operator state")]
     Prepare(#[from] std::io::Error),
     /// The process could not be started.
     #[error(transparent)]

@@ -17,7 +17,7 @@ pub const HOSTS_ENV: &str = "ETCD_OPERATOR_TEST_HOSTS";
 #[derive(Debug, thiserror::Error)]
 pub enum PrivateHostsError {
     /// The hosts file or its directory could not be prepared.
-    #[error("prepare the private hosts file: {0}")]
+    #[error("prepare the private hosts file")]
     Prepare(#[from] std::io::Error),
     /// `unshare` could not be run.
     #[error("run `unshare --mount` (util-linux; the test needs root to mount its own /etc/hosts): {0}")]

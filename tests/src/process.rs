@@ -14,10 +14,10 @@ pub const OWNER_ENV: &str = "ETCD_OPERATOR_TEST_OWNER";
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
     /// The log file could not be created.
-    #[error("create log file {}: {source}", path.display())]
+    #[error("create log file {}", path.display())]
     CreateLog { path: PathBuf, source: std::io::Error },
     /// The program could not be executed.
-    #[error("spawn {program}: {source}")]
+    #[error("spawn {program}")]
     Spawn { program: String, source: std::io::Error },
 }
 

@@ -24,7 +24,7 @@ pub enum S3Error {
     #[error(transparent)]
     Missing(#[from] MissingTool),
     /// Ports or the temporary directory could not be set up.
-    #[error("prepare S3 server: {0}")]
+    #[error("prepare S3 server")]
     Prepare(#[from] std::io::Error),
     /// The process could not be started.
     #[error(transparent)]
@@ -36,7 +36,7 @@ pub enum S3Error {
     #[error("create bucket {bucket}: {reason}")]
     CreateBucket { bucket: String, reason: String },
     /// Building an object_store client failed.
-    #[error("build S3 client: {0}")]
+    #[error("build S3 client")]
     Client(#[from] object_store::Error),
 }
 

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use backup_support::*;
 use etcd_operator_api::v1alpha2::{BackupDestination, VolumeDestination};
-use etcd_operator_controller::backup::{Credentials, policy, store};
+use etcd_operator_controller::backup::Credentials;
 use etcd_operator_controller::member_ops::{EtcdClient, MemberOps};
 use etcd_operator_controller::restore::{self, RestoreMember, RestorePlan, RestoreTool, SnapshotSource};
+use etcd_operator_controller::{backup_policy as policy, backup_store as store};
 use etcd_operator_tests::kubectl::{Watched, apply, condition, wait_for};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, TestEtcd, tools};
 

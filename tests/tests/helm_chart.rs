@@ -1252,7 +1252,7 @@ fn value_sets_render_what_they_select() {
         .expect("the backup claim is mounted");
     assert_eq!(
         Path::new(&mount.mount_path),
-        Path::new(etcd_operator_controller::backup::store::CLAIM_MOUNT_ROOT).join("etcd-backups")
+        Path::new(etcd_operator_controller::backup_store::CLAIM_MOUNT_ROOT).join("etcd-backups")
     );
     let volume = pod
         .volumes

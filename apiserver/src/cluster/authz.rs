@@ -69,12 +69,15 @@ impl SubjectAccessReviewAuthorizer {
         let request = http::Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body.to_string().into_bytes())
-            .map_err(|e| ApiError::internal(format!("build SubjectAccessReview request: {e}")))?;
-        let review: Value = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| ApiError::internal(format!("create SubjectAccessReview: {e}")))?;
+            .map_err(|e| {
+                ApiError::internal(format!(
+                    "build SubjectAccessReview request: {}",
+                    crate::error::chain(&e)
+                ))
+            })?;
+        let review: Value = self.client.request(request).await.map_err(|e| {
+            ApiError::internal(format!("create SubjectAccessReview: {}", crate::error::chain(&e)))
+        })?;
         let decision = decision_of(&review);
         self.cache.insert(key, decision.clone());
         Ok(decision)

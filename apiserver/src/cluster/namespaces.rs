@@ -34,8 +34,8 @@ impl NamespaceLifecycle {
     /// Whether `name` of `resource` may be created in `namespace`.
     pub async fn admit_create(&self, resource: &str, name: &str, namespace: &str) -> Result<(), ApiError> {
         let found = self.namespaces.get_opt(namespace).await.map_err(|e| {
-            tracing::warn!(namespace, error = %e, "namespace lookup failed");
-            ApiError::internal(format!("look up namespace {namespace:?}: {e}"))
+            tracing::warn!(namespace, error = %etcd_operator_api::report::Chain(&e), "namespace lookup failed");
+            ApiError::internal(format!("look up namespace {namespace:?}: {}", crate::error::chain(&e)))
         })?;
         admit(resource, name, namespace, found.as_ref())
     }

@@ -73,7 +73,7 @@ fn base_entries(old: Option<&Value>, new: &Value, ctx: &WriteContext) -> Vec<Ent
         Some(Value::Array(a)) if !a.is_empty() => match decode_entries(Some(&Value::Array(a.clone()))) {
             Ok(entries) => entries,
             Err(e) => {
-                tracing::debug!(error = %e, "ignoring the request's managedFields");
+                tracing::debug!(error = %etcd_operator_api::report::Chain(&e), "ignoring the request's managedFields");
                 stored()
             }
         },

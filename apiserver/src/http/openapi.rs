@@ -44,11 +44,12 @@ impl Documents {
     /// Builds the documents from the API types (the same code that writes `openapi/`, whose
     /// drift test keeps the committed files equal to these).
     pub fn generate() -> Result<Self, OpenApiGenerateError> {
-        let v2 = etcd_operator_api::openapi::v2_json().map_err(|e| OpenApiGenerateError(e.to_string()))?;
+        let v2 = etcd_operator_api::openapi::v2_json()
+            .map_err(|e| OpenApiGenerateError(crate::error::chain(&e)))?;
         let mut v3 = Vec::new();
         for version in etcd_operator_api::SERVED_VERSIONS {
             let body = etcd_operator_api::openapi::v3_json(version)
-                .map_err(|e| OpenApiGenerateError(e.to_string()))?;
+                .map_err(|e| OpenApiGenerateError(crate::error::chain(&e)))?;
             v3.push((version.to_string(), Document::new(body)));
         }
         Ok(Self {

@@ -132,7 +132,7 @@ fn refusal(error: &BoxError, timeout: Duration) -> ApiError {
         tracing::warn!(?timeout, "request timed out; answering 504");
         ApiError::timeout(timeout)
     } else {
-        ApiError::internal(format!("serve request: {error}"))
+        ApiError::internal(format!("serve request: {}", crate::error::chain(&**error)))
     }
 }
 

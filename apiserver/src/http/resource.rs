@@ -190,7 +190,7 @@ pub fn storage_error_in(resource: &str, e: StorageError, name: &str) -> ApiError
         }
         StorageError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
         e @ StorageError::Timeout { .. } => ApiError::unavailable(e.to_string()),
-        e => ApiError::internal(e.to_string()),
+        e => ApiError::internal(crate::error::chain(&e)),
     }
 }
 

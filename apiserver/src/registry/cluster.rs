@@ -67,7 +67,7 @@ pub fn decode_for_version(body: Value, version: &str) -> Result<VersionedCluster
             ));
         }
     }
-    etcd_operator_api::decode_value(body).map_err(|e| ApiError::bad_request(e.to_string()))
+    etcd_operator_api::decode_value(body).map_err(|e| ApiError::bad_request(crate::error::chain(&e)))
 }
 
 fn metadata(obj: &VersionedCluster) -> &ObjectMeta {
@@ -336,7 +336,10 @@ pub fn to_storage(mut obj: hub::EtcdCluster) -> Result<Value, ApiError> {
 pub fn from_storage(value: Value) -> Result<hub::EtcdCluster, ApiError> {
     match etcd_operator_api::decode_value(value) {
         Ok(v) => Ok(v.into_hub()),
-        Err(e) => Err(ApiError::internal(format!("decode stored EtcdCluster: {e}"))),
+        Err(e) => Err(ApiError::internal(format!(
+            "decode stored EtcdCluster: {}",
+            crate::error::chain(&e)
+        ))),
     }
 }
 

@@ -357,7 +357,9 @@ async fn detect_progress_support(inner: &Inner) {
                 .progress_trusted
                 .store(reliable, std::sync::atomic::Ordering::SeqCst);
         }
-        Err(e) => tracing::warn!(error = %e, "etcd status failed; not relying on progress notifications"),
+        Err(e) => {
+            tracing::warn!(error = %etcd_operator_api::report::Chain(&e), "etcd status failed; not relying on progress notifications")
+        }
     }
 }
 
@@ -385,7 +387,7 @@ pub(crate) async fn run(
                     backoff = Duration::from_millis(100);
                 }
                 Err(e) => {
-                    tracing::warn!(prefix = %inner.prefix, error = %e, "watch cache list failed; retrying");
+                    tracing::warn!(prefix = %inner.prefix, error = %etcd_operator_api::report::Chain(&e), "watch cache list failed; retrying");
                     if sleep_or_cancel(backoff, &cancel).await {
                         break;
                     }
@@ -439,7 +441,7 @@ async fn watch_once(
     };
     let mut stream = match opened {
         Ok(s) => s,
-        Err(e) => return WatchEnd::Failed(e.to_string()),
+        Err(e) => return WatchEnd::Failed(crate::error::chain(&e)),
     };
     let mut progress_sent: Option<Instant> = None;
     let mut expiry = tokio::time::interval(EXPIRY_CHECK);
@@ -455,14 +457,14 @@ async fn watch_once(
                     // One outstanding request at a time; re-send if no answer came in a while.
                     if progress_sent.is_none_or(|t| t.elapsed() > Duration::from_millis(500)) {
                         if let Err(e) = stream.request_progress().await {
-                            return WatchEnd::Failed(e.to_string());
+                            return WatchEnd::Failed(crate::error::chain(&e));
                         }
                         progress_sent = Some(Instant::now());
                     }
                 }
             },
             msg = stream.next() => match msg {
-                Err(e) => return WatchEnd::Failed(e.to_string()),
+                Err(e) => return WatchEnd::Failed(crate::error::chain(&e)),
                 Ok(None) => return WatchEnd::Failed("watch stream ended".to_owned()),
                 Ok(Some(WatchResponse::Compacted(rev))) => return WatchEnd::Compacted(rev as i64),
                 Ok(Some(WatchResponse::Progress(rev))) => {

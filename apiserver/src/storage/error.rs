@@ -63,7 +63,7 @@ pub enum StorageError {
     #[error("Too large resource version: {requested}, current: {current}")]
     TooLargeResourceVersion { requested: u64, current: u64 },
     /// A stored value is not valid JSON of an object.
-    #[error("decode {key}: {source}")]
+    #[error("decode {key}")]
     Decode {
         key: String,
         #[source]
@@ -73,14 +73,14 @@ pub enum StorageError {
     #[error("encode {key}: {reason}")]
     Encode { key: String, reason: String },
     /// The backing etcd failed.
-    #[error("etcd {op}: {source}")]
+    #[error("etcd {op}")]
     Etcd {
         op: &'static str,
         #[source]
         source: etcd_client::Error,
     },
     /// The in-memory backend refused a call (e.g. a compacted or future revision).
-    #[error("store {op}: {source}")]
+    #[error("store {op}")]
     Backend {
         op: &'static str,
         #[source]

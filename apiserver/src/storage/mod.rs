@@ -1047,7 +1047,9 @@ impl Storage {
                     Ok(None) => {
                         tracing::debug!(prefix = %inner.prefix, "compaction: nothing to do this round")
                     }
-                    Err(e) => tracing::warn!(prefix = %inner.prefix, error = %e, "compaction failed"),
+                    Err(e) => {
+                        tracing::warn!(prefix = %inner.prefix, error = %etcd_operator_api::report::Chain(&e), "compaction failed")
+                    }
                 }
             }
         })

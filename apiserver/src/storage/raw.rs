@@ -168,7 +168,7 @@ impl Iterator for JsonListChunks {
             }
             self.first = false;
             if let Err(error) = item.write_json(&mut buf) {
-                tracing::error!(%error, key = item.key(), "encode a stored object for a list; ending the response");
+                tracing::error!(error = %etcd_operator_api::report::Chain(&error), key = item.key(), "encode a stored object for a list; ending the response");
                 self.items = Vec::new().into_iter();
                 self.tail = None;
                 break;

@@ -1,28 +1,28 @@
 //! Backups: scheduled snapshots of EtcdClusters with retention (`spec.backup`) and one-shot
 //! `EtcdBackup`s, each driven by its own kube-runtime `Controller`.
 //!
-//! - [`policy`] holds the pure rules (names sortable by time, retention, schedule, backoff,
-//!   snapshot integrity);
-//! - [`store`] opens destinations through `object_store` (S3-compatible bucket or directory);
+//! - [`crate::backup_policy`] holds the pure rules (names sortable by time, retention, schedule,
+//!   backoff, snapshot integrity) and [`crate::backup_store`] opens destinations through
+//!   `object_store` (S3-compatible bucket or directory): top-level modules below this one, since
+//!   `member_ops`, `validated` and `restore` use them too;
 //! - [`snapshot`] picks the member a snapshot comes from (a healthy follower when there is one);
 //! - [`scheduled`] is the controller over EtcdClusters with `spec.backup`;
 //! - [`oneshot`] is the controller over EtcdBackups.
 
-pub mod file;
 pub mod oneshot;
-pub mod policy;
 pub mod scheduled;
 pub mod snapshot;
-pub mod store;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 
 use etcd_operator_api::v1alpha2::BackupDestination;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-pub use store::Credentials;
+use crate::backup_policy as policy;
+use crate::backup_store as store;
+/// How the backup controllers reach a destination's credentials (the type lives with the stores).
+pub use crate::backup_store::Credentials;
 
 /// What a completed backup produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,10 +57,10 @@ pub enum BackupError {
     #[error(transparent)]
     Store(#[from] store::StoreSnapshotError),
     /// Writing status failed.
-    #[error("patch status: {0}")]
+    #[error("patch status")]
     PatchStatus(#[source] kube::Error),
     /// Reading an object failed.
-    #[error("read {what}: {source}")]
+    #[error("read {what}")]
     Read {
         /// What was read.
         what: String,
@@ -292,16 +292,6 @@ pub async fn prune_manual_after_snapshot(
         Err(e) => Err(e),
     };
     if let Err(error) = result {
-        tracing::warn!(cluster = %key, %error, "retention of manual snapshots failed; retried after the next snapshot");
+        tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&error), "retention of manual snapshots failed; retried after the next snapshot");
     }
-}
-
-/// A Kubernetes time (seconds precision) from a chrono time.
-pub fn to_time(t: chrono::DateTime<chrono::Utc>) -> Time {
-    Time(jiff::Timestamp::from_second(t.timestamp()).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
-}
-
-/// A chrono time from a Kubernetes time.
-pub fn from_time(t: &Time) -> Option<chrono::DateTime<chrono::Utc>> {
-    chrono::DateTime::from_timestamp(t.0.as_second(), 0)
 }

@@ -14,7 +14,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::{BackupContext, BackupError, policy, take_and_store, to_time};
+use super::{BackupContext, BackupError, take_and_store};
+use crate::backup_policy::{self as policy, from_time, to_time};
 
 /// Attempts before a backup is `Failed`.
 pub const MAX_ATTEMPTS: i32 = 5;
@@ -31,14 +32,14 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
-                tracing::warn!(%error, "EtcdBackup reconcile failed");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "EtcdBackup reconcile failed");
             }
         })
         .await;
 }
 
 fn error_policy(_obj: Arc<EtcdBackup>, error: &BackupError, _ctx: Arc<BackupContext>) -> Action {
-    tracing::warn!(%error, "EtcdBackup: retrying");
+    tracing::warn!(error = %etcd_operator_api::report::Chain(error), "EtcdBackup: retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -201,7 +202,7 @@ async fn reconcile(obj: Arc<EtcdBackup>, ctx: Arc<BackupContext>) -> Result<Acti
     let (status, ended) = match &outcome {
         Ok(record) => (finish(&current, Ok(record)), Ended::Succeeded),
         Err(e) => (
-            finish(&current, Err((e.reason(), e.to_string()))),
+            finish(&current, Err((e.reason(), etcd_operator_api::report::chain(e)))),
             Ended::Failed(e.reason()),
         ),
     };
@@ -234,7 +235,7 @@ async fn seed_metric(obj: &EtcdBackup, namespace: &str, ctx: &BackupContext) {
         .as_ref()
         .filter(|s| s.phase == Some(BackupPhase::Succeeded))
         .and_then(|s| s.completion_time.as_ref())
-        .and_then(super::from_time)
+        .and_then(from_time)
     else {
         return;
     };
@@ -246,7 +247,9 @@ async fn seed_metric(obj: &EtcdBackup, namespace: &str, ctx: &BackupContext) {
     match clusters.get_opt(cluster).await {
         Ok(Some(_)) => ctx.metrics.record_etcdbackup(namespace, cluster, completed),
         Ok(None) => {}
-        Err(error) => tracing::debug!(%error, cluster, "EtcdBackup metric: the cluster could not be read"),
+        Err(error) => {
+            tracing::debug!(error = %etcd_operator_api::report::Chain(&error), cluster, "EtcdBackup metric: the cluster could not be read")
+        }
     }
 }
 
@@ -270,7 +273,7 @@ async fn retry_or_stop(
     if status.phase.as_ref().is_some_and(BackupPhase::is_finished) {
         match ended {
             Ended::Succeeded => {
-                if let Some(completed) = status.completion_time.as_ref().and_then(super::from_time) {
+                if let Some(completed) = status.completion_time.as_ref().and_then(from_time) {
                     ctx.metrics.record_etcdbackup(namespace, cluster, completed);
                 }
             }

@@ -15,7 +15,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
-use super::{BackupContext, BackupError, BackupRecord, from_time, policy, store, take_and_store, to_time};
+use super::{BackupContext, BackupError, BackupRecord, take_and_store};
+use crate::backup_policy::{self as policy, from_time, to_time};
+use crate::backup_store as store;
 
 /// Status writes retried on a resourceVersion conflict.
 const PATCH_ATTEMPTS: usize = 5;
@@ -33,14 +35,14 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
-                tracing::warn!(%error, "scheduled backup reconcile failed");
+                tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "scheduled backup reconcile failed");
             }
         })
         .await;
 }
 
 fn error_policy(_obj: Arc<EtcdCluster>, error: &BackupError, _ctx: Arc<BackupContext>) -> Action {
-    tracing::warn!(%error, "scheduled backup: retrying");
+    tracing::warn!(error = %etcd_operator_api::report::Chain(error), "scheduled backup: retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -76,7 +78,11 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
         Ok(cron) => cron,
         Err(e) => {
             // Admission rejects such schedules; one stored before the rule changed lands here.
-            let message = format!("schedule {:?} is invalid: {e}", backup.schedule);
+            let message = format!(
+                "schedule {:?} is invalid: {}",
+                backup.schedule,
+                etcd_operator_api::report::Chain(&e)
+            );
             patch_status(
                 &api,
                 &name,
@@ -146,7 +152,7 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
             )
             .await?;
             if let Err(e) = apply_retention(&ctx, &backup, &namespace, &name).await {
-                tracing::warn!(cluster = %key, error = %e, "backup retention failed; retrying after the next snapshot");
+                tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&e), "backup retention failed; retrying after the next snapshot");
             }
             match policy::next_due(&cron, Some(record.taken), created) {
                 Some(next) => Ok(Action::requeue(until(next))),
@@ -157,8 +163,12 @@ async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<BackupContext>) -> Result<Act
             let delay = ctx.failed(&key);
             ctx.metrics.backup_failed(error.reason());
             let failures = ctx.failures(&key);
-            tracing::warn!(cluster = %key, %error, failures, retry_in = ?delay, "scheduled backup failed");
-            let message = format!("{error} (attempt {failures}; retrying in {}s)", delay.as_secs());
+            tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&error), failures, retry_in = ?delay, "scheduled backup failed");
+            let message = format!(
+                "{} (attempt {failures}; retrying in {}s)",
+                etcd_operator_api::report::Chain(&error),
+                delay.as_secs()
+            );
             patch_status(
                 &api,
                 &name,

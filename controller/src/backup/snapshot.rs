@@ -34,7 +34,7 @@ pub async fn open(ops: &impl MemberOps, endpoints: &[String]) -> Result<Snapshot
         match ops.snapshot_stream(&endpoint).await {
             Ok(stream) => return Ok(stream),
             Err(e) => {
-                tracing::warn!(%endpoint, error = %e, "snapshot failed; trying another member");
+                tracing::warn!(%endpoint, error = %etcd_operator_api::report::Chain(&e), "snapshot failed; trying another member");
                 last = e;
             }
         }

@@ -251,7 +251,7 @@ impl EtcdClient {
                 })
                 .collect(),
             Err(error) => {
-                tracing::debug!(%endpoint, %error, "no alarm list");
+                tracing::debug!(%endpoint, error = %etcd_operator_api::report::Chain(&error), "no alarm list");
                 Vec::new()
             }
         }
@@ -553,7 +553,7 @@ impl MemberOps for EtcdClient {
         let stream = self.stream_snapshot(endpoint).await?;
         let revision = stream.revision;
         let path = dir.join(format!("{prefix}-{revision}.db"));
-        let verified = crate::backup::file::write_snapshot(stream, &path).await?;
+        let verified = crate::member_ops::file::write_snapshot(stream, &path).await?;
         Ok(SavedSnapshot {
             path,
             revision,
@@ -627,7 +627,7 @@ mod tests {
         );
 
         let snapshot = ops.snapshot(etcd.endpoint()).await.unwrap();
-        assert_eq!(snapshot.sha256, crate::backup::policy::sha256_hex(&snapshot.data));
+        assert_eq!(snapshot.sha256, crate::backup_policy::sha256_hex(&snapshot.data));
         let dir = tempfile::tempdir().unwrap();
         let saved = ops
             .save_snapshot(etcd.endpoint(), dir.path(), "pre")
@@ -636,7 +636,7 @@ mod tests {
         assert_eq!(saved.path, dir.path().join(format!("pre-{}.db", saved.revision)));
         let on_disk = std::fs::read(&saved.path).unwrap();
         assert_eq!(on_disk.len() as u64, saved.size);
-        assert_eq!(crate::backup::policy::sha256_hex(&on_disk), saved.sha256);
+        assert_eq!(crate::backup_policy::sha256_hex(&on_disk), saved.sha256);
         assert_eq!(ops.cached(), 1);
 
         drop(etcd);

@@ -198,7 +198,7 @@ impl FakeMemberOps {
             Err(Failure::Member(e)) => Err(e),
             Err(Failure::Snapshot(e)) => Err(MemberOpError::NotReadyYet {
                 op: "scripted",
-                detail: e.to_string(),
+                detail: etcd_operator_api::report::chain(&e),
             }),
         }
     }
@@ -229,7 +229,7 @@ impl MemberOps for FakeMemberOps {
                 Failure::Member(e) => e,
                 Failure::Snapshot(e) => MemberOpError::NotReadyYet {
                     op: "scripted",
-                    detail: e.to_string(),
+                    detail: etcd_operator_api::report::chain(&e),
                 },
             });
         }

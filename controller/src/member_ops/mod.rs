@@ -6,6 +6,7 @@
 
 mod client;
 pub mod fake;
+pub mod file;
 pub mod stream;
 
 use std::future::Future;
@@ -17,7 +18,7 @@ pub use stream::{SnapshotStream, Verified};
 
 use crate::tls::member::ClientTls;
 
-use crate::backup::policy::SnapshotCheckError;
+use crate::backup_policy::SnapshotCheckError;
 use crate::model::EtcdView;
 
 /// An etcd membership or maintenance call failed.
@@ -39,7 +40,7 @@ pub enum MemberOpError {
         detail: String,
     },
     /// etcd refused or failed.
-    #[error("{op}: {source}")]
+    #[error("etcd {op}")]
     Etcd {
         /// The operation.
         op: &'static str,
@@ -84,7 +85,7 @@ pub enum SnapshotError {
         asked: Vec<String>,
     },
     /// etcd failed while streaming.
-    #[error("snapshot from {endpoint}: {source}")]
+    #[error("snapshot from {endpoint}")]
     Etcd {
         /// The member.
         endpoint: String,
@@ -93,7 +94,7 @@ pub enum SnapshotError {
         source: MemberOpError,
     },
     /// Writing the file failed.
-    #[error("snapshot: write {}: {source}", path.display())]
+    #[error("snapshot: write {}", path.display())]
     Write {
         /// The file.
         path: PathBuf,
@@ -102,7 +103,7 @@ pub enum SnapshotError {
         source: std::io::Error,
     },
     /// Reading a snapshot file back failed.
-    #[error("snapshot: read {}: {source}", path.display())]
+    #[error("snapshot: read {}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
@@ -119,7 +120,7 @@ pub enum SnapshotError {
         after: Duration,
     },
     /// The snapshot failed its integrity check.
-    #[error("snapshot from {endpoint} is corrupt: {source}")]
+    #[error("snapshot from {endpoint} is corrupt")]
     Corrupt {
         /// The member.
         endpoint: String,

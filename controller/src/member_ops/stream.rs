@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, Stream, StreamExt};
 
 use super::SnapshotError;
-use crate::backup::policy::SnapshotDigest;
+use crate::backup_policy::SnapshotDigest;
 
 /// The chunks of a snapshot as a member sends them, unchecked.
 pub type RawChunks = BoxStream<'static, Result<Bytes, SnapshotError>>;
@@ -150,7 +150,7 @@ impl Stream for SnapshotStream {
             }
             (Some(Err(e)), _) => {
                 this.digest = None;
-                tracing::warn!(endpoint = %this.endpoint, error = %e, "snapshot stream failed");
+                tracing::warn!(endpoint = %this.endpoint, error = %etcd_operator_api::report::Chain(&e), "snapshot stream failed");
                 Poll::Ready(Some(Err(e)))
             }
             (None, _) | (_, None) => {
@@ -165,7 +165,7 @@ impl Stream for SnapshotStream {
                         Poll::Ready(None)
                     }
                     Err(source) => {
-                        tracing::warn!(endpoint = %this.endpoint, size, error = %source, "snapshot failed its integrity check");
+                        tracing::warn!(endpoint = %this.endpoint, size, error = %etcd_operator_api::report::Chain(&source), "snapshot failed its integrity check");
                         Poll::Ready(Some(Err(SnapshotError::Corrupt {
                             endpoint: this.endpoint.clone(),
                             source,
@@ -180,7 +180,7 @@ impl Stream for SnapshotStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backup::policy::{SnapshotCheckError, sha256_hex};
+    use crate::backup_policy::{SnapshotCheckError, sha256_hex};
     use crate::member_ops::fake::fake_snapshot_bytes;
 
     fn big_snapshot(pages: usize) -> Vec<u8> {

@@ -66,14 +66,14 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
             }
             // etcd's strict reconfiguration check: the previous new member joined < 5 s ago.
             Err(e) if e.is_not_ready_yet() => {
-                tracing::debug!(member = %name, error = %e, "member add not accepted yet")
+                tracing::debug!(member = %name, error = %etcd_operator_api::report::Chain(&e), "member add not accepted yet")
             }
             Err(e) => return Err(e.into()),
         },
         Step::Promote { id, name } => match ctx.members.promote(&endpoints, *id).await {
             Ok(()) => tracing::info!(cluster = %cluster.key(), member = %name, "promoted learner"),
             Err(e) if e.is_not_ready_yet() => {
-                tracing::debug!(member = %name, error = %e, "learner not ready yet")
+                tracing::debug!(member = %name, error = %etcd_operator_api::report::Chain(&e), "learner not ready yet")
             }
             Err(e) => return Err(e.into()),
         },
@@ -142,9 +142,9 @@ pub(super) async fn act<R: Runtime, M: MemberOps>(
                 }
                 // Nothing was touched: halt the roll with the reason rather than retry forever.
                 Err(e @ RuntimeError::VersionUnavailable { .. }) => {
-                    tracing::warn!(cluster = %cluster.key(), member = %name, error = %e, "the roll cannot proceed");
+                    tracing::warn!(cluster = %cluster.key(), member = %name, error = %etcd_operator_api::report::Chain(&e), "the roll cannot proceed");
                     if let Some(r) = roll.as_mut() {
-                        r.halted = Some(e.to_string());
+                        r.halted = Some(etcd_operator_api::report::chain(&e));
                         r.failed_member = None;
                     }
                 }
@@ -321,14 +321,14 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
             .map_err(StepError::Snapshot)?;
         tracing::info!(cluster = %cluster.key(), path = %saved.path.display(), revision = saved.revision, size = saved.size, "took the pre-upgrade snapshot");
         // Only the newest few stay beside the data.
-        match crate::backup::file::prune_local(&dir, crate::backup::policy::LOCAL_PRE_UPGRADE_KEEP).await {
+        match crate::member_ops::file::prune_local(&dir, crate::backup_policy::LOCAL_PRE_UPGRADE_KEEP).await {
             Ok(deleted) => {
                 for path in deleted {
                     tracing::info!(cluster = %cluster.key(), path = %path.display(), "deleted an older pre-upgrade snapshot");
                 }
             }
             Err(error) => {
-                tracing::warn!(cluster = %cluster.key(), dir = %dir.display(), %error, "could not delete older pre-upgrade snapshots")
+                tracing::warn!(cluster = %cluster.key(), dir = %dir.display(), error = %etcd_operator_api::report::Chain(&error), "could not delete older pre-upgrade snapshots")
             }
         }
         kept.push(saved.path.display().to_string());
@@ -339,7 +339,7 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
         // by the cluster's retention, counted apart from the scheduled ones). Either way it
         // streams, checked against etcd's hash.
         let stream = match &taken {
-            Some(saved) => crate::backup::file::read_snapshot(saved)
+            Some(saved) => crate::member_ops::file::read_snapshot(saved)
                 .await
                 .map_err(StepError::Snapshot)?,
             None => ctx
@@ -348,23 +348,23 @@ async fn pre_upgrade_snapshot<R: Runtime, M: MemberOps>(
                 .await
                 .map_err(StepError::Snapshot)?,
         };
-        let store = crate::backup::store::open(destination, &cluster.namespace, &ctx.backup_credentials)
+        let store = crate::backup_store::open(destination, &cluster.namespace, &ctx.backup_credentials)
             .await
             .map_err(StepError::SendSnapshot)?;
         let dir =
-            crate::backup::policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
-        let key = crate::backup::policy::manual_key(&dir, &name, chrono::Utc::now(), stream.revision);
+            crate::backup_policy::cluster_dir(store.prefix.as_deref(), &cluster.namespace, &cluster.name);
+        let key = crate::backup_policy::manual_key(&dir, &name, chrono::Utc::now(), stream.revision);
         store
             .put_snapshot_stream(&key, stream)
             .await
             .map_err(|e| match e {
-                crate::backup::store::StoreSnapshotError::Snapshot(e) => StepError::Snapshot(e),
-                crate::backup::store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
+                crate::backup_store::StoreSnapshotError::Snapshot(e) => StepError::Snapshot(e),
+                crate::backup_store::StoreSnapshotError::Destination(e) => StepError::SendSnapshot(e),
             })?;
         tracing::info!(cluster = %cluster.key(), location = %store.location(&key), "sent the pre-upgrade snapshot to the backup destination");
         let retention = spec.backup.as_ref().and_then(|b| b.retention.as_ref());
         if let Err(error) = crate::backup::prune_manual(&store, &dir, retention, &cluster.key()).await {
-            tracing::warn!(cluster = %cluster.key(), %error, "retention of manual snapshots failed; retried after the next snapshot");
+            tracing::warn!(cluster = %cluster.key(), error = %etcd_operator_api::report::Chain(&error), "retention of manual snapshots failed; retried after the next snapshot");
         }
         kept.push(store.location(&key));
     }

@@ -44,7 +44,11 @@ pub(super) fn warnings(
         out.push(Warning {
             reason: error.code().to_owned(),
             action: step.code().to_owned(),
-            note: format!("{} failed: {error}", step.code()),
+            note: format!(
+                "{} failed: {}",
+                step.code(),
+                etcd_operator_api::report::Chain(error)
+            ),
         });
         // The Degraded condition this failure sets says the same thing.
         return out;
@@ -106,6 +110,25 @@ mod tests {
         assert!(got[0].note.starts_with("Promote failed: "), "{}", got[0].note);
         // It fails again: warned again (the recorder folds repeats into a series).
         assert_eq!(warnings(Some(&new), &new, &step, Some(&error)).len(), 1);
+    }
+
+    /// The Event says what failed and why, down to etcd's own words, each once.
+    #[test]
+    fn a_failed_step_warns_with_the_whole_chain_of_causes() {
+        let error = StepError::Snapshot(crate::member_ops::SnapshotError::Etcd {
+            endpoint: "https://c-1.c:2379".into(),
+            source: MemberOpError::Etcd {
+                op: "snapshot",
+                source: etcd_client::Error::InvalidArgs("the member is shutting down".into()),
+            },
+        });
+        let step = Step::Idle;
+        let got = warnings(None, &status(Some(("StepFailed", "x"))), &step, Some(&error));
+        assert_eq!(
+            got[0].note,
+            "Idle failed: take the pre-upgrade snapshot: snapshot from https://c-1.c:2379: etcd snapshot: \
+             invalid arguments: the member is shutting down"
+        );
     }
 
     #[test]

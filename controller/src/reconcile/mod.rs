@@ -51,19 +51,19 @@ pub enum ReconcileError {
     #[error("resolve the EtcdCluster")]
     Invalid(#[source] ValidationError),
     /// Adding or removing the finalizer, or the wrapped reconcile, failed.
-    #[error("finalizer: {0}")]
+    #[error("finalizer")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
     /// The runtime failed during cleanup.
-    #[error("clean up members: {0}")]
+    #[error("clean up members")]
     Cleanup(#[source] RuntimeError),
     /// Writing status failed.
-    #[error("patch status: {0}")]
+    #[error("patch status")]
     PatchStatus(#[source] kube::Error),
     /// Reading the status again after a conflicting write failed.
-    #[error("read status after a conflict: {0}")]
+    #[error("read status after a conflict")]
     ReadStatus(#[source] kube::Error),
     /// The status kept changing under every write attempt.
-    #[error("patch status: it changed under each of {attempts} attempts: {0}", attempts = STATUS_WRITE_ATTEMPTS)]
+    #[error("patch status: it changed under each of {attempts} attempts", attempts = STATUS_WRITE_ATTEMPTS)]
     StatusConflict(#[source] Box<kube::Error>),
 }
 
@@ -339,7 +339,9 @@ pub async fn run_on<R: Runtime, M: MemberOps>(
         .for_each(|result| async move {
             match result {
                 Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
-                Err(error) => tracing::warn!(%error, "reconcile failed"),
+                Err(error) => {
+                    tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "reconcile failed")
+                }
             }
         })
         .await;
@@ -351,11 +353,11 @@ fn error_policy<R: Runtime, M: MemberOps>(
     ctx: Arc<Context<R, M>>,
 ) -> Action {
     if error.is_waiting() {
-        tracing::debug!(%error, "waiting");
+        tracing::debug!(error = %etcd_operator_api::report::Chain(error), "waiting");
         return Action::requeue(Duration::from_secs(1));
     }
     let delay = ctx.failed(&object_key(&obj));
-    tracing::warn!(%error, retry_in = ?delay, "reconcile error; retrying");
+    tracing::warn!(error = %etcd_operator_api::report::Chain(error), retry_in = ?delay, "reconcile error; retrying");
     Action::requeue(delay)
 }
 
@@ -652,7 +654,7 @@ async fn apply<R: Runtime, M: MemberOps>(
     let cluster = view.cluster.clone();
     let key = cluster.key();
     for ignored in &view.ignored {
-        tracing::warn!(cluster = %key, error = %ignored, "ignoring what cannot be resolved");
+        tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(ignored), "ignoring what cannot be resolved");
     }
     // This process's own record is newer than the watched status when it is about this spec.
     if let Ok(all) = ctx.memory.lock()
@@ -677,7 +679,7 @@ async fn apply<R: Runtime, M: MemberOps>(
             Ok(plan) => view.restore = Some(plan),
             Err(error) => {
                 // Never bootstrap an empty cluster in place of the restored one asked for.
-                tracing::warn!(cluster = %key, %error, "cannot resolve the snapshot to restore");
+                tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&error), "cannot resolve the snapshot to restore");
                 let retry = ctx.failed(&key);
                 return refuse_to_start((api, obj), &view, StepError::Restore(error), retry, ctx).await;
             }
@@ -699,7 +701,7 @@ async fn apply<R: Runtime, M: MemberOps>(
     let client_tls = match ctx.runtime.client_tls(&cluster, &view).await {
         Ok(tls) => tls,
         Err(error) => {
-            tracing::warn!(cluster = %key, %error, "cannot set up the cluster's TLS");
+            tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&error), "cannot set up the cluster's TLS");
             let error = StepError::Runtime(error);
             let retry = if error.is_waiting() {
                 Duration::from_secs(1)
@@ -748,7 +750,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         // have not lost quorum: nothing is planned on that view, and status says why. The one
         // exception: a member whose own certificates expired gets new ones.
         Ok((seen, Some(tls))) => {
-            tracing::warn!(cluster = %key, error = %tls, "the members cannot be reached over TLS");
+            tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(&tls), "the members cannot be reached over TLS");
             observed = seen;
             match plan::renew_expired(&view, &observed) {
                 Some(step) => {
@@ -858,7 +860,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         }
     };
     if let Some(error) = &outcome.error {
-        tracing::warn!(cluster = %key, %error, code = error.code(), "step failed");
+        tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(error), code = error.code(), "step failed");
         ctx.metrics.reconcile_failed(error.code());
     }
     if observed_once {

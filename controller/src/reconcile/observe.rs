@@ -39,7 +39,7 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
             Ok(view) => (Some(view), None),
             Err(e @ MemberOpError::Tls { .. }) => (None, Some(e)),
             Err(e) => {
-                tracing::debug!(cluster = %cluster.key(), error = %e, "no member answers the member list");
+                tracing::debug!(cluster = %cluster.key(), error = %etcd_operator_api::report::Chain(&e), "no member answers the member list");
                 (None, None)
             }
         }

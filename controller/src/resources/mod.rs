@@ -77,7 +77,7 @@ pub const OWNER_API_VERSION: &str = etcd_operator_api::v1alpha2::API_VERSION;
 #[derive(Debug, thiserror::Error)]
 pub enum ResourceError {
     /// The member configuration could not be encoded into its annotation.
-    #[error("encoding the configuration of member {member}: {source}")]
+    #[error("encoding the configuration of member {member}")]
     EncodeConfig {
         /// The member.
         member: String,
@@ -86,7 +86,7 @@ pub enum ResourceError {
         source: serde_json::Error,
     },
     /// The member is to start from a snapshot that its Pod cannot restore.
-    #[error("restoring member {member}: {source}")]
+    #[error("restoring member {member}")]
     Restore {
         /// The member.
         member: String,

@@ -35,7 +35,9 @@ async fn http_get(url: &str) -> Result<Option<reqwest::Response>, RestoreError> 
         url: url.to_owned(),
         reason,
     };
-    let resp = reqwest::get(url).await.map_err(|e| err(e.to_string()))?;
+    let resp = reqwest::get(url)
+        .await
+        .map_err(|e| err(etcd_operator_api::report::chain(&e)))?;
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }
@@ -53,7 +55,7 @@ fn http_chunks(url: &str, resp: reqwest::Response) -> Chunks {
         async move {
             let chunk = resp.chunk().await.map_err(|e| RestoreError::Download {
                 url,
-                reason: e.to_string(),
+                reason: etcd_operator_api::report::chain(&e),
             })?;
             Ok(chunk.map(|c| (c, resp)))
         }
@@ -77,7 +79,7 @@ async fn open_url(url: &str) -> Result<(Chunks, Option<String>), RestoreError> {
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         let to_err = |e: object_store::Error| RestoreError::Download {
             url: url.to_owned(),
-            reason: e.to_string(),
+            reason: etcd_operator_api::report::chain(&e),
         };
         let s3 = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
@@ -105,7 +107,7 @@ async fn open_url(url: &str) -> Result<(Chunks, Option<String>), RestoreError> {
             .into_stream()
             .map_err(move |e| RestoreError::Download {
                 url: owned.clone(),
-                reason: e.to_string(),
+                reason: etcd_operator_api::report::chain(&e),
             })
             .boxed();
         return Ok((chunks, sidecar));
@@ -210,7 +212,7 @@ pub async fn fetch(
         vec![plan.expected_sha256.clone(), recorded],
         Arc::clone(&sha256),
     );
-    let size = crate::backup::file::write_atomically(checked, to, |op, path, source| RestoreError::Io {
+    let size = crate::member_ops::file::write_atomically(checked, to, |op, path, source| RestoreError::Io {
         op,
         path: path.to_path_buf(),
         source,
@@ -336,13 +338,14 @@ mod tests {
         let sha = Arc::new(OnceLock::new());
         let checked = verifying(chunks, "u".into(), vec![], Arc::clone(&sha));
         let to = out.path().join("got.db");
-        let err = crate::backup::file::write_atomically(checked, &to, |op, path, source| RestoreError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        })
-        .await
-        .unwrap_err();
+        let err =
+            crate::member_ops::file::write_atomically(checked, &to, |op, path, source| RestoreError::Io {
+                op,
+                path: path.to_path_buf(),
+                source,
+            })
+            .await
+            .unwrap_err();
         assert!(matches!(err, RestoreError::Download { .. }), "{err}");
         assert!(sha.get().is_none());
         assert!(names(out.path()).is_empty());

@@ -32,8 +32,8 @@ use etcd_operator_api::backup::EtcdBackup;
 use etcd_operator_api::v1alpha2::{BackupDestination, RestoreSpec};
 use object_store::ObjectStoreExt;
 
-use crate::backup::policy::{self, SnapshotCheckError, SnapshotDigest};
-use crate::backup::store::{self, Credentials, DestinationError};
+use crate::backup_policy::{self as policy, SnapshotCheckError, SnapshotDigest};
+use crate::backup_store::{self as store, Credentials, DestinationError};
 
 /// How the restored member is named and joins: the same values it starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +71,7 @@ pub enum RestoreError {
         message: String,
     },
     /// Reading the EtcdBackup failed.
-    #[error("read EtcdBackup {name}: {source}")]
+    #[error("read EtcdBackup {name}")]
     ReadBackup {
         /// Its name.
         name: String,
@@ -80,7 +80,7 @@ pub enum RestoreError {
         source: kube::Error,
     },
     /// The destination holding the snapshot failed.
-    #[error("fetch snapshot: {0}")]
+    #[error("fetch snapshot")]
     Destination(#[from] DestinationError),
     /// Downloading from a URL failed.
     #[error("fetch snapshot {url}: {reason}")]
@@ -103,7 +103,7 @@ pub enum RestoreError {
         actual: String,
     },
     /// The snapshot fails etcd's integrity check.
-    #[error("snapshot {location} was refused: {source}")]
+    #[error("snapshot {location} was refused")]
     Corrupt {
         /// Where it came from.
         location: String,
@@ -122,7 +122,7 @@ pub enum RestoreError {
         reason: String,
     },
     /// File work failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Io {
         /// What was being done.
         op: &'static str,

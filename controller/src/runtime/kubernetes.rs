@@ -259,7 +259,8 @@ fn stored_config<K: Resource>(obj: &K, member: &str) -> Result<Option<MemberConf
         .map_err(|e| RuntimeError::State {
             member: member.to_owned(),
             detail: format!(
-                "annotation {MEMBER_CONFIG_ANNOTATION} does not hold a member configuration: {e}"
+                "annotation {MEMBER_CONFIG_ANNOTATION} does not hold a member configuration: {}",
+                etcd_operator_api::report::Chain(&e)
             ),
         })
 }
@@ -841,7 +842,7 @@ impl KubernetesRuntime {
         }
         let encoded = resources::encode_config(name, config).map_err(|e| RuntimeError::State {
             member: name.to_owned(),
-            detail: e.to_string(),
+            detail: etcd_operator_api::report::chain(&e),
         })?;
         let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
         pvcs.patch(&pvc_name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -962,7 +963,7 @@ impl KubernetesRuntime {
             .publish(&event, &cluster_object_reference(cluster))
             .await
         {
-            warn!(cluster = %cluster.key(), %error, reason, "could not record an Event");
+            warn!(cluster = %cluster.key(), error = %etcd_operator_api::report::Chain(&error), reason, "could not record an Event");
         }
     }
 
@@ -1146,7 +1147,7 @@ impl Runtime for KubernetesRuntime {
         // Record on the PVC first: the Pod is recreated from it, also by a restarted operator.
         let encoded = resources::encode_config(name, &config).map_err(|e| RuntimeError::State {
             member: name.to_owned(),
-            detail: e.to_string(),
+            detail: etcd_operator_api::report::chain(&e),
         })?;
         let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
         pvcs.patch(&pvc_name, &PatchParams::default(), &Patch::Merge(&patch))

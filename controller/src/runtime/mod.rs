@@ -36,7 +36,7 @@ pub enum RuntimeError {
         name: String,
     },
     /// File or process work failed (local runtime).
-    #[error("{op} for member {member}: {source}")]
+    #[error("{op} for member {member}")]
     Io {
         /// What was being done.
         op: &'static str,
@@ -47,7 +47,7 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// A Kubernetes API call failed (kubernetes runtime).
-    #[error("{op}: {source}")]
+    #[error("{op}")]
     Kube {
         /// What was being done.
         op: &'static str,
@@ -56,7 +56,7 @@ pub enum RuntimeError {
         source: kube::Error,
     },
     /// A member's data could not be restored from its snapshot (fetch, checksum, restore tool).
-    #[error("restore from snapshot for member {member}: {source}")]
+    #[error("restore from snapshot for member {member}")]
     Restore {
         /// The member.
         member: String,

@@ -57,23 +57,9 @@ impl std::fmt::Display for AuthorityPhase {
     }
 }
 
-/// Why a member does not yet run on what its plane's phase asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthorityLag {
-    /// It trusts another set of CAs than the phase's bundle.
-    Trust,
-    /// Its certificates are not issued by the CA that issues now.
-    Issuer,
-}
-
-impl std::fmt::Display for AuthorityLag {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Trust => "it trusts another set of CAs than the rotation's current one",
-            Self::Issuer => "its certificates are not yet issued by the new CA",
-        })
-    }
-}
+/// Why a member does not yet run on what its plane's phase asks: plain data the runtimes report
+/// in `model::MemberCertificates`, so it lives in `model` (which imports no other module).
+pub use crate::model::AuthorityLag;
 
 /// A transition the rotation cannot make from where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

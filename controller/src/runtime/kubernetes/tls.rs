@@ -508,12 +508,12 @@ impl KubernetesRuntime {
                     secret: format!("{}/{secret_name}", cluster.namespace),
                     detail: problem.unwrap_or_default(),
                 };
-                warn!(cluster = %cluster.key(), %error, "the cluster's certificates are missing");
+                warn!(cluster = %cluster.key(), error = %etcd_operator_api::report::Chain(&error), "the cluster's certificates are missing");
                 self.publish_warning(
                     cluster,
                     "CertificatesMissing",
                     "CheckCertificates",
-                    error.to_string(),
+                    etcd_operator_api::report::chain(&error),
                     Some(secret_reference(cluster, secret_name)),
                 )
                 .await;
@@ -589,7 +589,7 @@ impl KubernetesRuntime {
                 cluster,
                 "CertificatesInvalid",
                 "CheckCertificates",
-                error.to_string(),
+                etcd_operator_api::report::chain(&error),
                 Some(secret_reference(cluster, &secret_name)),
             )
             .await;

@@ -56,7 +56,7 @@ pub async fn write_atomically<S: Into<E>, E>(
         Ok(size) => size,
         Err(e) => {
             if let Err(error) = tokio::fs::remove_file(&partial).await {
-                tracing::warn!(path = %partial.display(), %error, "could not remove a partial file");
+                tracing::warn!(path = %partial.display(), error = %etcd_operator_api::report::Chain(&error), "could not remove a partial file");
             }
             return Err(e);
         }
@@ -71,7 +71,7 @@ pub async fn write_atomically<S: Into<E>, E>(
         && let Ok(dir) = tokio::fs::File::open(parent).await
         && let Err(error) = dir.sync_all().await
     {
-        tracing::debug!(path = %parent.display(), %error, "could not sync directory");
+        tracing::debug!(path = %parent.display(), error = %etcd_operator_api::report::Chain(&error), "could not sync directory");
     }
     Ok(size)
 }
@@ -138,7 +138,7 @@ pub async fn prune_local(dir: &Path, keep: usize) -> Result<Vec<PathBuf>, std::i
         }
     }
     let mut deleted = Vec::new();
-    for name in crate::backup::policy::local_expired(&files, keep) {
+    for name in crate::backup_policy::local_expired(&files, keep) {
         let path = dir.join(&name);
         tokio::fs::remove_file(&path).await?;
         deleted.push(path);
@@ -168,7 +168,7 @@ mod tests {
         let stream = SnapshotStream::from_bytes(3, "e", Bytes::from(data.clone()), 100);
         let verified = write_snapshot(stream, &path).await.unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), data);
-        assert_eq!(verified.sha256, crate::backup::policy::sha256_hex(&data));
+        assert_eq!(verified.sha256, crate::backup_policy::sha256_hex(&data));
         assert_eq!(names(&dir.path().join("sub")), ["s.db"]);
     }
 
@@ -182,7 +182,7 @@ mod tests {
             path: path.clone(),
             revision: 4,
             size: data.len() as u64,
-            sha256: crate::backup::policy::sha256_hex(&data),
+            sha256: crate::backup_policy::sha256_hex(&data),
         };
         let (got, verified) = read_snapshot(&saved)
             .await

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
 
 /// The time format inside snapshot names: UTC, sortable as text.
@@ -309,6 +310,16 @@ pub fn checksum_file(sha256: &str, key: &str) -> String {
 pub fn parse_checksum_file(text: &str) -> Option<String> {
     let hex = text.split_whitespace().next()?;
     (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_ascii_lowercase())
+}
+
+/// A Kubernetes time (seconds precision) from a chrono time.
+pub fn to_time(t: chrono::DateTime<chrono::Utc>) -> Time {
+    Time(jiff::Timestamp::from_second(t.timestamp()).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
+}
+
+/// A chrono time from a Kubernetes time.
+pub fn from_time(t: &Time) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(t.0.as_second(), 0)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
-use super::policy;
+use crate::backup_policy as policy;
 use crate::member_ops::{SnapshotError, SnapshotStream, Verified};
 
 /// The size of the parts of an S3 multipart upload (S3 wants at least 5 MiB but for the last).
@@ -83,7 +83,7 @@ pub enum DestinationError {
     #[error("volume.claimName {0:?} needs the Kubernetes runtime; use volume.path in local mode")]
     ClaimInLocalMode(String),
     /// Reading the credentials Secret failed.
-    #[error("read credentials Secret {namespace}/{name}: {source}")]
+    #[error("read credentials Secret {namespace}/{name}")]
     Secret {
         /// Namespace.
         namespace: String,
@@ -102,7 +102,7 @@ pub enum DestinationError {
         key: &'static str,
     },
     /// The credentials file could not be read.
-    #[error("read credentials file {path}: {source}")]
+    #[error("read credentials file {path}")]
     File {
         /// Path.
         path: PathBuf,
@@ -111,7 +111,7 @@ pub enum DestinationError {
         source: std::io::Error,
     },
     /// Creating or writing in the directory of a volume destination failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Directory {
         /// What was being done.
         op: &'static str,
@@ -122,7 +122,7 @@ pub enum DestinationError {
         source: std::io::Error,
     },
     /// The object store refused or failed.
-    #[error("{op} {location}: {source}")]
+    #[error("{op} {location}")]
     Store {
         /// What was being done.
         op: &'static str,
@@ -196,7 +196,7 @@ pub async fn upload_multipart(
         }
     };
     if let Err(error) = writer.abort().await {
-        tracing::warn!(%location, %error, "could not abort a snapshot upload (the store expires incomplete uploads)");
+        tracing::warn!(%location, error = %etcd_operator_api::report::Chain(&error), "could not abort a snapshot upload (the store expires incomplete uploads)");
     }
     Err(failure)
 }
@@ -231,7 +231,7 @@ impl Destination {
         let endpoint = stream.endpoint.clone();
         if let Some(dir) = &self.dir {
             let path = dir.join(key);
-            super::file::write_atomically(stream, &path, |op, path, source| {
+            crate::member_ops::file::write_atomically(stream, &path, |op, path, source| {
                 StoreSnapshotError::Destination(DestinationError::Directory {
                     op,
                     path: path.to_path_buf(),
