@@ -2608,9 +2608,15 @@ mod tls {
             "2026-01-01T00:00:00Z",
         );
         assert!(
-            start_with(stale, &client_ca, &peer_ca, Some("is not what the cluster's CAs trust now"), None)
-                .await
-                .is_some()
+            start_with(
+                stale,
+                &client_ca,
+                &peer_ca,
+                Some("is not what the cluster's CAs trust now"),
+                None
+            )
+            .await
+            .is_some()
         );
         assert!(
             start_with_secret(foreign, Some("is not what the cluster's CAs trust now"), None)
