@@ -29,9 +29,19 @@ async fn run_and_assert(config: ScenarioConfig) {
         .unwrap_or_else(|e| panic!("robustness scenario (ROBUSTNESS_SEED={seed}) could not finish: {e}"));
     println!("{}", report.figures());
     assert_eq!(report.faults.len(), faults, "not every fault was injected");
-    assert!(report.acknowledged_writes > 0, "no write was acknowledged: {report:?}");
+    assert!(
+        report.acknowledged_writes > 0,
+        "no write was acknowledged: {report:?}"
+    );
+    assert!(
+        report.control_caught,
+        "the checker missed a stale read added to the history"
+    );
     assert_eq!(report.keys_undecided, 0, "the checker could not decide every key");
-    assert_eq!(report.wrongful_removals, 0, "a frozen member was removed (ROBUSTNESS_SEED={seed})");
+    assert_eq!(
+        report.wrongful_removals, 0,
+        "a frozen member was removed (ROBUSTNESS_SEED={seed})"
+    );
     assert!(
         report.findings.is_empty(),
         "ROBUSTNESS_SEED={seed} found:\n{}",

@@ -69,7 +69,10 @@ pub async fn check_writes_readable(
     let mut findings = Vec::new();
     for write in history.acknowledged_writes() {
         let read = client
-            .get(write.key.as_str(), Some(GetOptions::new().with_revision(write.revision)))
+            .get(
+                write.key.as_str(),
+                Some(GetOptions::new().with_revision(write.revision)),
+            )
             .await;
         match read {
             Ok(r) => match r.kvs().first() {
@@ -79,7 +82,10 @@ pub async fn check_writes_readable(
                     write.key,
                     write.value,
                     write.revision,
-                    other.map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.mod_revision()))
+                    other.map(|kv| (
+                        String::from_utf8_lossy(kv.value()).into_owned(),
+                        kv.mod_revision()
+                    ))
                 )),
             },
             Err(e) => findings.push(format!(
@@ -99,10 +105,13 @@ pub async fn current_revision(endpoints: &[String]) -> Result<i64, RobustnessErr
             endpoints: endpoints.to_vec(),
             source,
         })?;
-    let r = client.get("robust/", None).await.map_err(|source| RobustnessError::Read {
-        what: "the revision",
-        source,
-    })?;
+    let r = client
+        .get("robust/", None)
+        .await
+        .map_err(|source| RobustnessError::Read {
+            what: "the revision",
+            source,
+        })?;
     Ok(r.header().map_or(0, |h| h.revision()))
 }
 
@@ -115,7 +124,11 @@ pub async fn check_hash_kv(endpoints: &[String], revision: i64) -> Vec<String> {
         for endpoint in endpoints {
             let options = super::client_options(Duration::from_secs(2));
             let answer = match Client::connect([endpoint.as_str()], Some(options)).await {
-                Ok(mut one) => one.hash_kv(revision).await.map(|h| h.hash()).map_err(|e| e.to_string()),
+                Ok(mut one) => one
+                    .hash_kv(revision)
+                    .await
+                    .map(|h| h.hash())
+                    .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             hashes.insert(endpoint.clone(), answer);
@@ -178,7 +191,12 @@ mod tests {
         assert!(f.len() == 1 && f[0].contains("never seen"), "{f:?}");
 
         let twice = WatchLog {
-            events: vec![event("a", "1", 2), event("b", "2", 3), event("b", "2", 3), event("a", "3", 4)],
+            events: vec![
+                event("a", "1", 2),
+                event("b", "2", 3),
+                event("b", "2", 3),
+                event("a", "3", 4),
+            ],
             ..Default::default()
         };
         let f = check_watch(&history, &twice);

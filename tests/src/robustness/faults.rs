@@ -101,10 +101,13 @@ pub async fn membership(endpoints: &[String]) -> Result<Membership, RobustnessEr
             endpoints: endpoints.to_vec(),
             source,
         })?;
-    let list = client.member_list().await.map_err(|source| RobustnessError::Read {
-        what: "the member list",
-        source,
-    })?;
+    let list = client
+        .member_list()
+        .await
+        .map_err(|source| RobustnessError::Read {
+            what: "the member list",
+            source,
+        })?;
     let status = client.status().await.map_err(|source| RobustnessError::Read {
         what: "the status",
         source,
@@ -188,7 +191,13 @@ mod tests {
 
     fn state(pid: u32) -> char {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        stat.rsplit(')').next().unwrap().trim_start().chars().next().unwrap()
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .chars()
+            .next()
+            .unwrap()
     }
 
     #[test]

@@ -74,6 +74,18 @@ pub struct History {
     pub ops: Vec<Recorded>,
 }
 
+/// A checker operation on one key.
+pub type RegisterOp = Operation<RegisterInput, RegisterOutput>;
+
+/// One key's history: as the checker takes it, and as recorded (same order, same length).
+#[derive(Debug, Clone, Default)]
+pub struct KeyHistory {
+    /// The register operations.
+    pub ops: Vec<RegisterOp>,
+    /// The recorded operations they come from.
+    pub recorded: Vec<Recorded>,
+}
+
 /// The checker's answer for one key.
 #[derive(Debug, Clone)]
 pub struct KeyVerdict {
@@ -137,8 +149,8 @@ impl History {
 
     /// The history of each key as register operations (values interned per key), with the
     /// recorded operations they came from. Failed reads are left out.
-    pub fn per_key(&self) -> BTreeMap<String, (Vec<Operation<RegisterInput, RegisterOutput>>, Vec<Recorded>)> {
-        let mut keys: BTreeMap<String, (Vec<_>, Vec<Recorded>)> = BTreeMap::new();
+    pub fn per_key(&self) -> BTreeMap<String, KeyHistory> {
+        let mut keys: BTreeMap<String, KeyHistory> = BTreeMap::new();
         let mut ids: HashMap<(String, String), Value> = HashMap::new();
         let mut intern = |key: &str, value: &str| -> Value {
             let next = Value::try_from(ids.len()).unwrap_or(Value::MAX);
@@ -157,31 +169,66 @@ impl History {
                 Response::Failed { .. } if input == RegisterInput::Get => continue,
                 Response::Failed { .. } => RegisterOutput::Unknown,
                 Response::Put { .. } => RegisterOutput::Written,
-                Response::Get { value, .. } => RegisterOutput::Read(value.as_deref().map(|v| intern(&op.key, v))),
+                Response::Get { value, .. } => {
+                    RegisterOutput::Read(value.as_deref().map(|v| intern(&op.key, v)))
+                }
                 Response::CompareAndSwap { swapped, .. } => RegisterOutput::Swapped(*swapped),
             };
             let entry = keys.entry(op.key.clone()).or_default();
-            entry.0.push(Operation {
+            entry.ops.push(Operation {
                 client: op.client,
                 input,
                 output,
                 call: nanos(op.call),
                 ret: op.ret.map(nanos),
             });
-            entry.1.push(op.clone());
+            entry.recorded.push(op.clone());
         }
         keys
+    }
+
+    /// A control for the checker on this very history: on the first key whose last read saw a
+    /// value other than an earlier acknowledged put's, one more read of that put's value after
+    /// everything else is added; the verdict must be a violation. `None` when no key fits.
+    pub fn stale_read_control(&self, max_steps: usize) -> Option<Verdict> {
+        for (_, mut key) in self.per_key() {
+            let Some(last_read) = key.ops.iter().rev().find(|op| op.input == RegisterInput::Get) else {
+                continue;
+            };
+            let RegisterOutput::Read(seen) = last_read.output else {
+                continue;
+            };
+            let end = last_read.ret.unwrap_or(u64::MAX / 2);
+            let stale = key.ops.iter().find_map(|op| match (&op.input, &op.output) {
+                (RegisterInput::Put(v), RegisterOutput::Written)
+                    if Some(*v) != seen && op.ret < Some(end) =>
+                {
+                    Some(*v)
+                }
+                _ => None,
+            });
+            let Some(stale) = stale else { continue };
+            key.ops.push(Operation {
+                client: usize::MAX,
+                input: RegisterInput::Get,
+                output: RegisterOutput::Read(Some(stale)),
+                call: end + 1,
+                ret: Some(end + 2),
+            });
+            return Some(linearizability::check(&Register, &key.ops, max_steps));
+        }
+        None
     }
 
     /// Checks every key's history, each with at most `max_steps` search steps.
     pub fn check_linearizable(&self, max_steps: usize) -> Vec<KeyVerdict> {
         self.per_key()
             .into_iter()
-            .map(|(key, (ops, checked))| KeyVerdict {
-                operations: ops.len(),
-                verdict: linearizability::check(&Register, &ops, max_steps),
+            .map(|(key, h)| KeyVerdict {
+                operations: h.ops.len(),
+                verdict: linearizability::check(&Register, &h.ops, max_steps),
                 key,
-                checked,
+                checked: h.recorded,
             })
             .collect()
     }
@@ -340,7 +387,15 @@ pub fn start_load(
 ) -> tokio::task::JoinHandle<History> {
     tokio::spawn(async move {
         let tasks: Vec<_> = (0..config.clients)
-            .map(|id| tokio::spawn(one_client(endpoints.clone(), config.clone(), id, started, stop.clone())))
+            .map(|id| {
+                tokio::spawn(one_client(
+                    endpoints.clone(),
+                    config.clone(),
+                    id,
+                    started,
+                    stop.clone(),
+                ))
+            })
             .collect();
         let mut history = History::default();
         for task in tasks {
@@ -380,7 +435,14 @@ pub async fn final_reads(
 mod tests {
     use super::*;
 
-    fn op(client: usize, key: &str, request: Request, response: Response, call: u64, ret: Option<u64>) -> Recorded {
+    fn op(
+        client: usize,
+        key: &str,
+        request: Request,
+        response: Response,
+        call: u64,
+        ret: Option<u64>,
+    ) -> Recorded {
         Recorded {
             client,
             key: key.into(),
@@ -409,8 +471,26 @@ mod tests {
             op(1, "b", put("x"), Response::Put { revision: 3 }, 0, Some(10)),
             op(0, "a", put("2"), Response::Put { revision: 4 }, 20, Some(30)),
             // Failed reads are left out; a failed put may have happened.
-            op(2, "a", Request::Get, Response::Failed { error: "timeout".into() }, 31, None),
-            op(2, "b", put("y"), Response::Failed { error: "timeout".into() }, 32, None),
+            op(
+                2,
+                "a",
+                Request::Get,
+                Response::Failed {
+                    error: "timeout".into(),
+                },
+                31,
+                None,
+            ),
+            op(
+                2,
+                "b",
+                put("y"),
+                Response::Failed {
+                    error: "timeout".into(),
+                },
+                32,
+                None,
+            ),
             op(1, "b", Request::Get, got(Some("y")), 40, Some(50)),
             op(1, "a", Request::Get, got(Some("1")), 40, Some(50)),
         ];
@@ -427,14 +507,52 @@ mod tests {
     }
 
     #[test]
+    fn the_stale_read_control_turns_a_good_history_bad() {
+        let ops = vec![
+            op(0, "a", put("1"), Response::Put { revision: 2 }, 0, Some(10)),
+            op(0, "a", put("2"), Response::Put { revision: 3 }, 20, Some(30)),
+            op(1, "a", Request::Get, got(Some("2")), 40, Some(50)),
+        ];
+        let history = History { ops };
+        assert_eq!(history.check_linearizable(1000)[0].verdict, Verdict::Linearizable);
+        let control = history.stale_read_control(1000).unwrap();
+        assert!(control.is_violation(), "{control:?}");
+        // Nothing to turn stale: no read.
+        let only_puts = History {
+            ops: vec![op(0, "a", put("1"), Response::Put { revision: 2 }, 0, Some(10))],
+        };
+        assert_eq!(only_puts.stale_read_control(1000), None);
+    }
+
+    #[test]
     fn a_swap_is_an_acknowledged_write_only_when_it_swapped() {
         let cas = |new: &str| Request::CompareAndSwap {
             expect: None,
             new: new.into(),
         };
         let ops = vec![
-            op(0, "a", cas("1"), Response::CompareAndSwap { swapped: true, revision: 2 }, 0, Some(1)),
-            op(1, "a", cas("2"), Response::CompareAndSwap { swapped: false, revision: 2 }, 2, Some(3)),
+            op(
+                0,
+                "a",
+                cas("1"),
+                Response::CompareAndSwap {
+                    swapped: true,
+                    revision: 2,
+                },
+                0,
+                Some(1),
+            ),
+            op(
+                1,
+                "a",
+                cas("2"),
+                Response::CompareAndSwap {
+                    swapped: false,
+                    revision: 2,
+                },
+                2,
+                Some(3),
+            ),
             op(1, "a", Request::Get, got(Some("1")), 4, Some(5)),
         ];
         let history = History { ops };

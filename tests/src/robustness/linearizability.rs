@@ -197,7 +197,11 @@ pub fn check<M: Model>(model: &M, ops: &[Operation<M::Input, M::Output>], max_st
         if steps > max_steps {
             return Verdict::Undecided { steps: max_steps };
         }
-        let event = if entry == NIL { None } else { Some(list.events[entry]) };
+        let event = if entry == NIL {
+            None
+        } else {
+            Some(list.events[entry])
+        };
         match event {
             Some(event) if event.is_call => {
                 let op = &ops[event.op];
@@ -218,7 +222,10 @@ pub fn check<M: Model>(model: &M, ops: &[Operation<M::Input, M::Output>], max_st
             _ => {
                 if longest.1 == NIL || stack.len() > longest.0.len() {
                     let stuck = event.map_or(NIL, |e| e.op);
-                    longest = (stack.iter().map(|(node, _)| list.events[*node].op).collect(), stuck);
+                    longest = (
+                        stack.iter().map(|(node, _)| list.events[*node].op).collect(),
+                        stuck,
+                    );
                 }
                 let Some((node, before)) = stack.pop() else {
                     return Verdict::NotLinearizable {
@@ -421,10 +428,7 @@ mod tests {
         ];
         assert_eq!(verdict(&ops), Verdict::Linearizable);
         // But it cannot take effect before its call...
-        let ops = [
-            op(2, Get, Read(Some(2)), 0, 10),
-            unknown(1, Put(2), 20),
-        ];
+        let ops = [op(2, Get, Read(Some(2)), 0, 10), unknown(1, Put(2), 20)];
         assert!(verdict(&ops).is_violation());
         // ...nor be undone once seen.
         let ops = [
@@ -440,28 +444,80 @@ mod tests {
     fn compare_and_swap_follows_the_value_it_compared() {
         let ops = [
             op(0, Put(1), Written, 0, 10),
-            op(1, CompareAndSwap { expect: Some(1), new: 2 }, Swapped(true), 20, 30),
-            op(0, CompareAndSwap { expect: Some(1), new: 3 }, Swapped(false), 40, 50),
+            op(
+                1,
+                CompareAndSwap {
+                    expect: Some(1),
+                    new: 2,
+                },
+                Swapped(true),
+                20,
+                30,
+            ),
+            op(
+                0,
+                CompareAndSwap {
+                    expect: Some(1),
+                    new: 3,
+                },
+                Swapped(false),
+                40,
+                50,
+            ),
             op(1, Get, Read(Some(2)), 60, 70),
         ];
         assert_eq!(verdict(&ops), Verdict::Linearizable);
         // A swap that claims success on a value that was not there.
         let ops = [
             op(0, Put(1), Written, 0, 10),
-            op(1, CompareAndSwap { expect: Some(5), new: 2 }, Swapped(true), 20, 30),
+            op(
+                1,
+                CompareAndSwap {
+                    expect: Some(5),
+                    new: 2,
+                },
+                Swapped(true),
+                20,
+                30,
+            ),
         ];
         assert!(verdict(&ops).is_violation());
         // Two swaps from the same value cannot both succeed.
         let ops = [
             op(0, Put(1), Written, 0, 10),
-            op(1, CompareAndSwap { expect: Some(1), new: 2 }, Swapped(true), 20, 30),
-            op(2, CompareAndSwap { expect: Some(1), new: 3 }, Swapped(true), 20, 30),
+            op(
+                1,
+                CompareAndSwap {
+                    expect: Some(1),
+                    new: 2,
+                },
+                Swapped(true),
+                20,
+                30,
+            ),
+            op(
+                2,
+                CompareAndSwap {
+                    expect: Some(1),
+                    new: 3,
+                },
+                Swapped(true),
+                20,
+                30,
+            ),
         ];
         assert!(verdict(&ops).is_violation());
         // One with an unknown outcome may have swapped.
         let ops = [
             op(0, Put(1), Written, 0, 10),
-            unknown(1, CompareAndSwap { expect: Some(1), new: 2 }, 20),
+            unknown(
+                1,
+                CompareAndSwap {
+                    expect: Some(1),
+                    new: 2,
+                },
+                20,
+            ),
             op(2, Get, Read(Some(2)), 40, 50),
         ];
         assert_eq!(verdict(&ops), Verdict::Linearizable);
@@ -508,10 +564,7 @@ mod tests {
     fn a_generated_history_with_one_read_made_stale_fails() {
         // Every read of a value is followed (strictly after its return) by a put and then a read
         // of another value; turning that later read back into the first value is a violation.
-        let mut ops = vec![
-            op(0, Put(0), Written, 0, 10),
-            op(1, Get, Read(Some(0)), 20, 30),
-        ];
+        let mut ops = vec![op(0, Put(0), Written, 0, 10), op(1, Get, Read(Some(0)), 20, 30)];
         let mut t = 40;
         for v in 1..200 {
             ops.push(op(v as usize % 3, Put(v), Written, t, t + 15));

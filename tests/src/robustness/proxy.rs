@@ -36,10 +36,14 @@ impl FaultProxy {
     pub async fn start(listen: SocketAddr, upstream: SocketAddr) -> Result<Self, RobustnessError> {
         let listener = TcpListener::bind(listen)
             .await
-            .map_err(|source| RobustnessError::Proxy { what: "listen", source })?;
-        let listen = listener
-            .local_addr()
-            .map_err(|source| RobustnessError::Proxy { what: "listen", source })?;
+            .map_err(|source| RobustnessError::Proxy {
+                what: "listen",
+                source,
+            })?;
+        let listen = listener.local_addr().map_err(|source| RobustnessError::Proxy {
+            what: "listen",
+            source,
+        })?;
         let (mode, watcher) = watch::channel(Mode::Pass);
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
@@ -152,7 +156,10 @@ mod tests {
             .unwrap();
         let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
         let wait = Duration::from_secs(2);
-        assert_eq!(round_trip(&mut s, b"one", wait).await.as_deref(), Some(&b"one"[..]));
+        assert_eq!(
+            round_trip(&mut s, b"one", wait).await.as_deref(),
+            Some(&b"one"[..])
+        );
 
         proxy.set(Mode::Blackhole);
         assert_eq!(proxy.mode(), Mode::Blackhole);
@@ -163,11 +170,17 @@ mod tests {
         );
         // A new connection is accepted, and silent too.
         let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut fresh, b"new", Duration::from_millis(300)).await, None);
+        assert_eq!(
+            round_trip(&mut fresh, b"new", Duration::from_millis(300)).await,
+            None
+        );
 
         proxy.set(Mode::Pass);
         // The same connection carries bytes again (what was dropped stays dropped).
-        assert_eq!(round_trip(&mut s, b"two", wait).await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(
+            round_trip(&mut s, b"two", wait).await.as_deref(),
+            Some(&b"two"[..])
+        );
     }
 
     #[tokio::test]
@@ -178,9 +191,17 @@ mod tests {
         let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
         proxy.set(Mode::Delay(Duration::from_millis(200)));
         let began = Instant::now();
-        assert!(round_trip(&mut s, b"slow", Duration::from_secs(3)).await.is_some());
+        assert!(
+            round_trip(&mut s, b"slow", Duration::from_secs(3))
+                .await
+                .is_some()
+        );
         // Delayed once each way.
-        assert!(began.elapsed() >= Duration::from_millis(400), "{:?}", began.elapsed());
+        assert!(
+            began.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            began.elapsed()
+        );
     }
 
     #[tokio::test]

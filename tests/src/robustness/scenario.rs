@@ -126,6 +126,8 @@ pub struct Report {
     pub keys_undecided: usize,
     /// Members the operator removed although the fault only paused them.
     pub wrongful_removals: usize,
+    /// The checker caught the stale read added to the recorded history as a control.
+    pub control_caught: bool,
     /// Every failed check, one line each.
     pub findings: Vec<String>,
     /// How long the run took.
@@ -168,7 +170,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  operations {} (acknowledged writes {}, unknown outcome {}), watch events {} ({} re-established), keys checked {} (undecided {}), wrongful removals {}",
+            "  operations {} (acknowledged writes {}, unknown outcome {}), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}",
             self.operations,
             self.acknowledged_writes,
             self.unknown_outcomes,
@@ -176,6 +178,7 @@ impl Report {
             self.watch_reconnects,
             self.keys_checked,
             self.keys_undecided,
+            self.control_caught,
             self.wrongful_removals
         );
         let _ = writeln!(
@@ -221,7 +224,9 @@ async fn at_spec(op: &LocalOperator, endpoints: &[String], replicas: usize) -> b
     for endpoint in endpoints {
         let options = super::client_options(Duration::from_secs(1));
         let answer = tokio::time::timeout(Duration::from_secs(2), async {
-            let mut c = etcd_client::Client::connect([endpoint.as_str()], Some(options)).await.ok()?;
+            let mut c = etcd_client::Client::connect([endpoint.as_str()], Some(options))
+                .await
+                .ok()?;
             c.status().await.ok()
         })
         .await;
@@ -280,7 +285,11 @@ async fn inject(
     let leader = membership.leader_name().unwrap_or_default().to_string();
     match kind {
         FaultKind::FreezeFollower | FaultKind::FreezeLeader => {
-            let member = if kind == FaultKind::FreezeLeader { leader } else { follower };
+            let member = if kind == FaultKind::FreezeLeader {
+                leader
+            } else {
+                follower
+            };
             let pid = faults::member_pid(op, CLUSTER, &member)?;
             let held = pick_ms(rng, &config.freeze_ms);
             let frozen = Frozen::freeze(pid)?;
@@ -289,7 +298,11 @@ async fn inject(
             Ok((member, held))
         }
         FaultKind::KillFollower | FaultKind::KillLeader => {
-            let member = if kind == FaultKind::KillLeader { leader } else { follower };
+            let member = if kind == FaultKind::KillLeader {
+                leader
+            } else {
+                follower
+            };
             faults::sigkill(faults::member_pid(op, CLUSTER, &member)?)?;
             Ok((member, Duration::ZERO))
         }
@@ -387,9 +400,10 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         let recovery = match wait_at_spec(&op, &endpoints, config.recovery_timeout).await {
             Ok(d) => d,
             Err(e) => {
-                report
-                    .findings
-                    .push(format!("fault {i} ({kind} of {target}, seed {}): {e}", config.seed));
+                report.findings.push(format!(
+                    "fault {i} ({kind} of {target}, seed {}): {e}",
+                    config.seed
+                ));
                 failure = Some(e);
                 break;
             }
@@ -410,7 +424,11 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         if let Ok(now) = faults::membership(&endpoints).await
             && now.members != known.members
         {
-            let gone: Vec<_> = known.members.iter().filter(|(id, _)| !now.members.contains_key(id)).collect();
+            let gone: Vec<_> = known
+                .members
+                .iter()
+                .filter(|(id, _)| !now.members.contains_key(id))
+                .collect();
             report.findings.push(format!(
                 "after fault {i} ({kind} of {target}, seed {}) the members changed: {:?} -> {:?} (removed {gone:?})",
                 config.seed, known.members, now.members
@@ -427,19 +445,18 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     let mut history = load.await?;
     history::final_reads(&mut history, &endpoints, &config.load, started).await?;
     // A last write, so the watch knows the revision it must reach.
-    let mut client = etcd_client::Client::connect(&endpoints, Some(super::client_options(Duration::from_secs(5))))
-        .await
-        .map_err(|source| RobustnessError::Connect {
-            endpoints: endpoints.clone(),
-            source,
-        })?;
+    let mut client =
+        etcd_client::Client::connect(&endpoints, Some(super::client_options(Duration::from_secs(5))))
+            .await
+            .map_err(|source| RobustnessError::Connect {
+                endpoints: endpoints.clone(),
+                source,
+            })?;
     let marker = history::record(
         &mut client,
         config.load.clients + 1,
         &format!("{KEY_PREFIX}marker"),
-        Request::Put {
-            value: "end".into(),
-        },
+        Request::Put { value: "end".into() },
         Duration::from_secs(10),
         started,
     )
@@ -475,9 +492,20 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
             }
         }
     }
+    // The checker must be able to fail on this very history: one stale read added must be caught.
+    match history.stale_read_control(5_000_000) {
+        Some(v) if v.is_violation() => report.control_caught = true,
+        other => report.findings.push(format!(
+            "the checker's control (a stale read added to the recorded history) was not caught: {other:?}"
+        )),
+    }
     report.findings.extend(checks::check_watch(&history, &log));
-    report.findings.extend(checks::check_writes_readable(&endpoints, &history).await?);
-    report.findings.extend(checks::check_hash_kv(&endpoints, revision).await);
+    report
+        .findings
+        .extend(checks::check_writes_readable(&endpoints, &history).await?);
+    report
+        .findings
+        .extend(checks::check_hash_kv(&endpoints, revision).await);
     report.elapsed = run_began.elapsed();
     drop(op);
     if let Some(e) = failure {

@@ -70,13 +70,17 @@ pub fn start_watch(
             first = false;
             let options = super::client_options(Duration::from_secs(2));
             let Ok(Ok(mut client)) =
-                tokio::time::timeout(Duration::from_secs(3), Client::connect(&endpoints, Some(options))).await
+                tokio::time::timeout(Duration::from_secs(3), Client::connect(&endpoints, Some(options)))
+                    .await
             else {
                 continue;
             };
             let options = WatchOptions::new().with_prefix().with_start_revision(next);
-            let Ok(Ok(mut stream)) =
-                tokio::time::timeout(Duration::from_secs(3), client.watch(prefix.as_str(), Some(options))).await
+            let Ok(Ok(mut stream)) = tokio::time::timeout(
+                Duration::from_secs(3),
+                client.watch(prefix.as_str(), Some(options)),
+            )
+            .await
             else {
                 continue;
             };
