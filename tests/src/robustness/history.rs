@@ -139,6 +139,78 @@ impl History {
             .collect()
     }
 
+    /// This history with each unknown outcome settled by the watch (as etcd's robustness tests
+    /// patch theirs), for a checker that otherwise has to try every unknown write at every later
+    /// point: a write whose value the watch never delivered did not happen (a put) or did not swap
+    /// (a compare-and-swap) and is left out; one the watch delivered at revision `r` happened, and
+    /// before the answer of any operation that observed a revision from `r` on (it becomes an
+    /// acknowledged write answered then, or never if no operation did). Sound only with a
+    /// complete watch, which the watch check verifies on its own.
+    pub fn settled_by_watch(&self, events: &[super::watch::WatchedEvent]) -> History {
+        let seen: HashMap<(&str, &str), i64> = events
+            .iter()
+            .filter(|e| e.put)
+            .map(|e| ((e.key.as_str(), e.value.as_str()), e.revision))
+            .collect();
+        // (revision observed, answered at), and the earliest answer from each revision on.
+        let mut observed: Vec<(i64, Duration)> = self
+            .ops
+            .iter()
+            .filter_map(|op| {
+                let revision = match op.response {
+                    Response::Put { revision }
+                    | Response::Get { revision, .. }
+                    | Response::CompareAndSwap { revision, .. } => revision,
+                    Response::Failed { .. } => return None,
+                };
+                Some((revision, op.ret?))
+            })
+            .collect();
+        observed.sort_unstable();
+        let mut earliest_from = vec![Duration::MAX; observed.len() + 1];
+        for i in (0..observed.len()).rev() {
+            earliest_from[i] = earliest_from[i + 1].min(observed[i].1);
+        }
+        let answered_by = |revision: i64| {
+            let i = observed.partition_point(|(r, _)| *r < revision);
+            Some(earliest_from[i]).filter(|d| *d != Duration::MAX)
+        };
+        let mut settled = History::default();
+        for op in &self.ops {
+            let written = match (&op.request, &op.response) {
+                (
+                    Request::Put { value } | Request::CompareAndSwap { new: value, .. },
+                    Response::Failed { .. },
+                ) => value,
+                _ => {
+                    settled.ops.push(op.clone());
+                    continue;
+                }
+            };
+            let Some(revision) = seen.get(&(op.key.as_str(), written.as_str())).copied() else {
+                continue;
+            };
+            let response = match op.request {
+                Request::CompareAndSwap { .. } => Response::CompareAndSwap {
+                    swapped: true,
+                    revision,
+                },
+                _ => Response::Put { revision },
+            };
+            let ret = answered_by(revision).map(|d| d.max(op.call));
+            match ret {
+                Some(ret) => settled.ops.push(Recorded {
+                    response,
+                    ret: Some(ret),
+                    ..op.clone()
+                }),
+                // Nothing answered after it: it stays an unknown outcome.
+                None => settled.ops.push(op.clone()),
+            }
+        }
+        settled
+    }
+
     /// Operations whose outcome is unknown.
     pub fn failed(&self) -> usize {
         self.ops
@@ -522,6 +594,51 @@ mod tests {
             ops: vec![op(0, "a", put("1"), Response::Put { revision: 2 }, 0, Some(10))],
         };
         assert_eq!(only_puts.stale_read_control(1000), None);
+    }
+
+    #[test]
+    fn the_watch_settles_unknown_writes() {
+        let failed = || Response::Failed {
+            error: "timeout".into(),
+        };
+        let cas = |new: &str| Request::CompareAndSwap {
+            expect: Some("1".into()),
+            new: new.into(),
+        };
+        let ops = vec![
+            op(0, "a", put("1"), Response::Put { revision: 2 }, 0, Some(10)),
+            // Happened at 3: answered by 40 at the latest (the read at revision 4 returned then).
+            op(1, "a", put("2"), failed(), 5, None),
+            // Never happened: left out.
+            op(2, "a", put("3"), failed(), 6, None),
+            op(2, "a", cas("9"), failed(), 7, None),
+            op(0, "b", put("x"), Response::Put { revision: 4 }, 20, Some(30)),
+            op(0, "a", Request::Get, got(Some("2")), 35, Some(40)),
+            // Happened at 5, after everything anyone observed: still unknown.
+            op(1, "a", put("4"), failed(), 50, None),
+        ];
+        let event = |key: &str, value: &str, revision| crate::robustness::watch::WatchedEvent {
+            revision,
+            key: key.into(),
+            value: value.into(),
+            put: true,
+        };
+        let events = [
+            event("a", "1", 2),
+            event("a", "2", 3),
+            event("b", "x", 4),
+            event("a", "4", 5),
+        ];
+        let settled = History { ops }.settled_by_watch(&events);
+        assert_eq!(settled.ops.len(), 5, "{settled:?}");
+        assert_eq!(settled.ops[1].response, Response::Put { revision: 3 });
+        assert_eq!(
+            settled.ops[1].ret,
+            Some(Duration::from_millis(30)),
+            "the put at 4 answered at 30"
+        );
+        assert_eq!(settled.ops[4].ret, None);
+        assert_eq!(settled.check_linearizable(1000)[0].verdict, Verdict::Linearizable);
     }
 
     #[test]

@@ -116,7 +116,9 @@ pub struct Report {
     pub acknowledged_writes: usize,
     /// Operations with unknown outcome.
     pub unknown_outcomes: usize,
-    /// Events the watch delivered, and how often it was re-established.
+    /// Operations with unknown outcome the watch could not settle.
+    pub unknown_unsettled: usize,
+    /// Events the watch delivered.
     pub watch_events: usize,
     /// Re-established watches.
     pub watch_reconnects: usize,
@@ -170,10 +172,11 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  operations {} (acknowledged writes {}, unknown outcome {}), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}",
+            "  operations {} (acknowledged writes {}, unknown outcome {}, {} of them unsettled by the watch), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}",
             self.operations,
             self.acknowledged_writes,
             self.unknown_outcomes,
+            self.unknown_unsettled,
             self.watch_events,
             self.watch_reconnects,
             self.keys_checked,
@@ -471,7 +474,14 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     report.unknown_outcomes = history.failed();
     report.watch_events = log.events.len();
     report.watch_reconnects = log.reconnects;
-    for verdict in history.check_linearizable(5_000_000) {
+    // Unknown outcomes settled by the watch when it is complete (else the search may not end).
+    let checked = if log.incomplete.is_none() {
+        history.settled_by_watch(&log.events)
+    } else {
+        history.clone()
+    };
+    report.unknown_unsettled = checked.failed();
+    for verdict in checked.check_linearizable(5_000_000) {
         report.keys_checked += 1;
         match &verdict.verdict {
             Verdict::Linearizable => {}
@@ -493,7 +503,7 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         }
     }
     // The checker must be able to fail on this very history: one stale read added must be caught.
-    match history.stale_read_control(5_000_000) {
+    match checked.stale_read_control(5_000_000) {
         Some(v) if v.is_violation() => report.control_caught = true,
         other => report.findings.push(format!(
             "the checker's control (a stale read added to the recorded history) was not caught: {other:?}"
