@@ -1,13 +1,13 @@
-//! The faults a local-mode cluster is given today: SIGSTOP freezes of a follower or the leader
-//! (thawed by a guard, also when the test fails), and SIGKILL of a follower, the leader, the
-//! operator or its backing etcd. Members are found through etcd (the leader, the member IDs) and
-//! their processes through the pid files the local runtime writes.
-//!
-//! Partitions through [`super::proxy`] are not wired in: the local runtime advertises the port a
-//! member listens on (`listen_peer_url == advertise_peer_url`, chosen at `reserve`), so there is
-//! no place for a proxy between members without the runtime advertising another port.
+//! The faults a local-mode cluster is given: SIGSTOP freezes of a follower or the leader (thawed
+//! by a guard, also when the test fails), SIGKILL of a follower, the leader, the operator or its
+//! backing etcd, and network isolation of a follower or the leader through a fault proxy on every
+//! member's peer port ([`PeerProxies`]; the operator runs with `--peer-proxy-ports`, so each member
+//! advertises a port of its own for the proxy). Members are found through etcd (the leader, the
+//! member IDs) and their processes through the pid files the local runtime writes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::Client;
@@ -15,6 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::RobustnessError;
+use super::proxy::{FaultProxy, Mode};
 
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,17 +32,27 @@ pub enum FaultKind {
     KillOperator,
     /// SIGKILL the operator's backing etcd (the operator starts it again).
     KillBackingEtcd,
+    /// Cut a follower off its peers (it keeps running and answering clients), then heal.
+    IsolateFollower,
+    /// Cut the leader off its peers, then heal.
+    IsolateLeader,
+    /// Cut the leader off for about one election (0.8–2 s): the partition heals while the others
+    /// elect a new leader.
+    IsolateLeaderBriefly,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 9] = [
         Self::FreezeFollower,
         Self::FreezeLeader,
         Self::KillFollower,
         Self::KillLeader,
         Self::KillOperator,
         Self::KillBackingEtcd,
+        Self::IsolateFollower,
+        Self::IsolateLeader,
+        Self::IsolateLeaderBriefly,
     ];
 
     /// A short name for figures.
@@ -53,12 +64,23 @@ impl FaultKind {
             Self::KillLeader => "kill-leader",
             Self::KillOperator => "kill-operator",
             Self::KillBackingEtcd => "kill-backing-etcd",
+            Self::IsolateFollower => "isolate-follower",
+            Self::IsolateLeader => "isolate-leader",
+            Self::IsolateLeaderBriefly => "isolate-leader-brief",
         }
     }
 
-    /// Whether the fault only pauses a member: removing that member would be wrong.
+    /// Whether the fault only pauses or cuts off a member (while the others keep quorum):
+    /// removing that member would be wrong.
     pub fn only_pauses(self) -> bool {
-        matches!(self, Self::FreezeFollower | Self::FreezeLeader)
+        matches!(
+            self,
+            Self::FreezeFollower
+                | Self::FreezeLeader
+                | Self::IsolateFollower
+                | Self::IsolateLeader
+                | Self::IsolateLeaderBriefly
+        )
     }
 }
 
@@ -160,6 +182,100 @@ impl Frozen {
 impl Drop for Frozen {
     fn drop(&mut self) {
         let _ = signal(self.pid, Signal::SIGCONT);
+    }
+}
+
+/// A fault proxy in front of every member's peer port, started as the local runtime records the
+/// members (`advertisePeerPort` → `peerPort` in each `member.json`); stopped when dropped.
+#[derive(Debug)]
+pub struct PeerProxies {
+    proxies: Arc<Mutex<BTreeMap<String, FaultProxy>>>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+fn ports_of(member_json: &std::path::Path) -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string(member_json).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let port = |k: &str| u16::try_from(v[k].as_u64()?).ok();
+    Some((port("advertisePeerPort")?, port("peerPort")?))
+}
+
+impl PeerProxies {
+    /// Watches `cluster_dir` (every 50 ms) and starts a proxy for each member that appears.
+    pub fn start(cluster_dir: PathBuf) -> Self {
+        let proxies: Arc<Mutex<BTreeMap<String, FaultProxy>>> = Arc::default();
+        let keeper = {
+            let proxies = proxies.clone();
+            tokio::spawn(async move {
+                loop {
+                    for entry in std::fs::read_dir(&cluster_dir).into_iter().flatten().flatten() {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        let known = proxies.lock().map(|p| p.contains_key(&name)).unwrap_or(true);
+                        if known || name.starts_with('.') {
+                            continue;
+                        }
+                        let Some((advertised, listening)) = ports_of(&entry.path().join("member.json"))
+                        else {
+                            continue;
+                        };
+                        let at = std::net::SocketAddr::from(([127, 0, 0, 1], advertised));
+                        let to = std::net::SocketAddr::from(([127, 0, 0, 1], listening));
+                        if let Ok(proxy) = FaultProxy::start(at, to).await
+                            && let Ok(mut p) = proxies.lock()
+                        {
+                            p.insert(name, proxy);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        };
+        Self { proxies, keeper }
+    }
+
+    /// The members with a proxy.
+    pub fn members(&self) -> Vec<String> {
+        self.proxies
+            .lock()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Cuts `member` (etcd member ID `id`) off its peers: its own proxy drops everything, and the
+    /// others drop the connections it opened to them.
+    pub fn isolate(&self, member: &str, id: u64) -> Result<(), RobustnessError> {
+        let proxies = self.proxies.lock().map_err(|_| RobustnessError::NoProcess {
+            member: format!("the proxies (isolating {member})"),
+        })?;
+        let Some(own) = proxies.get(member) else {
+            return Err(RobustnessError::NoProcess {
+                member: format!("a proxy for {member}"),
+            });
+        };
+        own.set(Mode::Blackhole);
+        let sender: BTreeSet<String> = [format!("{id:x}")].into();
+        for (name, proxy) in proxies.iter() {
+            if name != member {
+                proxy.block_senders(sender.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets every proxy pass everything again.
+    pub fn heal(&self) {
+        if let Ok(proxies) = self.proxies.lock() {
+            for proxy in proxies.values() {
+                proxy.set(Mode::Pass);
+                proxy.block_senders(BTreeSet::new());
+            }
+        }
+    }
+}
+
+impl Drop for PeerProxies {
+    fn drop(&mut self) {
+        self.keeper.abort();
     }
 }
 

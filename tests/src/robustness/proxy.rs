@@ -2,8 +2,15 @@
 //! forwards both directions, and can be switched at any time to drop the bytes silently while
 //! keeping every connection open (a blackhole: the far side sees a silent peer, not a closed
 //! one) or to delay each chunk.
+//!
+//! It can also blackhole only the connections a given member opened: etcd's peer requests name
+//! their sender in an `X-Server-From` header (plain HTTP on the peer plane), which the proxy reads
+//! from each connection's first request. A member reaches its peers on connections it opens to
+//! their proxies as well as on those they open to its own, so isolating it takes both.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,7 +35,39 @@ pub enum Mode {
 pub struct FaultProxy {
     listen: SocketAddr,
     mode: watch::Sender<Mode>,
+    blocked: watch::Sender<BTreeSet<String>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What each connection obeys.
+#[derive(Debug, Clone)]
+struct Control {
+    mode: watch::Receiver<Mode>,
+    blocked: watch::Receiver<BTreeSet<String>>,
+    /// The sender named by the connection's first request (empty when none), once read.
+    source: Arc<OnceLock<String>>,
+}
+
+impl Control {
+    /// What to do with a chunk now: `None` drops it.
+    fn decide(&self) -> Option<Mode> {
+        let mode = *self.mode.borrow();
+        let blocked = self
+            .source
+            .get()
+            .is_some_and(|s| !s.is_empty() && self.blocked.borrow().contains(s));
+        (mode != Mode::Blackhole && !blocked).then_some(mode)
+    }
+}
+
+/// The value of the `X-Server-From` header in an HTTP request head, or "" when it has none.
+fn sender_of(head: &[u8]) -> String {
+    let text = String::from_utf8_lossy(head);
+    text.split("\r\n")
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("x-server-from"))
+        .map(|(_, value)| value.trim().to_string())
+        .unwrap_or_default()
 }
 
 impl FaultProxy {
@@ -44,11 +83,16 @@ impl FaultProxy {
             what: "listen",
             source,
         })?;
-        let (mode, watcher) = watch::channel(Mode::Pass);
+        let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let (blocked, blocked_rx) = watch::channel(BTreeSet::new());
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((inbound, _)) = listener.accept().await {
-                let watcher = watcher.clone();
+                let control = Control {
+                    mode: mode_rx.clone(),
+                    blocked: blocked_rx.clone(),
+                    source: Arc::default(),
+                };
                 connections.spawn(async move {
                     // The upstream refusing is what the client would see without the proxy: close.
                     let Ok(outbound) = TcpStream::connect(upstream).await else {
@@ -58,8 +102,8 @@ impl FaultProxy {
                     let _ = outbound.set_nodelay(true);
                     let (in_read, in_write) = inbound.into_split();
                     let (out_read, out_write) = outbound.into_split();
-                    let there = pump(in_read, out_write, watcher.clone());
-                    let back = pump(out_read, in_write, watcher);
+                    let there = pump(in_read, out_write, control.clone(), true);
+                    let back = pump(out_read, in_write, control, false);
                     // Either side closing ends the connection.
                     tokio::select! {
                         _ = there => {}
@@ -68,7 +112,12 @@ impl FaultProxy {
                 });
             }
         });
-        Ok(Self { listen, mode, task })
+        Ok(Self {
+            listen,
+            mode,
+            blocked,
+            task,
+        })
     }
 
     /// Where it listens.
@@ -79,6 +128,12 @@ impl FaultProxy {
     /// Switches what it does with bytes from now on (also on open connections).
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    /// Blackholes (from now on, also on open connections) the connections whose first request
+    /// names one of `senders` in `X-Server-From`; an empty set blocks none.
+    pub fn block_senders(&self, senders: BTreeSet<String>) {
+        self.blocked.send_replace(senders);
     }
 
     /// The current mode.
@@ -94,23 +149,33 @@ impl Drop for FaultProxy {
     }
 }
 
-/// Copies one direction, obeying the mode at the time each chunk arrives.
+/// Copies one direction, obeying the mode at the time each chunk arrives; the direction away
+/// from the connecting side (`first_request`) reads the sender from the first request's head.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mode: watch::Receiver<Mode>,
+    control: Control,
+    first_request: bool,
 ) {
+    const HEAD_LIMIT: usize = 16 * 1024;
     let mut buf = vec![0u8; 16 * 1024];
+    let mut head = Vec::new();
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let current = *mode.borrow();
-        match current {
-            Mode::Pass => {}
-            Mode::Blackhole => continue,
-            Mode::Delay(d) => tokio::time::sleep(d).await,
+        if first_request && control.source.get().is_none() {
+            head.extend_from_slice(&buf[..n]);
+            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.len() > HEAD_LIMIT {
+                let _ = control.source.set(sender_of(&head));
+                head = Vec::new();
+            }
+        }
+        match control.decide() {
+            None | Some(Mode::Blackhole) => continue,
+            Some(Mode::Pass) => {}
+            Some(Mode::Delay(d)) => tokio::time::sleep(d).await,
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
@@ -181,6 +246,46 @@ mod tests {
             round_trip(&mut s, b"two", wait).await.as_deref(),
             Some(&b"two"[..])
         );
+    }
+
+    #[test]
+    fn the_sender_is_read_from_the_request_head() {
+        let head =
+            b"GET /raft/stream/message/2 HTTP/1.1\r\nHost: x\r\nx-server-from: 8e9e05c52164694d\r\n\r\n";
+        assert_eq!(sender_of(head), "8e9e05c52164694d");
+        assert_eq!(sender_of(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), "");
+    }
+
+    #[tokio::test]
+    async fn blackholes_only_the_connections_of_a_blocked_sender() {
+        let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), echo().await)
+            .await
+            .unwrap();
+        let wait = Duration::from_secs(2);
+        let hello = |from: &str| format!("POST /raft HTTP/1.1\r\nX-Server-From: {from}\r\n\r\n").into_bytes();
+        let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut b = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(round_trip(&mut a, &hello("aaa"), wait).await.is_some());
+        assert!(round_trip(&mut b, &hello("bbb"), wait).await.is_some());
+
+        proxy.block_senders(["aaa".to_string()].into());
+        assert_eq!(
+            round_trip(&mut a, b"more", Duration::from_millis(300)).await,
+            None
+        );
+        assert!(
+            round_trip(&mut b, b"more", wait).await.is_some(),
+            "another sender was blocked"
+        );
+        // A new connection of the blocked sender is blackholed from its first request on.
+        let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(
+            round_trip(&mut again, &hello("aaa"), Duration::from_millis(300)).await,
+            None
+        );
+
+        proxy.block_senders(BTreeSet::new());
+        assert!(round_trip(&mut a, b"back", wait).await.is_some());
     }
 
     #[tokio::test]

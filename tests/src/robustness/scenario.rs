@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 
 use super::RobustnessError;
 use super::checks;
-use super::faults::{self, FaultKind, Frozen, Membership};
+use super::faults::{self, FaultKind, Frozen, Membership, PeerProxies};
 use super::history::{self, KEY_PREFIX, LoadConfig, Request};
 use super::linearizability::Verdict;
 use super::watch;
@@ -286,6 +286,7 @@ fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
 async fn inject(
     kind: FaultKind,
     op: &mut LocalOperator,
+    proxies: &PeerProxies,
     membership: &Membership,
     rng: &mut rand::rngs::StdRng,
     config: &ScenarioConfig,
@@ -330,6 +331,31 @@ async fn inject(
             faults::sigkill(faults::backing_etcd_pid(op)?)?;
             Ok(("backing-etcd".into(), Duration::ZERO))
         }
+        FaultKind::IsolateFollower | FaultKind::IsolateLeader | FaultKind::IsolateLeaderBriefly => {
+            let member = if kind == FaultKind::IsolateFollower {
+                follower
+            } else {
+                leader
+            };
+            let id = membership
+                .members
+                .iter()
+                .find(|(_, name)| **name == member)
+                .map(|(id, _)| *id)
+                .unwrap_or_default();
+            let held = if kind == FaultKind::IsolateLeaderBriefly {
+                pick_ms(rng, &(800..2000))
+            } else {
+                pick_ms(rng, &config.freeze_ms)
+            };
+            let isolated = proxies.isolate(&member, id);
+            if isolated.is_ok() {
+                tokio::time::sleep(held).await;
+            }
+            proxies.heal();
+            isolated?;
+            Ok((member, held))
+        }
     }
 }
 
@@ -348,7 +374,13 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         config.kinds.iter().map(|k| k.name()).collect::<Vec<_>>()
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
-    let mut op = LocalOperator::start().await?;
+    // Members advertise a peer port of their own, where a fault proxy forwards to the real one.
+    let mut op = LocalOperator::start_with(crate::operator::OperatorOptions {
+        env: vec![("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into())],
+        args: Vec::new(),
+    })
+    .await?;
+    let proxies = PeerProxies::start(crate::local_cluster::cluster_dir(&op, CLUSTER));
     tokio::task::block_in_place(|| {
         crate::kubectl::apply(&op, &crate::local_cluster::cluster_yaml(CLUSTER, 3))
     })
@@ -373,11 +405,17 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     let endpoints = crate::kubectl::client_endpoints(&status);
     let initial = faults::membership(&endpoints).await?;
     println!(
-        "robustness: cluster up after {:.1}s: members {:?}, leader {}",
+        "robustness: cluster up after {:.1}s: members {:?}, leader {}, peer proxies for {:?}",
         run_began.elapsed().as_secs_f64(),
         initial.members.values().collect::<Vec<_>>(),
-        initial.leader_name().unwrap_or("?")
+        initial.leader_name().unwrap_or("?"),
+        proxies.members()
     );
+    if proxies.members().len() != 3 {
+        return Err(RobustnessError::NoProcess {
+            member: format!("a peer proxy for every member (have {:?})", proxies.members()),
+        });
+    }
 
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -403,7 +441,7 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
                 break;
             }
         };
-        let (target, held) = match inject(kind, &mut op, &membership, &mut rng, &config).await {
+        let (target, held) = match inject(kind, &mut op, &proxies, &membership, &mut rng, &config).await {
             Ok(t) => t,
             Err(e) => {
                 failure = Some(e);
