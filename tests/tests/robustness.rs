@@ -1,13 +1,15 @@
 //! The robustness suite (issue 26) on a local-mode 3-member cluster with real etcd 3.5.1: clients
 //! put, read and compare-and-swap on a few keys while random faults hit (SIGSTOP freezes of a
-//! follower or the leader, SIGKILL of a follower, the leader, the operator, its backing etcd);
+//! follower or the leader, SIGKILL of a follower, the leader, the operator, its backing etcd,
+//! network isolation of a follower or the leader through proxies on the peer ports);
 //! after each the cluster must be back at its spec, and at the end the history must be
 //! linearizable per key, the watch must have seen every acknowledged write once and in order,
 //! every acknowledged write must read back, HashKV must agree, and no member that was only frozen
 //! may have been removed.
 //!
 //! The short variant runs in `make test`; the long one (`#[ignore]`d) in `make robustness`
-//! (`ROBUSTNESS_FAULTS`, default 40). Both print their seed: `ROBUSTNESS_SEED=<n>` replays it.
+//! (`ROBUSTNESS_FAULTS`, default 40). Both print their seed: `ROBUSTNESS_SEED=<n>` replays it;
+//! `ROBUSTNESS_KINDS=isolate-leader,kill-follower` limits the kinds.
 
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
@@ -20,8 +22,9 @@ fn require_etcd() {
     tools::etcd(EtcdVersion::V3_5_1).unwrap();
 }
 
-async fn run_and_assert(config: ScenarioConfig) {
+async fn run_and_assert(mut config: ScenarioConfig) {
     require_etcd();
+    config.kinds = scenario::kinds_from_env().unwrap();
     let seed = config.seed;
     let faults = config.faults;
     let report = scenario::run(config)

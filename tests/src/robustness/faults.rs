@@ -97,6 +97,8 @@ pub struct Membership {
     pub members: BTreeMap<u64, String>,
     /// The leader's member ID.
     pub leader: u64,
+    /// Each member's first client URL, by member ID.
+    pub client_urls: BTreeMap<u64, String>,
 }
 
 impl Membership {
@@ -141,7 +143,24 @@ pub async fn membership(endpoints: &[String]) -> Result<Membership, RobustnessEr
             .map(|m| (m.id(), m.name().to_string()))
             .collect(),
         leader: status.leader(),
+        client_urls: list
+            .members()
+            .iter()
+            .filter_map(|m| Some((m.id(), m.client_urls().first()?.clone())))
+            .collect(),
     })
+}
+
+/// The leader member `endpoint` knows of (0: none), if it answers within a second.
+pub async fn leader_seen_by(endpoint: &str) -> Option<u64> {
+    let options = super::client_options(Duration::from_secs(1));
+    tokio::time::timeout(Duration::from_secs(2), async {
+        let mut client = Client::connect([endpoint], Some(options)).await.ok()?;
+        Some(client.status().await.ok()?.leader())
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 fn signal(pid: u32, signal: Signal) -> Result<(), RobustnessError> {
@@ -344,6 +363,7 @@ mod tests {
         let m = Membership {
             members: [(1, "a".to_string()), (2, "b".to_string()), (3, "c".to_string())].into(),
             leader: 2,
+            client_urls: BTreeMap::new(),
         };
         assert_eq!(m.leader_name(), Some("b"));
         assert_eq!(m.followers(), vec!["a", "c"]);

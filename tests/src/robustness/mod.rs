@@ -68,6 +68,16 @@ pub enum RobustnessError {
     /// A client task of the load ended abnormally.
     #[error("join a load task: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// A member cut off by the proxies still knew a leader: the partition did not isolate it.
+    #[error("{member} still knew leader {leader:x} after {held:?} cut off by the peer proxies")]
+    NotIsolated {
+        member: String,
+        held: Duration,
+        leader: u64,
+    },
+    /// `ROBUSTNESS_KINDS` names a kind that does not exist.
+    #[error("unknown fault kind {name:?} in ROBUSTNESS_KINDS (known: {})", crate::robustness::faults::FaultKind::ALL.map(|k| k.name()).join(", "))]
+    UnknownKind { name: String },
     /// The proxy could not listen or connect.
     #[error("proxy {what}: {source}")]
     Proxy {
