@@ -151,6 +151,22 @@ pub async fn membership(endpoints: &[String]) -> Result<Membership, RobustnessEr
     })
 }
 
+/// [`membership`], asked again every 200 ms for up to `timeout` while it fails (a member the
+/// client picked may be restarting).
+pub async fn membership_retrying(
+    endpoints: &[String],
+    timeout: Duration,
+) -> Result<Membership, RobustnessError> {
+    let began = std::time::Instant::now();
+    loop {
+        match membership(endpoints).await {
+            Ok(m) => return Ok(m),
+            Err(e) if began.elapsed() > timeout => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
 /// The leader member `endpoint` knows of (0: none), if it answers within a second.
 pub async fn leader_seen_by(endpoint: &str) -> Option<u64> {
     let options = super::client_options(Duration::from_secs(1));

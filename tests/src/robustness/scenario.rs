@@ -411,22 +411,67 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         config.faults,
         config.kinds.iter().map(|k| k.name()).collect::<Vec<_>>()
     );
-    let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
     // Members advertise a peer port of their own, where a fault proxy forwards to the real one.
     let mut op = LocalOperator::start_with(crate::operator::OperatorOptions {
         env: vec![("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into())],
         args: Vec::new(),
     })
     .await?;
-    let proxies = PeerProxies::start(crate::local_cluster::cluster_dir(&op, CLUSTER));
+    let outcome = drive(&mut op, &config, run_began).await;
+    let failed = outcome.as_ref().map_or(true, |r| !r.findings.is_empty());
+    if failed {
+        match keep_logs(&op, config.seed) {
+            Ok(dir) => println!(
+                "robustness: the operator's and members' logs are kept in {}",
+                dir.display()
+            ),
+            Err(e) => println!("robustness: the logs could not be kept: {e}"),
+        }
+    }
+    drop(op);
+    outcome
+}
+
+/// Copies the operator's logs and every member's etcd log out of the state directory (removed
+/// with the operator) into `$TMPDIR/robustness-seed-<seed>-<pid>/`.
+fn keep_logs(op: &LocalOperator, seed: u64) -> std::io::Result<std::path::PathBuf> {
+    let dest = std::env::temp_dir().join(format!("robustness-seed-{seed}-{}", std::process::id()));
+    std::fs::create_dir_all(&dest)?;
+    for entry in std::fs::read_dir(op.state_dir())?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("operator-") && name.ends_with(".log") {
+            std::fs::copy(entry.path(), dest.join(&name))?;
+        }
+    }
+    let members = crate::local_cluster::cluster_dir(op, CLUSTER);
+    for entry in std::fs::read_dir(&members).into_iter().flatten().flatten() {
+        let log = entry.path().join("etcd.log");
+        if log.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            std::fs::copy(&log, dest.join(format!("{name}.etcd.log")))?;
+        }
+    }
+    Ok(dest)
+}
+
+/// The scenario proper on a started operator: the cluster, the load, the faults, the checks.
+#[allow(clippy::print_stdout)]
+async fn drive(
+    op: &mut LocalOperator,
+    config: &ScenarioConfig,
+    run_began: Instant,
+) -> Result<Report, RobustnessError> {
+    let config = config.clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
+    let proxies = PeerProxies::start(crate::local_cluster::cluster_dir(op, CLUSTER));
     tokio::task::block_in_place(|| {
-        crate::kubectl::apply(&op, &crate::local_cluster::cluster_yaml(CLUSTER, 3))
+        crate::kubectl::apply(op, &crate::local_cluster::cluster_yaml(CLUSTER, 3))
     })
     .map_err(RobustnessError::Apply)?;
     let status = {
         let began = Instant::now();
         loop {
-            if let Some(s) = cluster_status(&op)
+            if let Some(s) = cluster_status(op)
                 && crate::local_cluster::available(&s, 3)
             {
                 break s;
@@ -473,21 +518,21 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         let Some(kind) = config.kinds.choose(&mut rng).copied() else {
             break;
         };
-        let membership = match faults::membership(&endpoints).await {
+        let membership = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
             Ok(m) => m,
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         };
-        let (target, held) = match inject(kind, &mut op, &proxies, &membership, &mut rng, &config).await {
+        let (target, held) = match inject(kind, op, &proxies, &membership, &mut rng, &config).await {
             Ok(t) => t,
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         };
-        let recovery = match wait_at_spec(&op, &endpoints, kind, config.recovery_timeout).await {
+        let recovery = match wait_at_spec(op, &endpoints, kind, config.recovery_timeout).await {
             Ok(d) => d,
             Err(e) => {
                 report.findings.push(format!(
@@ -608,7 +653,6 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         .findings
         .extend(checks::check_hash_kv(&endpoints, revision).await);
     report.elapsed = run_began.elapsed();
-    drop(op);
     if let Some(e) = failure {
         println!("{}", report.figures());
         return Err(e);
