@@ -158,6 +158,9 @@ pub struct Report {
     pub wrongful_removals: usize,
     /// The checker caught the stale read added to the recorded history as a control.
     pub control_caught: bool,
+    /// What happened that no check forbids but a reader should know (a member restarted that no
+    /// fault killed).
+    pub notes: Vec<String>,
     /// Every failed check, one line each.
     pub findings: Vec<String>,
     /// How long the run took.
@@ -227,6 +230,9 @@ impl Report {
                 percentile(&times, 99.0).as_secs_f64(),
                 times.last().copied().unwrap_or_default().as_secs_f64()
             );
+        }
+        for note in self.notes.iter().take(20) {
+            let _ = writeln!(out, "  note: {note}");
         }
         if self.findings.is_empty() {
             let _ = writeln!(out, "  every check passed");
@@ -307,6 +313,15 @@ fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
     } else {
         Duration::from_millis(rng.random_range(range.clone()))
     }
+}
+
+/// The pid of each member's process (members without a running process left out).
+fn member_pids(op: &LocalOperator, membership: &Membership) -> BTreeMap<String, u32> {
+    membership
+        .members
+        .values()
+        .filter_map(|m| Some((m.clone(), faults::member_pid(op, CLUSTER, m).ok()?)))
+        .collect()
 }
 
 /// Injects one fault; what it hit and how long it was held.
@@ -513,6 +528,7 @@ async fn drive(
         ..Report::default()
     };
     let mut known = initial.clone();
+    let mut pids_settled: Option<BTreeMap<String, u32>> = None;
     let mut failure = None;
     for i in 0..config.faults {
         let Some(kind) = config.kinds.choose(&mut rng).copied() else {
@@ -525,6 +541,16 @@ async fn drive(
                 break;
             }
         };
+        // Each member's process before the fault: one restarted that the fault did not kill is noted.
+        let pids_before = member_pids(op, &membership);
+        if let Some(settled) = &pids_settled
+            && *settled != pids_before
+        {
+            report.notes.push(format!(
+                "between fault {} and fault {i}, with no fault, member processes changed: {settled:?} -> {pids_before:?}",
+                i.saturating_sub(1)
+            ));
+        }
         let (target, held) = match inject(kind, op, &proxies, &membership, &mut rng, &config).await {
             Ok(t) => t,
             Err(e) => {
@@ -554,6 +580,17 @@ async fn drive(
             held,
             recovery,
         });
+        let pids_after = member_pids(op, &membership);
+        let killed = matches!(kind, FaultKind::KillFollower | FaultKind::KillLeader);
+        for (member, pid) in &pids_after {
+            if pids_before.get(member) != Some(pid) && !(killed && *member == target) {
+                report.notes.push(format!(
+                    "fault {i} ({kind} of {target}): the operator restarted {member} ({:?} -> {pid})",
+                    pids_before.get(member)
+                ));
+            }
+        }
+        pids_settled = Some(pids_after);
         // The member IDs stay as they were: every fault here keeps each member's data, so no member
         // needs replacing; removing one that was only frozen is what the issue forbids outright.
         if let Ok(now) = faults::membership(&endpoints).await
