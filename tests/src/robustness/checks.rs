@@ -68,12 +68,23 @@ pub async fn check_writes_readable(
         })?;
     let mut findings = Vec::new();
     for write in history.acknowledged_writes() {
-        let read = client
-            .get(
-                write.key.as_str(),
-                Some(GetOptions::new().with_revision(write.revision)),
-            )
-            .await;
+        // A read refused by a member that is restarting is asked again (this checks data, not
+        // availability).
+        let mut read = Err(etcd_client::Error::InvalidArgs("not read yet".into()));
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            read = client
+                .get(
+                    write.key.as_str(),
+                    Some(GetOptions::new().with_revision(write.revision)),
+                )
+                .await;
+            if read.is_ok() {
+                break;
+            }
+        }
         match read {
             Ok(r) => match r.kvs().first() {
                 Some(kv) if kv.value() == write.value.as_bytes() && kv.mod_revision() == write.revision => {}

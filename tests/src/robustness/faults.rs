@@ -279,12 +279,12 @@ impl PeerProxies {
     /// Cuts `member` (etcd member ID `id`) off its peers: its own proxy drops everything, and the
     /// others drop the connections it opened to them.
     pub fn isolate(&self, member: &str, id: u64) -> Result<(), RobustnessError> {
-        let proxies = self.proxies.lock().map_err(|_| RobustnessError::NoProcess {
-            member: format!("the proxies (isolating {member})"),
+        let proxies = self.proxies.lock().map_err(|_| RobustnessError::NoPeerProxy {
+            member: member.to_string(),
         })?;
         let Some(own) = proxies.get(member) else {
-            return Err(RobustnessError::NoProcess {
-                member: format!("a proxy for {member}"),
+            return Err(RobustnessError::NoPeerProxy {
+                member: member.to_string(),
             });
         };
         own.set(Mode::Blackhole);

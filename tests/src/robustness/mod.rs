@@ -59,6 +59,10 @@ pub enum RobustnessError {
     /// A member has no recorded process.
     #[error("member {member} has no running process")]
     NoProcess { member: String },
+    /// A member has no fault proxy in front of its peer port (its `member.json` records no
+    /// `advertisePeerPort`: the operator was not started with `ETCD_OPERATOR_PEER_PROXY_PORTS`).
+    #[error("member {member} has no peer proxy")]
+    NoPeerProxy { member: String },
     /// The EtcdCluster could not be created.
     #[error("create the EtcdCluster: {0}")]
     Apply(crate::kubectl::KubectlError),

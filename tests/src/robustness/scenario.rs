@@ -510,9 +510,9 @@ async fn drive(
         proxies.members()
     );
     let proxied = proxies.members();
-    if !initial.members.values().all(|m| proxied.contains(m)) {
-        return Err(RobustnessError::NoProcess {
-            member: format!("a peer proxy for every member (have {:?})", proxies.members()),
+    if let Some(missing) = initial.members.values().find(|m| !proxied.contains(m)) {
+        return Err(RobustnessError::NoPeerProxy {
+            member: missing.clone(),
         });
     }
 
