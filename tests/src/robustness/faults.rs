@@ -276,8 +276,8 @@ impl PeerProxies {
             .unwrap_or_default()
     }
 
-    /// Cuts `member` (etcd member ID `id`) off its peers: its own proxy drops everything, and the
-    /// others drop the connections it opened to them.
+    /// Cuts `member` (etcd member ID `id`) off its peers: its own proxy stalls everything, and the
+    /// others stall the connections it opened to them.
     pub fn isolate(&self, member: &str, id: u64) -> Result<(), RobustnessError> {
         let proxies = self.proxies.lock().map_err(|_| RobustnessError::NoPeerProxy {
             member: member.to_string(),
@@ -287,7 +287,7 @@ impl PeerProxies {
                 member: member.to_string(),
             });
         };
-        own.set(Mode::Blackhole);
+        own.set(Mode::Stall);
         let sender: BTreeSet<String> = [format!("{id:x}")].into();
         for (name, proxy) in proxies.iter() {
             if name != member {

@@ -3,10 +3,16 @@
 //! keeping every connection open (a blackhole: the far side sees a silent peer, not a closed
 //! one) or to delay each chunk.
 //!
-//! It can also blackhole only the connections a given member opened: etcd's peer requests name
-//! their sender in an `X-Server-From` header (plain HTTP on the peer plane), which the proxy reads
-//! from each connection's first request. A member reaches its peers on connections it opens to
-//! their proxies as well as on those they open to its own, so isolating it takes both.
+//! It can also stall (hold every byte, forward nothing, keep the connection, deliver what it held
+//! once released: what TCP shows of a partition that heals before its connections time out) the
+//! whole proxy, or only the connections a given member opened: etcd's peer requests name their
+//! sender in an `X-Server-From` header (plain HTTP on the peer plane), which the proxy reads from
+//! each connection's first request. A member reaches its peers on connections it opens to their
+//! proxies as well as on those they open to its own, so isolating it takes both.
+//!
+//! Stalling, not dropping, is what isolation uses: dropping bytes in the middle of a stream that
+//! then carries on cannot happen on a real network (TCP delivers in order or breaks the
+//! connection), and etcd may read garbage from such a stream.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -26,6 +32,9 @@ pub enum Mode {
     Pass,
     /// Read and drop them; connections stay open and new ones are accepted.
     Blackhole,
+    /// Hold them: nothing more is read or forwarded until the mode changes, then everything
+    /// held is delivered; connections stay open and new ones are accepted.
+    Stall,
     /// Forward each chunk after this long (order kept per direction).
     Delay(Duration),
 }
@@ -49,14 +58,13 @@ struct Control {
 }
 
 impl Control {
-    /// What to do with a chunk now: `None` drops it.
-    fn decide(&self) -> Option<Mode> {
-        let mode = *self.mode.borrow();
+    /// What to do with a chunk now: a connection of a blocked sender stalls.
+    fn decide(&self) -> Mode {
         let blocked = self
             .source
             .get()
             .is_some_and(|s| !s.is_empty() && self.blocked.borrow().contains(s));
-        (mode != Mode::Blackhole && !blocked).then_some(mode)
+        if blocked { Mode::Stall } else { *self.mode.borrow() }
     }
 }
 
@@ -130,8 +138,8 @@ impl FaultProxy {
         self.mode.send_replace(mode);
     }
 
-    /// Blackholes (from now on, also on open connections) the connections whose first request
-    /// names one of `senders` in `X-Server-From`; an empty set blocks none.
+    /// Stalls (from now on, also on open connections) the connections whose first request names
+    /// one of `senders` in `X-Server-From`; an empty set releases them.
     pub fn block_senders(&self, senders: BTreeSet<String>) {
         self.blocked.send_replace(senders);
     }
@@ -154,7 +162,7 @@ impl Drop for FaultProxy {
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    control: Control,
+    mut control: Control,
     first_request: bool,
 ) {
     const HEAD_LIMIT: usize = 16 * 1024;
@@ -172,10 +180,25 @@ async fn pump(
                 head = Vec::new();
             }
         }
-        match control.decide() {
-            None | Some(Mode::Blackhole) => continue,
-            Some(Mode::Pass) => {}
-            Some(Mode::Delay(d)) => tokio::time::sleep(d).await,
+        // Held here while stalled: nothing more is read, so the sender's buffers fill.
+        loop {
+            match control.decide() {
+                Mode::Stall => {
+                    tokio::select! {
+                        changed = control.mode.changed() => if changed.is_err() { return },
+                        changed = control.blocked.changed() => if changed.is_err() { return },
+                    }
+                }
+                Mode::Blackhole => break,
+                Mode::Pass => break,
+                Mode::Delay(d) => {
+                    tokio::time::sleep(d).await;
+                    break;
+                }
+            }
+        }
+        if control.decide() == Mode::Blackhole {
+            continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
@@ -257,7 +280,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn blackholes_only_the_connections_of_a_blocked_sender() {
+    async fn a_stall_holds_the_bytes_and_delivers_them_once_released() {
+        let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), echo().await)
+            .await
+            .unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        let wait = Duration::from_secs(2);
+        assert!(round_trip(&mut s, b"one", wait).await.is_some());
+        proxy.set(Mode::Stall);
+        assert_eq!(
+            round_trip(&mut s, b"held", Duration::from_millis(300)).await,
+            None
+        );
+        proxy.set(Mode::Pass);
+        // What was held comes first, then what follows: nothing lost, nothing reordered.
+        assert_eq!(
+            round_trip(&mut s, b"next", wait).await.as_deref(),
+            Some(&b"held"[..])
+        );
+        let mut rest = [0u8; 4];
+        tokio::time::timeout(wait, s.read_exact(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&rest, b"next");
+    }
+
+    #[tokio::test]
+    async fn stalls_only_the_connections_of_a_blocked_sender() {
         let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), echo().await)
             .await
             .unwrap();
@@ -277,7 +327,7 @@ mod tests {
             round_trip(&mut b, b"more", wait).await.is_some(),
             "another sender was blocked"
         );
-        // A new connection of the blocked sender is blackholed from its first request on.
+        // A new connection of the blocked sender is stalled from its first request on.
         let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(
             round_trip(&mut again, &hello("aaa"), Duration::from_millis(300)).await,
@@ -285,7 +335,11 @@ mod tests {
         );
 
         proxy.block_senders(BTreeSet::new());
-        assert!(round_trip(&mut a, b"back", wait).await.is_some());
+        // Released: the held bytes arrive, then the new ones.
+        assert_eq!(
+            round_trip(&mut a, b"back", wait).await.as_deref(),
+            Some(&b"more"[..])
+        );
     }
 
     #[tokio::test]
