@@ -5,13 +5,15 @@ CARGO ?= cargo
 # cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
 TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
 
-.PHONY: help run test test-kube bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+.PHONY: help run test test-kube robustness bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
 
 help:
 	@echo "make run    start etcd-operator locally (state in .local/)"
 	@echo "make test   install the test components, then fmt, clippy and every test"
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
 	@echo "make test-kube  the suite against a real kube-apiserver (KUBEBUILDER_ASSETS=DIR)"
+	@echo "make robustness  the long robustness suite: random faults under load, then every check"
+	@echo "                 (ROBUSTNESS_FAULTS=40, ROBUSTNESS_SEED=<n> replays a run; docs/reliability.md)"
 	@echo "make bench  run the benchmarks (release build) and print their figures"
 	@echo "make bench-fleet  only the fleet benchmark (BENCH_CLUSTERS=100,1000), beside the base commit"
 
@@ -61,6 +63,16 @@ doc-test: tools-protoc
 ## KUBEBUILDER_ASSETS (envtest's convention); without them every test fails saying how to get them.
 test-kube: tools
 	$(CARGO) $(TEST_RUNNER) -p etcd-operator-tests --features kube-apiserver --test kube_apiserver
+
+## The long robustness suite (issue 26): seeded random faults against a local-mode cluster under
+## recorded load, then the linearizability, watch, durability and HashKV checks; it prints its
+## figures. The short variant of the same test runs in `make test`.
+robustness: tools
+	if [ "$(TEST_RUNNER)" = "test" ]; then \
+	  $(CARGO) test -p etcd-operator-tests --test robustness -- --ignored --nocapture; \
+	else \
+	  $(CARGO) nextest run -p etcd-operator-tests --test robustness --run-ignored only --no-capture; \
+	fi
 
 ## Benchmarks: print figures, each beside a baseline measured in the same run (never timed tests).
 bench: tools

@@ -72,6 +72,12 @@ struct LocalArgs {
     #[arg(long, env = "ETCD_OPERATOR_NO_CONTROLLER", action = clap::ArgAction::SetTrue,
           value_parser = clap::builder::FalseyValueParser::new())]
     no_controller: bool,
+    /// For fault-injection tests: each new member advertises its peer URL on a port of its own
+    /// (`advertisePeerPort` in its `member.json`) while it listens on `peerPort`; the test puts a
+    /// proxy between the two. Without one, members cannot reach each other.
+    #[arg(long, env = "ETCD_OPERATOR_PEER_PROXY_PORTS", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::FalseyValueParser::new(), hide = true)]
+    peer_proxy_ports: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,6 +278,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         overload,
         controller,
         no_controller,
+        peer_proxy_ports,
     } = args;
     serve::install_crypto_provider();
     // Checked before anything starts: a kubeconfig that does not load stops local mode at once.
@@ -368,8 +375,19 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
             tokio::spawn(async {})
         }
         None => spawn_member_controller(
-            etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
-                .with_restore_credentials(credentials.clone()),
+            {
+                let runtime =
+                    etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
+                        .with_restore_credentials(credentials.clone());
+                if peer_proxy_ports {
+                    tracing::warn!(
+                        "members advertise separate peer ports (--peer-proxy-ports): a test proxy must forward them"
+                    );
+                    runtime.with_separate_advertised_peer_ports()
+                } else {
+                    runtime
+                }
+            },
             clusters.members,
             &members,
             (&credentials, &controller_metrics),

@@ -716,7 +716,11 @@ async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_tr
             while !stop.load(Ordering::SeqCst) {
                 if let Some(tls) = current_identity(&pki) {
                     for (ep, missed) in eps.iter().zip(missed.iter_mut()) {
-                        *missed = if answers(ep, tls.clone()).await { 0 } else { *missed + 1 };
+                        *missed = if answers(ep, tls.clone()).await {
+                            0
+                        } else {
+                            *missed + 1
+                        };
                     }
                     let down = missed.iter().filter(|m| **m >= 2).count();
                     most_down.fetch_max(i64::try_from(down).unwrap_or(i64::MAX), Ordering::SeqCst);

@@ -45,6 +45,10 @@ struct MemberFile {
     /// The peer plane uses mutual TLS with certificates of the cluster's peer CA.
     #[serde(default)]
     peer_tls: bool,
+    /// The port the member's peer URL advertises when it is not `peer_port`: a forwarder (a
+    /// fault-injecting proxy in tests) listens there and passes on to `peer_port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    advertise_peer_port: Option<u16>,
 }
 
 impl MemberFile {
@@ -53,7 +57,17 @@ impl MemberFile {
         format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
+    /// The peer URL the member advertises (and its peers dial).
     fn peer_url(&self) -> String {
+        let scheme = if self.peer_tls { "https" } else { "http" };
+        format!(
+            "{scheme}://127.0.0.1:{}",
+            self.advertise_peer_port.unwrap_or(self.peer_port)
+        )
+    }
+
+    /// The peer URL the member listens on.
+    fn listen_peer_url(&self) -> String {
         let scheme = if self.peer_tls { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.peer_port)
     }
@@ -189,6 +203,8 @@ pub struct LocalRuntime {
     /// The processes asked to stop, by pid, with when they were first sent SIGTERM (past
     /// [`STOP_TIMEOUT`] they get SIGKILL).
     stopping: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, std::time::Instant>>>,
+    /// New members advertise a peer port of their own, for a forwarder to listen on.
+    separate_advertised_peer_port: bool,
 }
 
 fn io<'a>(op: &'static str, member: &'a str) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
@@ -207,7 +223,17 @@ impl LocalRuntime {
             binaries: binaries.into(),
             restore_credentials: crate::backup::Credentials::Environment { file: None },
             stopping: std::sync::Arc::default(),
+            separate_advertised_peer_port: false,
         }
+    }
+
+    /// Gives each new member a second peer port that its peer URL advertises, recorded as
+    /// `advertisePeerPort` in its `member.json`, while it listens on `peerPort`. Nothing forwards
+    /// one to the other: for fault-injection tests, which put a proxy there (until one does, the
+    /// member's peers cannot reach it).
+    pub fn with_separate_advertised_peer_ports(mut self) -> Self {
+        self.separate_advertised_peer_port = true;
+        self
     }
 
     /// Fetches snapshots to restore from with these credentials (default: the environment).
@@ -490,14 +516,13 @@ impl LocalRuntime {
             .open(dir.join("etcd.log"))
             .map_err(io("open etcd.log", &file.name))?;
         let err = log.try_clone().map_err(io("open etcd.log", &file.name))?;
-        let peer = file.peer_url();
         let client = file.client_url();
         let launch = crate::etcd_args::MemberLaunch {
             name: &file.name,
             config,
             data_dir: dir.join("data").display().to_string(),
-            listen_peer_url: peer.clone(),
-            advertise_peer_url: peer,
+            listen_peer_url: file.listen_peer_url(),
+            advertise_peer_url: file.peer_url(),
             listen_client_url: client.clone(),
             advertise_client_url: client,
             listen_metrics_url: None,
@@ -757,6 +782,11 @@ impl Runtime for LocalRuntime {
         }
         std::fs::create_dir_all(&dir).map_err(io("create member directory", name))?;
         let (peer_port, client_port) = free_port_pair().map_err(io("choose ports", name))?;
+        let advertise_peer_port = if self.separate_advertised_peer_port {
+            Some(free_port_pair().map_err(io("choose ports", name))?.0)
+        } else {
+            None
+        };
         let file = MemberFile {
             name: name.to_string(),
             peer_port,
@@ -765,6 +795,7 @@ impl Runtime for LocalRuntime {
             started: false,
             client_tls: planes.client.is_some(),
             peer_tls: planes.peer.is_some(),
+            advertise_peer_port,
         };
         self.write_member(&dir, &file)?;
         Ok(self.to_runtime_member(cluster, &dir, &file))
@@ -1149,6 +1180,38 @@ mod tests {
         assert_eq!(a.liveness, Liveness::Reserved);
         let fresh = LocalRuntime::new(root.path(), binaries());
         assert_eq!(fresh.members(&cluster()).await.unwrap(), vec![a]);
+    }
+
+    #[tokio::test]
+    async fn a_separate_advertised_peer_port_is_recorded_and_advertised() {
+        let root = tempfile::tempdir().unwrap();
+        let plain = LocalRuntime::new(root.path().join("plain"), binaries());
+        let m = plain.reserve(&cluster(), &spec(), "c-a").await.unwrap();
+        let file = plain
+            .read_member(&plain.member_dir(&cluster(), "c-a"), "c-a")
+            .unwrap();
+        assert_eq!(file.advertise_peer_port, None);
+        assert_eq!(m.peer_url, file.listen_peer_url());
+
+        let proxied =
+            LocalRuntime::new(root.path().join("proxied"), binaries()).with_separate_advertised_peer_ports();
+        let m = proxied.reserve(&cluster(), &spec(), "c-a").await.unwrap();
+        let file = proxied
+            .read_member(&proxied.member_dir(&cluster(), "c-a"), "c-a")
+            .unwrap();
+        let advertised = file.advertise_peer_port.unwrap();
+        assert_ne!(advertised, file.peer_port);
+        assert_eq!(m.peer_url, format!("http://127.0.0.1:{advertised}"));
+        assert_eq!(
+            file.listen_peer_url(),
+            format!("http://127.0.0.1:{}", file.peer_port)
+        );
+        // Recorded in member.json, as tests read it.
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(proxied.member_dir(&cluster(), "c-a").join("member.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json["advertisePeerPort"], advertised);
     }
 
     #[tokio::test]

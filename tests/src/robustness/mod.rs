@@ -1,0 +1,91 @@
+//! A robustness suite in the style of etcd's own (issue 26): clients write and read a small
+//! keyset while faults hit a local-mode cluster; afterwards the recorded history is checked for
+//! linearizability per key, the watch streams against the writes, every acknowledged write read
+//! back and HashKV compared across members.
+//!
+//! - [`linearizability`]: the checker (Wing & Gong with memoisation, as porcupine) and the
+//!   register model;
+//! - [`history`]: the recorded client load;
+//! - [`watch`]: the watch-stream recorder;
+//! - [`checks`]: the checks run after a scenario;
+//! - [`proxy`]: a fault-injecting TCP proxy (pass, blackhole, delay);
+//! - [`faults`]: the faults a local-mode cluster can be given (SIGSTOP, SIGKILL);
+//! - [`scenario`]: the seeded runner and its figures.
+
+pub mod checks;
+pub mod faults;
+pub mod history;
+pub mod linearizability;
+pub mod proxy;
+pub mod scenario;
+pub mod watch;
+
+use std::time::Duration;
+
+/// Options for a robustness client: short timeouts, so a frozen member shows up as an unknown
+/// outcome rather than a stalled client.
+pub fn client_options(timeout: Duration) -> etcd_client::ConnectOptions {
+    etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(timeout)
+        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+}
+
+/// A step of a robustness scenario failed (not a check: checks report findings).
+#[derive(Debug, thiserror::Error)]
+pub enum RobustnessError {
+    /// No connection to the cluster could be made.
+    #[error("connect to {endpoints:?}: {source}")]
+    Connect {
+        endpoints: Vec<String>,
+        source: etcd_client::Error,
+    },
+    /// Reading the cluster (a revision, the member list, a status) failed.
+    #[error("read {what} from the cluster: {source}")]
+    Read {
+        what: &'static str,
+        source: etcd_client::Error,
+    },
+    /// A step did not finish in time.
+    #[error("{what}: not within {timeout:?}")]
+    Timeout { what: String, timeout: Duration },
+    /// Sending a signal to a process failed.
+    #[error("send {signal} to pid {pid}: {source}")]
+    Signal {
+        signal: &'static str,
+        pid: u32,
+        source: nix::Error,
+    },
+    /// A member has no recorded process.
+    #[error("member {member} has no running process")]
+    NoProcess { member: String },
+    /// A member has no fault proxy in front of its peer port (its `member.json` records no
+    /// `advertisePeerPort`: the operator was not started with `ETCD_OPERATOR_PEER_PROXY_PORTS`).
+    #[error("member {member} has no peer proxy")]
+    NoPeerProxy { member: String },
+    /// The EtcdCluster could not be created.
+    #[error("create the EtcdCluster: {0}")]
+    Apply(crate::kubectl::KubectlError),
+    /// The operator could not be restarted.
+    #[error("restart the operator: {0}")]
+    Operator(#[from] crate::operator::OperatorError),
+    /// A client task of the load ended abnormally.
+    #[error("join a load task: {0}")]
+    Join(#[from] tokio::task::JoinError),
+    /// A member cut off by the proxies still knew a leader: the partition did not isolate it.
+    #[error("{member} still knew leader {leader:x} after {held:?} cut off by the peer proxies")]
+    NotIsolated {
+        member: String,
+        held: Duration,
+        leader: u64,
+    },
+    /// `ROBUSTNESS_KINDS` names a kind that does not exist.
+    #[error("unknown fault kind {name:?} in ROBUSTNESS_KINDS (known: {})", crate::robustness::faults::FaultKind::ALL.map(|k| k.name()).join(", "))]
+    UnknownKind { name: String },
+    /// The proxy could not listen or connect.
+    #[error("proxy {what}: {source}")]
+    Proxy {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,740 @@
+//! The seeded scenario runner: a local-mode 3-member cluster under the recorded load, faults
+//! picked at random one after another, each followed by a wait until the cluster is back at its
+//! spec (timed per kind), then every check; the figures it prints are the suite's results.
+//!
+//! `ROBUSTNESS_SEED` replays a run: the seed picks the faults, their targets, their lengths and
+//! each client's operations (the timing of a real cluster is not replayed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+
+use super::RobustnessError;
+use super::checks;
+use super::faults::{self, FaultKind, Frozen, Membership, PeerProxies};
+use super::history::{self, KEY_PREFIX, LoadConfig, Request};
+use super::linearizability::Verdict;
+use super::watch;
+use crate::LocalOperator;
+
+/// The environment variable that fixes the seed.
+pub const SEED_ENV: &str = "ROBUSTNESS_SEED";
+
+/// The seed of this run: `ROBUSTNESS_SEED` when set (and a number), else one from the clock.
+pub fn seed_from_env() -> u64 {
+    std::env::var(SEED_ENV)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 % 1_000_000_000)
+                .unwrap_or_default()
+        })
+}
+
+/// The environment variable that limits the fault kinds (comma-separated names, e.g.
+/// `isolate-leader,kill-follower`); unset: every kind.
+pub const KINDS_ENV: &str = "ROBUSTNESS_KINDS";
+
+/// The fault kinds `ROBUSTNESS_KINDS` names (every kind when unset or empty).
+pub fn kinds_from_env() -> Result<Vec<FaultKind>, RobustnessError> {
+    let Ok(names) = std::env::var(KINDS_ENV) else {
+        return Ok(FaultKind::ALL.to_vec());
+    };
+    let mut kinds = Vec::new();
+    for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match FaultKind::ALL.iter().find(|k| k.name() == name) {
+            Some(kind) => kinds.push(*kind),
+            None => {
+                return Err(RobustnessError::UnknownKind {
+                    name: name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(if kinds.is_empty() {
+        FaultKind::ALL.to_vec()
+    } else {
+        kinds
+    })
+}
+
+/// What a scenario does.
+#[derive(Debug, Clone)]
+pub struct ScenarioConfig {
+    /// Seeds every random choice.
+    pub seed: u64,
+    /// Faults injected, one after another.
+    pub faults: usize,
+    /// The kinds to pick from.
+    pub kinds: Vec<FaultKind>,
+    /// How long a freeze lasts (milliseconds).
+    pub freeze_ms: Range<u64>,
+    /// Quiet time after a recovery before the next fault (milliseconds).
+    pub pause_ms: Range<u64>,
+    /// How long a killed operator stays down (milliseconds).
+    pub operator_down_ms: Range<u64>,
+    /// How long the cluster may take to come back before the run fails.
+    pub recovery_timeout: Duration,
+    /// The client load.
+    pub load: LoadConfig,
+}
+
+impl ScenarioConfig {
+    /// The short variant (`make test`): a handful of faults, freezes of 1–5 s.
+    pub fn short(seed: u64) -> Self {
+        Self {
+            seed,
+            faults: 6,
+            kinds: FaultKind::ALL.to_vec(),
+            freeze_ms: 1000..5000,
+            pause_ms: 500..2000,
+            operator_down_ms: 0..2000,
+            recovery_timeout: Duration::from_secs(60),
+            load: LoadConfig {
+                seed,
+                ..LoadConfig::default()
+            },
+        }
+    }
+
+    /// The long variant (`make robustness`): `faults` faults, freezes of 1–15 s.
+    pub fn long(seed: u64, faults: usize) -> Self {
+        Self {
+            faults,
+            freeze_ms: 1000..15_000,
+            recovery_timeout: Duration::from_secs(120),
+            ..Self::short(seed)
+        }
+    }
+}
+
+/// One fault and what followed.
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    /// Its kind.
+    pub kind: FaultKind,
+    /// What it hit (a member name, `operator`, `backing-etcd`).
+    pub target: String,
+    /// How long the fault itself lasted (a freeze's length; zero for a kill).
+    pub held: Duration,
+    /// From the end of the fault (the kill, the thaw, the operator's restart) until the cluster
+    /// was back at its spec.
+    pub recovery: Duration,
+}
+
+/// What a scenario found and measured.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Every fault, in order.
+    pub faults: Vec<FaultRecord>,
+    /// Operations the clients recorded.
+    pub operations: usize,
+    /// Writes etcd acknowledged.
+    pub acknowledged_writes: usize,
+    /// Operations with unknown outcome.
+    pub unknown_outcomes: usize,
+    /// Writes with unknown outcome the watch could not settle (they happened after the last
+    /// answer anyone got).
+    pub unknown_unsettled: usize,
+    /// Events the watch delivered.
+    pub watch_events: usize,
+    /// Re-established watches.
+    pub watch_reconnects: usize,
+    /// Keys checked for linearizability, and keys the checker could not decide.
+    pub keys_checked: usize,
+    /// Keys left undecided by the search budget.
+    pub keys_undecided: usize,
+    /// Members the operator removed although the fault only paused them.
+    pub wrongful_removals: usize,
+    /// The checker caught the stale read added to the recorded history as a control.
+    pub control_caught: bool,
+    /// What happened that no check forbids but a reader should know (a member restarted that no
+    /// fault killed).
+    pub notes: Vec<String>,
+    /// Every failed check, one line each.
+    pub findings: Vec<String>,
+    /// How long the run took.
+    pub elapsed: Duration,
+}
+
+/// p-th percentile (nearest rank) of sorted durations.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Report {
+    /// Recovery times by kind, sorted.
+    pub fn recoveries(&self) -> BTreeMap<FaultKind, Vec<Duration>> {
+        let mut by: BTreeMap<FaultKind, Vec<Duration>> = BTreeMap::new();
+        for f in &self.faults {
+            by.entry(f.kind).or_default().push(f.recovery);
+        }
+        for v in by.values_mut() {
+            v.sort_unstable();
+        }
+        by
+    }
+
+    /// The figures, as printed after a run.
+    pub fn figures(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "robustness seed {} ({}={} replays it): {} faults in {:.0}s",
+            self.seed,
+            SEED_ENV,
+            self.seed,
+            self.faults.len(),
+            self.elapsed.as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "  operations {} (acknowledged writes {}, unknown outcome {}, {} of them unsettled by the watch), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}",
+            self.operations,
+            self.acknowledged_writes,
+            self.unknown_outcomes,
+            self.unknown_unsettled,
+            self.watch_events,
+            self.watch_reconnects,
+            self.keys_checked,
+            self.keys_undecided,
+            self.control_caught,
+            self.wrongful_removals
+        );
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>6} {:>9} {:>9} {:>9}",
+            "recovery by kind", "count", "p50", "p99", "max"
+        );
+        for (kind, times) in self.recoveries() {
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>6} {:>8.2}s {:>8.2}s {:>8.2}s",
+                kind.name(),
+                times.len(),
+                percentile(&times, 50.0).as_secs_f64(),
+                percentile(&times, 99.0).as_secs_f64(),
+                times.last().copied().unwrap_or_default().as_secs_f64()
+            );
+        }
+        for note in self.notes.iter().take(20) {
+            let _ = writeln!(out, "  note: {note}");
+        }
+        if self.findings.is_empty() {
+            let _ = writeln!(out, "  every check passed");
+        } else {
+            let _ = writeln!(out, "  {} findings:", self.findings.len());
+            for f in self.findings.iter().take(40) {
+                let _ = writeln!(out, "    {f}");
+            }
+        }
+        out
+    }
+}
+
+/// The name of the cluster a scenario runs.
+pub const CLUSTER: &str = "robust";
+
+/// Status of the EtcdCluster (kubectl, run off the async workers).
+fn cluster_status(op: &LocalOperator) -> Option<serde_json::Value> {
+    tokio::task::block_in_place(|| crate::kubectl::status(op, "ec", CLUSTER).ok())
+}
+
+/// Every member answers a status call, all name the same leader, none is a learner, there are
+/// `replicas` of them, and the EtcdCluster says it is available with them all healthy.
+async fn at_spec(op: &LocalOperator, endpoints: &[String], replicas: usize) -> bool {
+    let mut leaders = BTreeSet::new();
+    for endpoint in endpoints {
+        let options = super::client_options(Duration::from_secs(1));
+        let answer = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut c = etcd_client::Client::connect([endpoint.as_str()], Some(options))
+                .await
+                .ok()?;
+            c.status().await.ok()
+        })
+        .await;
+        match answer {
+            Ok(Some(status)) if status.leader() != 0 => {
+                leaders.insert(status.leader());
+            }
+            _ => return false,
+        }
+    }
+    if leaders.len() != 1 || endpoints.len() != replicas {
+        return false;
+    }
+    cluster_status(op).is_some_and(|s| crate::local_cluster::available(&s, replicas as i64))
+}
+
+/// The operator answers `/readyz` (its backing etcd serves again).
+fn operator_ready(op: &LocalOperator) -> bool {
+    tokio::task::block_in_place(|| crate::kubectl::kubectl(op, &["get", "--raw", "/readyz"], None).is_ok())
+}
+
+/// Waits until the cluster is [`at_spec`] (and, after a fault of the operator's own processes,
+/// the operator is ready); how long that took.
+async fn wait_at_spec(
+    op: &LocalOperator,
+    endpoints: &[String],
+    kind: FaultKind,
+    timeout: Duration,
+) -> Result<Duration, RobustnessError> {
+    let began = Instant::now();
+    let operator_fault = matches!(kind, FaultKind::KillOperator | FaultKind::KillBackingEtcd);
+    while began.elapsed() < timeout {
+        if (!operator_fault || operator_ready(op)) && at_spec(op, endpoints, 3).await {
+            return Ok(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(RobustnessError::Timeout {
+        what: "the cluster back at its spec (3 healthy voters, one leader, Available)".into(),
+        timeout,
+    })
+}
+
+fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
+    if range.is_empty() {
+        Duration::from_millis(range.start)
+    } else {
+        Duration::from_millis(rng.random_range(range.clone()))
+    }
+}
+
+/// The pid of each member's process (members without a running process left out).
+fn member_pids(op: &LocalOperator, membership: &Membership) -> BTreeMap<String, u32> {
+    membership
+        .members
+        .values()
+        .filter_map(|m| Some((m.clone(), faults::member_pid(op, CLUSTER, m).ok()?)))
+        .collect()
+}
+
+/// Injects one fault; what it hit and how long it was held.
+async fn inject(
+    kind: FaultKind,
+    op: &mut LocalOperator,
+    proxies: &PeerProxies,
+    membership: &Membership,
+    rng: &mut rand::rngs::StdRng,
+    config: &ScenarioConfig,
+) -> Result<(String, Duration), RobustnessError> {
+    let follower = membership
+        .followers()
+        .choose(rng)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let leader = membership.leader_name().unwrap_or_default().to_string();
+    match kind {
+        FaultKind::FreezeFollower | FaultKind::FreezeLeader => {
+            let member = if kind == FaultKind::FreezeLeader {
+                leader
+            } else {
+                follower
+            };
+            let pid = faults::member_pid(op, CLUSTER, &member)?;
+            let held = pick_ms(rng, &config.freeze_ms);
+            let frozen = Frozen::freeze(pid)?;
+            tokio::time::sleep(held).await;
+            frozen.thaw()?;
+            Ok((member, held))
+        }
+        FaultKind::KillFollower | FaultKind::KillLeader => {
+            let member = if kind == FaultKind::KillLeader {
+                leader
+            } else {
+                follower
+            };
+            faults::sigkill(faults::member_pid(op, CLUSTER, &member)?)?;
+            Ok((member, Duration::ZERO))
+        }
+        FaultKind::KillOperator => {
+            let down = pick_ms(rng, &config.operator_down_ms);
+            op.crash();
+            tokio::time::sleep(down).await;
+            op.start_again().await?;
+            Ok(("operator".into(), down))
+        }
+        FaultKind::KillBackingEtcd => {
+            faults::sigkill(faults::backing_etcd_pid(op)?)?;
+            Ok(("backing-etcd".into(), Duration::ZERO))
+        }
+        FaultKind::IsolateFollower | FaultKind::IsolateLeader | FaultKind::IsolateLeaderBriefly => {
+            let member = if kind == FaultKind::IsolateFollower {
+                follower
+            } else {
+                leader
+            };
+            let id = membership
+                .members
+                .iter()
+                .find(|(_, name)| **name == member)
+                .map(|(id, _)| *id)
+                .unwrap_or_default();
+            let held = if kind == FaultKind::IsolateLeaderBriefly {
+                pick_ms(rng, &(800..2000))
+            } else {
+                pick_ms(rng, &config.freeze_ms)
+            };
+            let isolated = proxies.isolate(&member, id);
+            let mut seen = None;
+            if isolated.is_ok() {
+                tokio::time::sleep(held).await;
+                // Cut off for more than two election timeouts (1 s), the member must know no
+                // leader (a leader steps down without a quorum): proof the partition is real.
+                if held >= Duration::from_secs(3)
+                    && let Some(url) = membership.client_urls.get(&id)
+                {
+                    seen = faults::leader_seen_by(url).await;
+                }
+            }
+            proxies.heal();
+            isolated?;
+            match seen {
+                Some(leader) if leader != 0 => Err(RobustnessError::NotIsolated { member, held, leader }),
+                _ => Ok((member, held)),
+            }
+        }
+    }
+}
+
+/// Runs a scenario on a fresh local-mode operator: brings up the cluster, runs the load and the
+/// faults, then the checks. A step that cannot be done (the cluster never comes back) is an
+/// error; what the checks find is in the report.
+#[allow(clippy::print_stdout)]
+pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
+    let run_began = Instant::now();
+    println!(
+        "robustness: seed {} (set {}={} to replay), {} faults of {:?}",
+        config.seed,
+        SEED_ENV,
+        config.seed,
+        config.faults,
+        config.kinds.iter().map(|k| k.name()).collect::<Vec<_>>()
+    );
+    // Members advertise a peer port of their own, where a fault proxy forwards to the real one.
+    let mut op = LocalOperator::start_with(crate::operator::OperatorOptions {
+        env: vec![("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into())],
+        args: Vec::new(),
+    })
+    .await?;
+    let outcome = drive(&mut op, &config, run_began).await;
+    let failed = outcome.as_ref().map_or(true, |r| !r.findings.is_empty());
+    if failed {
+        match keep_logs(&op, config.seed) {
+            Ok(dir) => println!(
+                "robustness: the operator's and members' logs are kept in {}",
+                dir.display()
+            ),
+            Err(e) => println!("robustness: the logs could not be kept: {e}"),
+        }
+    }
+    drop(op);
+    outcome
+}
+
+/// Copies the operator's logs and every member's etcd log out of the state directory (removed
+/// with the operator) into `$TMPDIR/robustness-seed-<seed>-<pid>/`.
+fn keep_logs(op: &LocalOperator, seed: u64) -> std::io::Result<std::path::PathBuf> {
+    let dest = std::env::temp_dir().join(format!("robustness-seed-{seed}-{}", std::process::id()));
+    std::fs::create_dir_all(&dest)?;
+    for entry in std::fs::read_dir(op.state_dir())?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("operator-") && name.ends_with(".log") {
+            std::fs::copy(entry.path(), dest.join(&name))?;
+        }
+    }
+    let members = crate::local_cluster::cluster_dir(op, CLUSTER);
+    for entry in std::fs::read_dir(&members).into_iter().flatten().flatten() {
+        let log = entry.path().join("etcd.log");
+        if log.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            std::fs::copy(&log, dest.join(format!("{name}.etcd.log")))?;
+        }
+    }
+    Ok(dest)
+}
+
+/// The scenario proper on a started operator: the cluster, the load, the faults, the checks.
+#[allow(clippy::print_stdout)]
+async fn drive(
+    op: &mut LocalOperator,
+    config: &ScenarioConfig,
+    run_began: Instant,
+) -> Result<Report, RobustnessError> {
+    let config = config.clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
+    let proxies = PeerProxies::start(crate::local_cluster::cluster_dir(op, CLUSTER));
+    tokio::task::block_in_place(|| {
+        crate::kubectl::apply(op, &crate::local_cluster::cluster_yaml(CLUSTER, 3))
+    })
+    .map_err(RobustnessError::Apply)?;
+    let status = {
+        let began = Instant::now();
+        loop {
+            if let Some(s) = cluster_status(op)
+                && crate::local_cluster::available(&s, 3)
+            {
+                break s;
+            }
+            if began.elapsed() > Duration::from_secs(120) {
+                return Err(RobustnessError::Timeout {
+                    what: format!("3 healthy members at first; operator log:\n{}", op.log_tail()),
+                    timeout: Duration::from_secs(120),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let endpoints = crate::kubectl::client_endpoints(&status);
+    let initial = faults::membership(&endpoints).await?;
+    println!(
+        "robustness: cluster up after {:.1}s: members {:?}, leader {}, peer proxies for {:?}",
+        run_began.elapsed().as_secs_f64(),
+        initial.members.values().collect::<Vec<_>>(),
+        initial.leader_name().unwrap_or("?"),
+        proxies.members()
+    );
+    let proxied = proxies.members();
+    if let Some(missing) = initial.members.values().find(|m| !proxied.contains(m)) {
+        return Err(RobustnessError::NoPeerProxy {
+            member: missing.clone(),
+        });
+    }
+
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = history::start_load(endpoints.clone(), config.load.clone(), started, stop.clone());
+    let (until, until_rx) = tokio::sync::watch::channel(None);
+    let watcher = watch::start_watch(endpoints.clone(), KEY_PREFIX.to_string(), until_rx);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut report = Report {
+        seed: config.seed,
+        ..Report::default()
+    };
+    let mut known = initial.clone();
+    let mut pids_settled: Option<BTreeMap<String, u32>> = None;
+    let mut failure = None;
+    for i in 0..config.faults {
+        let Some(kind) = config.kinds.choose(&mut rng).copied() else {
+            break;
+        };
+        let membership = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
+            Ok(m) => m,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        // Each member's process before the fault: one restarted that the fault did not kill is noted.
+        let pids_before = member_pids(op, &membership);
+        if let Some(settled) = &pids_settled
+            && *settled != pids_before
+        {
+            report.notes.push(format!(
+                "between fault {} and fault {i}, with no fault, member processes changed: {settled:?} -> {pids_before:?}",
+                i.saturating_sub(1)
+            ));
+        }
+        let (target, held) = match inject(kind, op, &proxies, &membership, &mut rng, &config).await {
+            Ok(t) => t,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let recovery = match wait_at_spec(op, &endpoints, kind, config.recovery_timeout).await {
+            Ok(d) => d,
+            Err(e) => {
+                report.findings.push(format!(
+                    "fault {i} ({kind} of {target}, seed {}): {e}",
+                    config.seed
+                ));
+                failure = Some(e);
+                break;
+            }
+        };
+        println!(
+            "robustness: fault {i}: {kind} of {target} (held {:.1}s), back at spec {:.2}s later",
+            held.as_secs_f64(),
+            recovery.as_secs_f64()
+        );
+        report.faults.push(FaultRecord {
+            kind,
+            target: target.clone(),
+            held,
+            recovery,
+        });
+        let pids_after = member_pids(op, &membership);
+        let killed = matches!(kind, FaultKind::KillFollower | FaultKind::KillLeader);
+        for (member, pid) in &pids_after {
+            if pids_before.get(member) != Some(pid) && !(killed && *member == target) {
+                report.notes.push(format!(
+                    "fault {i} ({kind} of {target}): the operator restarted {member} ({:?} -> {pid})",
+                    pids_before.get(member)
+                ));
+            }
+        }
+        pids_settled = Some(pids_after);
+        // The member IDs stay as they were: every fault here keeps each member's data, so no member
+        // needs replacing; removing one that was only frozen is what the issue forbids outright.
+        if let Ok(now) = faults::membership(&endpoints).await
+            && now.members != known.members
+        {
+            let gone: Vec<_> = known
+                .members
+                .iter()
+                .filter(|(id, _)| !now.members.contains_key(id))
+                .collect();
+            report.findings.push(format!(
+                "after fault {i} ({kind} of {target}, seed {}) the members changed: {:?} -> {:?} (removed {gone:?})",
+                config.seed, known.members, now.members
+            ));
+            if kind.only_pauses() {
+                report.wrongful_removals += gone.len();
+            }
+            known = now;
+        }
+        tokio::time::sleep(pick_ms(&mut rng, &config.pause_ms)).await;
+    }
+
+    stop.store(true, Ordering::SeqCst);
+    let mut history = load.await?;
+    history::final_reads(&mut history, &endpoints, &config.load, started).await?;
+    // A last write, so the watch knows the revision it must reach.
+    let mut client =
+        etcd_client::Client::connect(&endpoints, Some(super::client_options(Duration::from_secs(5))))
+            .await
+            .map_err(|source| RobustnessError::Connect {
+                endpoints: endpoints.clone(),
+                source,
+            })?;
+    let marker = history::record(
+        &mut client,
+        config.load.clients + 1,
+        &format!("{KEY_PREFIX}marker"),
+        Request::Put { value: "end".into() },
+        Duration::from_secs(10),
+        started,
+    )
+    .await;
+    history.ops.push(marker);
+    let revision = checks::current_revision(&endpoints).await?;
+    until.send_replace(Some(revision));
+    let log = watcher.await?;
+
+    report.operations = history.ops.len();
+    report.acknowledged_writes = history.acknowledged_writes().len();
+    report.unknown_outcomes = history.failed();
+    report.watch_events = log.events.len();
+    report.watch_reconnects = log.reconnects;
+    // Unknown outcomes settled by the watch when it is complete (else the search may not end).
+    let checked = if log.incomplete.is_none() {
+        history.settled_by_watch(&log.events)
+    } else {
+        history.clone()
+    };
+    report.unknown_unsettled = checked
+        .ops
+        .iter()
+        .filter(|op| op.request != Request::Get && matches!(op.response, history::Response::Failed { .. }))
+        .count();
+    for verdict in checked.check_linearizable(5_000_000) {
+        report.keys_checked += 1;
+        match &verdict.verdict {
+            Verdict::Linearizable => {}
+            Verdict::Undecided { steps } => {
+                report.keys_undecided += 1;
+                println!("robustness: key {} undecided after {steps} steps", verdict.key);
+            }
+            Verdict::NotLinearizable { longest, stuck } => {
+                let stuck_op = verdict.checked.get(*stuck);
+                report.findings.push(format!(
+                    "key {}: not linearizable (seed {}): {} of {} operations placed, then {:?} cannot be",
+                    verdict.key,
+                    config.seed,
+                    longest.len(),
+                    verdict.operations,
+                    stuck_op
+                ));
+            }
+        }
+    }
+    // The checker must be able to fail on this very history: one stale read added must be caught.
+    match checked.stale_read_control(5_000_000) {
+        Some(v) if v.is_violation() => report.control_caught = true,
+        other => report.findings.push(format!(
+            "the checker's control (a stale read added to the recorded history) was not caught: {other:?}"
+        )),
+    }
+    report.findings.extend(checks::check_watch(&history, &log));
+    report
+        .findings
+        .extend(checks::check_writes_readable(&endpoints, &history).await?);
+    report
+        .findings
+        .extend(checks::check_hash_kv(&endpoints, revision).await);
+    report.elapsed = run_began.elapsed();
+    if let Some(e) = failure {
+        println!("{}", report.figures());
+        return Err(e);
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let d: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&d, 50.0), Duration::from_millis(50));
+        assert_eq!(percentile(&d, 99.0), Duration::from_millis(99));
+        assert_eq!(percentile(&d[..1], 99.0), Duration::from_millis(1));
+        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn figures_name_the_seed_and_each_kind() {
+        let report = Report {
+            seed: 42,
+            faults: vec![
+                FaultRecord {
+                    kind: FaultKind::KillLeader,
+                    target: "a".into(),
+                    held: Duration::ZERO,
+                    recovery: Duration::from_millis(1500),
+                },
+                FaultRecord {
+                    kind: FaultKind::KillLeader,
+                    target: "b".into(),
+                    held: Duration::ZERO,
+                    recovery: Duration::from_millis(500),
+                },
+            ],
+            findings: vec!["key robust/0: not linearizable".into()],
+            ..Report::default()
+        };
+        let text = report.figures();
+        assert!(text.contains("ROBUSTNESS_SEED=42"), "{text}");
+        assert!(text.contains("kill-leader"), "{text}");
+        assert!(text.contains("1.50s"), "{text}");
+        assert!(text.contains("1 findings"), "{text}");
+    }
+}
