@@ -27,9 +27,12 @@ async fn run_and_assert(mut config: ScenarioConfig) {
     config.kinds = scenario::kinds_from_env().unwrap();
     let seed = config.seed;
     let faults = config.faults;
-    let report = scenario::run(config)
-        .await
-        .unwrap_or_else(|e| panic!("robustness scenario (ROBUSTNESS_SEED={seed}) could not finish: {e}"));
+    let report = scenario::run(config).await.unwrap_or_else(|e| {
+        panic!(
+            "robustness scenario (ROBUSTNESS_SEED={seed}) could not finish: {}",
+            etcd_operator_api::report::chain(&e)
+        )
+    });
     println!("{}", report.figures());
     assert_eq!(report.faults.len(), faults, "not every fault was injected");
     assert!(

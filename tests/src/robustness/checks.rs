@@ -100,8 +100,11 @@ pub async fn check_writes_readable(
                 )),
             },
             Err(e) => findings.push(format!(
-                "acknowledged write {}={} at revision {} cannot be read back: {e}",
-                write.key, write.value, write.revision
+                "acknowledged write {}={} at revision {} cannot be read back: {}",
+                write.key,
+                write.value,
+                write.revision,
+                etcd_operator_api::report::chain(&e)
             )),
         }
     }

@@ -35,13 +35,13 @@ pub fn client_options(timeout: Duration) -> etcd_client::ConnectOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum RobustnessError {
     /// No connection to the cluster could be made.
-    #[error("connect to {endpoints:?}: {source}")]
+    #[error("connect to {endpoints:?}")]
     Connect {
         endpoints: Vec<String>,
         source: etcd_client::Error,
     },
     /// Reading the cluster (a revision, the member list, a status) failed.
-    #[error("read {what} from the cluster: {source}")]
+    #[error("read {what} from the cluster")]
     Read {
         what: &'static str,
         source: etcd_client::Error,
@@ -50,7 +50,7 @@ pub enum RobustnessError {
     #[error("{what}: not within {timeout:?}")]
     Timeout { what: String, timeout: Duration },
     /// Sending a signal to a process failed.
-    #[error("send {signal} to pid {pid}: {source}")]
+    #[error("send {signal} to pid {pid}")]
     Signal {
         signal: &'static str,
         pid: u32,
@@ -67,10 +67,10 @@ pub enum RobustnessError {
     #[error("create the EtcdCluster: {0}")]
     Apply(crate::kubectl::KubectlError),
     /// The operator could not be restarted.
-    #[error("restart the operator: {0}")]
+    #[error("restart the operator")]
     Operator(#[from] crate::operator::OperatorError),
     /// A client task of the load ended abnormally.
-    #[error("join a load task: {0}")]
+    #[error("join a load task")]
     Join(#[from] tokio::task::JoinError),
     /// A member cut off by the proxies still knew a leader: the partition did not isolate it.
     #[error("{member} still knew leader {leader:x} after {held:?} cut off by the peer proxies")]
@@ -83,7 +83,7 @@ pub enum RobustnessError {
     #[error("unknown fault kind {name:?} in ROBUSTNESS_KINDS (known: {})", crate::robustness::faults::FaultKind::ALL.map(|k| k.name()).join(", "))]
     UnknownKind { name: String },
     /// The proxy could not listen or connect.
-    #[error("proxy {what}: {source}")]
+    #[error("proxy {what}")]
     Proxy {
         what: &'static str,
         source: std::io::Error,

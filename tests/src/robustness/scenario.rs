@@ -440,7 +440,10 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
                 "robustness: the operator's and members' logs are kept in {}",
                 dir.display()
             ),
-            Err(e) => println!("robustness: the logs could not be kept: {e}"),
+            Err(e) => println!(
+                "robustness: the logs could not be kept: {}",
+                etcd_operator_api::report::chain(&e)
+            ),
         }
     }
     drop(op);
@@ -562,8 +565,9 @@ async fn drive(
             Ok(d) => d,
             Err(e) => {
                 report.findings.push(format!(
-                    "fault {i} ({kind} of {target}, seed {}): {e}",
-                    config.seed
+                    "fault {i} ({kind} of {target}, seed {}): {}",
+                    config.seed,
+                    etcd_operator_api::report::chain(&e)
                 ));
                 failure = Some(e);
                 break;
