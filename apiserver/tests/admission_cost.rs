@@ -272,7 +272,41 @@ async fn huge_objects_are_admitted_or_refused_while_the_server_answers_others() 
             "the stored object is the one the create returned"
         );
     }
-    // The refused ones stored nothing: only the accepted keys are new, one revision each.
+    // A one-label patch of the huge object: that label is the patcher's, the rest stay the
+    // creator's.
+    let req = Request::builder()
+        .method(Method::PATCH)
+        .uri(format!("{COLL}/huge-labels?fieldManager=patcher"))
+        .header("content-type", "application/merge-patch+json")
+        .body(Body::from(
+            json!({"metadata": {"labels": {"patched": "yes"}}}).to_string(),
+        ))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let patched: Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let mut labels = sent[0]["metadata"]["labels"].as_object().unwrap().clone();
+    labels.insert("patched".into(), json!("yes"));
+    assert_eq!(patched["metadata"]["labels"], Value::Object(labels));
+    let entries = patched["metadata"]["managedFields"].as_array().unwrap();
+    let of = |manager: &str| {
+        entries.iter().find(|e| e["manager"] == manager).map(|e| {
+            e["fieldsV1"]["f:metadata"]["f:labels"]
+                .as_object()
+                .map_or(0, Map::len)
+        })
+    };
+    assert_eq!(of("patcher"), Some(1));
+    assert_eq!(
+        of("unknown"),
+        Some(20_000),
+        "{:?}",
+        entries.iter().map(|e| &e["manager"]).collect::<Vec<_>>()
+    );
+
+    // The refused ones stored nothing: only the accepted keys are new, one revision each (and
+    // the patch's).
     let (keys_after, revision_after) = stored(&backend).await;
     let new: BTreeSet<String> = keys_after.difference(&keys_before).cloned().collect();
     assert_eq!(
@@ -282,7 +316,7 @@ async fn huge_objects_are_admitted_or_refused_while_the_server_answers_others() 
             format!("{PREFIX}team-a/huge-labels")
         ])
     );
-    assert_eq!(revision_after, revision_before + 2);
+    assert_eq!(revision_after, revision_before + 3);
     for r in &requests[2..] {
         let (code, _) = call(&app, Method::GET, &format!("{COLL}/{}", r.name), String::new()).await;
         assert_eq!(code, 404, "{}", r.name);

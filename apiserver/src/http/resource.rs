@@ -1046,11 +1046,15 @@ async fn apply(
             }
         }
         t.admit_namespace(name, ns).await?;
-        let applied_set = crate::registry::fieldset::fields_of(&applied, ctx.scope());
-        let (versioned, mut warnings) = decode_request(t.kind, obj, &t.version, opts.field_validation)?;
-        let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
-        warnings.extend(admitted);
-        managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+        let heavy = is_heavy(bytes.len(), None);
+        let (stored, name, warnings) = offload(heavy, || {
+            let applied_set = crate::registry::fieldset::fields_of(&applied, ctx.scope());
+            let (versioned, mut warnings) = decode_request(t.kind, obj, &t.version, opts.field_validation)?;
+            let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
+            warnings.extend(admitted);
+            managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+            Ok::<_, ApiError>((stored, name, warnings))
+        })?;
         let result = if opts.dry_run {
             stored
         } else {
@@ -1059,7 +1063,9 @@ async fn apply(
                 .await
                 .map_err(|e| t.storage_error(e, &name))?
         };
-        return object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings);
+        return offload(heavy, || {
+            object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings)
+        });
     }
     let mut warnings = Vec::new();
     let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
