@@ -768,14 +768,32 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
 /// writer's entry becomes `applied` (apply) or gains the modified fields (update). Empty entries
 /// are dropped; an entry's time moves only when its fields change.
 pub fn record(
-    mut entries: Vec<Entry>,
+    entries: Vec<Entry>,
     writer: &Writer<'_>,
     applied: Option<&FieldSet>,
     changes: &BTreeMap<String, Change>,
     force: bool,
 ) -> Result<Vec<Entry>, Vec<Conflict>> {
+    record_tracked(entries, writer, applied, changes, force).map(|(entries, _)| entries)
+}
+
+/// The entries after a write, and for each the index of the entry it was when the write left it
+/// exactly as it was ([`record_tracked`]).
+pub type Recorded = (Vec<Entry>, Vec<Option<usize>>);
+
+/// [`record`], also telling for each resulting entry the index of the given entry it is, when
+/// the write left that entry exactly as it was (`None`: new or changed). An unchanged entry's
+/// stored JSON can be kept as it is instead of being encoded again.
+pub fn record_tracked(
+    mut entries: Vec<Entry>,
+    writer: &Writer<'_>,
+    applied: Option<&FieldSet>,
+    changes: &BTreeMap<String, Change>,
+    force: bool,
+) -> Result<Recorded, Vec<Conflict>> {
+    let mut origin: Vec<Option<usize>> = (0..entries.len()).map(Some).collect();
     let mut conflicts = Vec::new();
-    for e in entries.iter_mut().filter(|e| !e.is_of(writer)) {
+    for (i, e) in entries.iter_mut().enumerate().filter(|(_, e)| !e.is_of(writer)) {
         let Some(change) = changes.get(&e.api_version) else {
             continue;
         };
@@ -789,6 +807,7 @@ pub fn record(
         let kept = e.fields.difference(&taken).difference(&change.removed);
         if kept != e.fields {
             e.fields = kept;
+            origin[i] = None;
         }
     }
     if !conflicts.is_empty() {
@@ -818,11 +837,23 @@ pub fn record(
         fields,
     };
     match position {
-        Some(i) => entries[i] = entry,
-        None => entries.push(entry),
+        Some(i) => {
+            if previous.as_ref() != Some(&entry) {
+                origin[i] = None;
+            }
+            entries[i] = entry;
+        }
+        None => {
+            entries.push(entry);
+            origin.push(None);
+        }
     }
-    entries.retain(|e| !e.fields.is_empty());
-    Ok(entries)
+    let (entries, origin) = entries
+        .into_iter()
+        .zip(origin)
+        .filter(|(e, _)| !e.fields.is_empty())
+        .unzip();
+    Ok((entries, origin))
 }
 
 /// The fields an applier stopped applying and nobody else owns: what apply removes from the
