@@ -9,15 +9,23 @@
 //! - [`watch`]: the watch-stream recorder;
 //! - [`checks`]: the checks run after a scenario;
 //! - [`proxy`]: a fault-injecting TCP proxy (pass, blackhole, delay);
-//! - [`faults`]: the faults a local-mode cluster can be given (SIGSTOP, SIGKILL);
+//! - [`faults`]: the faults a local-mode cluster can be given (SIGSTOP, SIGKILL, isolation, a
+//!   full disk);
+//! - [`disk`]: members' data on small tmpfs mounts, filled and freed;
+//! - [`operations`]: spec changes (scale, roll, template roll, defragmentation, backup) made
+//!   under load, each overlapped by a fault or an operator kill at one of its steps;
+//! - [`status`]: what the EtcdCluster's status said during the run;
 //! - [`scenario`]: the seeded runner and its figures.
 
 pub mod checks;
+pub mod disk;
 pub mod faults;
 pub mod history;
 pub mod linearizability;
+pub mod operations;
 pub mod proxy;
 pub mod scenario;
+pub mod status;
 pub mod watch;
 
 use std::time::Duration;
@@ -82,6 +90,18 @@ pub enum RobustnessError {
     /// `ROBUSTNESS_KINDS` names a kind that does not exist.
     #[error("unknown fault kind {name:?} in ROBUSTNESS_KINDS (known: {})", crate::robustness::faults::FaultKind::ALL.map(|k| k.name()).join(", "))]
     UnknownKind { name: String },
+    /// A full-disk fault could not be set up or healed.
+    #[error("{what}: {detail}")]
+    Disk { what: &'static str, detail: String },
+    /// A spec change of an operation could not be made, or its object not read.
+    #[error("{what}")]
+    Operation {
+        what: String,
+        source: Box<crate::kubectl::KubectlError>,
+    },
+    /// An operation's phase ended in a state it must not (a backup that failed).
+    #[error("{what}: {detail}")]
+    PhaseFailed { what: String, detail: String },
     /// The proxy could not listen or connect.
     #[error("proxy {what}")]
     Proxy {

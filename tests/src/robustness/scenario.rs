@@ -12,14 +12,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
 use super::RobustnessError;
 use super::checks;
+use super::disk::SmallDisks;
 use super::faults::{self, FaultKind, Frozen, Membership, PeerProxies};
 use super::history::{self, KEY_PREFIX, LoadConfig, Request};
 use super::linearizability::Verdict;
+use super::operations::{self, Change, Done, LogCursor, OperationKind, Phase, SpecState};
 use super::watch;
 use crate::LocalOperator;
 
@@ -66,6 +68,33 @@ pub fn kinds_from_env() -> Result<Vec<FaultKind>, RobustnessError> {
     })
 }
 
+/// The environment variable that limits the operations (comma-separated names, e.g.
+/// `scale,roll`; `none` for none); unset: the variant's own.
+pub const OPERATIONS_ENV: &str = "ROBUSTNESS_OPERATIONS";
+
+/// The operations `ROBUSTNESS_OPERATIONS` names; `None` when unset.
+pub fn operations_from_env() -> Result<Option<Vec<OperationKind>>, RobustnessError> {
+    let Ok(names) = std::env::var(OPERATIONS_ENV) else {
+        return Ok(None);
+    };
+    let mut kinds = Vec::new();
+    for name in names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && *n != "none")
+    {
+        match OperationKind::ALL.iter().find(|k| k.name() == name) {
+            Some(kind) => kinds.push(*kind),
+            None => {
+                return Err(RobustnessError::UnknownKind {
+                    name: name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(Some(kinds))
+}
+
 /// What a scenario does.
 #[derive(Debug, Clone)]
 pub struct ScenarioConfig {
@@ -85,6 +114,11 @@ pub struct ScenarioConfig {
     pub recovery_timeout: Duration,
     /// The client load.
     pub load: LoadConfig,
+    /// The spec changes to pick from.
+    pub operations: Vec<OperationKind>,
+    /// The share of the rounds that make a spec change (overlapped by a fault) instead of only a
+    /// fault, 0 to 1.
+    pub operation_share: f64,
 }
 
 impl ScenarioConfig {
@@ -102,6 +136,20 @@ impl ScenarioConfig {
                 seed,
                 ..LoadConfig::default()
             },
+            operations: Vec::new(),
+            operation_share: 0.0,
+        }
+    }
+
+    /// The short variant of spec changes under faults (`make test`): `rounds` spec changes, each
+    /// overlapped by a fault or an operator kill at one of its steps.
+    pub fn short_operations(seed: u64, rounds: usize) -> Self {
+        Self {
+            faults: rounds,
+            operations: OperationKind::ALL.to_vec(),
+            operation_share: 1.0,
+            recovery_timeout: Duration::from_secs(180),
+            ..Self::short(seed)
         }
     }
 
@@ -110,7 +158,9 @@ impl ScenarioConfig {
         Self {
             faults,
             freeze_ms: 1000..15_000,
-            recovery_timeout: Duration::from_secs(120),
+            recovery_timeout: Duration::from_secs(180),
+            operations: OperationKind::ALL.to_vec(),
+            operation_share: 0.25,
             ..Self::short(seed)
         }
     }
@@ -130,6 +180,24 @@ pub struct FaultRecord {
     pub recovery: Duration,
 }
 
+/// One phase of a spec change and the fault that overlapped it.
+#[derive(Debug, Clone)]
+pub struct OperationRecord {
+    /// The operation.
+    pub kind: OperationKind,
+    /// The phase (`scale 3 -> 4`, `roll 3.5.1 -> 3.5.16`, …).
+    pub phase: String,
+    /// The fault that overlapped it (`kill-operator`, `freeze-follower of robust-x`, …).
+    pub fault: String,
+    /// For an operator kill: the step whose log line it followed (none: the phase was done
+    /// first, and the kill came after it).
+    pub after_step: Option<&'static str>,
+    /// From the spec change until the phase was done.
+    pub took: Duration,
+    /// From the end of the fault until the phase was done.
+    pub recovery: Duration,
+}
+
 /// What a scenario found and measured.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -137,6 +205,17 @@ pub struct Report {
     pub seed: u64,
     /// Every fault, in order.
     pub faults: Vec<FaultRecord>,
+    /// Every phase of a spec change, in order.
+    pub spec_changes: Vec<OperationRecord>,
+    /// Rounds completed (a fault, or a spec change with the faults overlapping its phases).
+    pub rounds: usize,
+    /// Faults long enough that the status must have called their member unhealthy (a freeze or
+    /// an isolation of [`STATUS_MUST_TELL`] or more), and how many it did.
+    pub status_checked: usize,
+    /// Of those, how many the status told.
+    pub status_told: usize,
+    /// The `Degraded` reasons the status carried during faults.
+    pub degraded_reasons: BTreeSet<String>,
     /// Operations the clients recorded.
     pub operations: usize,
     /// Writes etcd acknowledged.
@@ -203,7 +282,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  operations {} (acknowledged writes {}, unknown outcome {}, {} of them unsettled by the watch), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}",
+            "  operations {} (acknowledged writes {}, unknown outcome {}, {} of them unsettled by the watch), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}, long faults the status told {}/{} (Degraded reasons seen: {:?})",
             self.operations,
             self.acknowledged_writes,
             self.unknown_outcomes,
@@ -213,7 +292,10 @@ impl Report {
             self.keys_checked,
             self.keys_undecided,
             self.control_caught,
-            self.wrongful_removals
+            self.wrongful_removals,
+            self.status_told,
+            self.status_checked,
+            self.degraded_reasons
         );
         let _ = writeln!(
             out,
@@ -231,6 +313,39 @@ impl Report {
                 times.last().copied().unwrap_or_default().as_secs_f64()
             );
         }
+        if !self.spec_changes.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<26} {:>6} {:>9} {:>9}   overlapping faults",
+                "spec change", "count", "took p50", "max"
+            );
+            let mut by: BTreeMap<&str, Vec<&OperationRecord>> = BTreeMap::new();
+            for o in &self.spec_changes {
+                by.entry(o.kind.name()).or_default().push(o);
+            }
+            for (kind, records) in by {
+                let mut took: Vec<Duration> = records.iter().map(|r| r.took).collect();
+                took.sort_unstable();
+                let mut faults: BTreeMap<String, usize> = BTreeMap::new();
+                for r in &records {
+                    let name = match r.after_step {
+                        Some(step) => format!("kill-operator after {step}"),
+                        None => r.fault.split(" of ").next().unwrap_or_default().to_string(),
+                    };
+                    *faults.entry(name).or_default() += 1;
+                }
+                let faults: Vec<String> = faults.iter().map(|(f, n)| format!("{f} x{n}")).collect();
+                let _ = writeln!(
+                    out,
+                    "  {:<26} {:>6} {:>8.1}s {:>8.1}s   {}",
+                    kind,
+                    records.len(),
+                    percentile(&took, 50.0).as_secs_f64(),
+                    took.last().copied().unwrap_or_default().as_secs_f64(),
+                    faults.join(", ")
+                );
+            }
+        }
         for note in self.notes.iter().take(20) {
             let _ = writeln!(out, "  note: {note}");
         }
@@ -246,6 +361,11 @@ impl Report {
     }
 }
 
+/// A freeze or isolation at least this long must show in the status: the operator looks at the
+/// members every few seconds, and the member is unhealthy (no answer, or no leader) for most of
+/// it.
+pub const STATUS_MUST_TELL: Duration = Duration::from_secs(7);
+
 /// The name of the cluster a scenario runs.
 pub const CLUSTER: &str = "robust";
 
@@ -256,9 +376,16 @@ fn cluster_status(op: &LocalOperator) -> Option<serde_json::Value> {
 
 /// Every member answers a status call, all name the same leader, none is a learner, there are
 /// `replicas` of them, and the EtcdCluster says it is available with them all healthy.
-async fn at_spec(op: &LocalOperator, endpoints: &[String], replicas: usize) -> bool {
+async fn at_spec(op: &LocalOperator, replicas: usize) -> bool {
+    let Some(status) = cluster_status(op) else {
+        return false;
+    };
+    if !crate::local_cluster::available(&status, replicas as i64) {
+        return false;
+    }
+    let endpoints = crate::kubectl::client_endpoints(&status);
     let mut leaders = BTreeSet::new();
-    for endpoint in endpoints {
+    for endpoint in &endpoints {
         let options = super::client_options(Duration::from_secs(1));
         let answer = tokio::time::timeout(Duration::from_secs(2), async {
             let mut c = etcd_client::Client::connect([endpoint.as_str()], Some(options))
@@ -274,10 +401,7 @@ async fn at_spec(op: &LocalOperator, endpoints: &[String], replicas: usize) -> b
             _ => return false,
         }
     }
-    if leaders.len() != 1 || endpoints.len() != replicas {
-        return false;
-    }
-    cluster_status(op).is_some_and(|s| crate::local_cluster::available(&s, replicas as i64))
+    leaders.len() == 1 && endpoints.len() == replicas
 }
 
 /// The operator answers `/readyz` (its backing etcd serves again).
@@ -289,14 +413,13 @@ fn operator_ready(op: &LocalOperator) -> bool {
 /// the operator is ready); how long that took.
 async fn wait_at_spec(
     op: &LocalOperator,
-    endpoints: &[String],
     kind: FaultKind,
     timeout: Duration,
 ) -> Result<Duration, RobustnessError> {
     let began = Instant::now();
     let operator_fault = matches!(kind, FaultKind::KillOperator | FaultKind::KillBackingEtcd);
     while began.elapsed() < timeout {
-        if (!operator_fault || operator_ready(op)) && at_spec(op, endpoints, 3).await {
+        if (!operator_fault || operator_ready(op)) && at_spec(op, 3).await {
             return Ok(began.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -325,10 +448,12 @@ fn member_pids(op: &LocalOperator, membership: &Membership) -> BTreeMap<String, 
 }
 
 /// Injects one fault; what it hit and how long it was held.
+#[allow(clippy::print_stdout)]
 async fn inject(
     kind: FaultKind,
     op: &mut LocalOperator,
     proxies: &PeerProxies,
+    disks: &SmallDisks,
     membership: &Membership,
     rng: &mut rand::rngs::StdRng,
     config: &ScenarioConfig,
@@ -409,6 +534,308 @@ async fn inject(
                 _ => Ok((member, held)),
             }
         }
+        FaultKind::DiskFullFollower | FaultKind::DiskFullLeader => {
+            let member = if kind == FaultKind::DiskFullLeader {
+                leader
+            } else {
+                follower
+            };
+            let held = pick_ms(rng, &config.freeze_ms);
+            let filled = disks.fill(&member);
+            if filled.is_ok() {
+                tokio::time::sleep(held).await;
+            }
+            disks.heal(&member)?;
+            let filled = filled?;
+            println!("robustness: filled {member}'s disk with {} MiB", filled >> 20);
+            Ok((member, held))
+        }
+    }
+}
+
+/// Puts every member's data on a tmpfs of its own (those not there yet), one at a time, each
+/// followed by a wait until the cluster is back at its spec; a note says what it took.
+async fn members_onto_tmpfs(
+    op: &LocalOperator,
+    disks: &SmallDisks,
+    endpoints: &[String],
+    config: &ScenarioConfig,
+    report: &mut Report,
+) -> Result<(), RobustnessError> {
+    let membership = faults::membership_retrying(endpoints, Duration::from_secs(10)).await?;
+    let began = Instant::now();
+    let mut moved = Vec::new();
+    for member in membership.members.values() {
+        if disks.has(member) {
+            continue;
+        }
+        disks.move_onto_tmpfs(op, CLUSTER, member).await?;
+        wait_at_spec(op, FaultKind::KillFollower, config.recovery_timeout).await?;
+        moved.push(member.clone());
+    }
+    if !moved.is_empty() {
+        report.notes.push(format!(
+            "moved {moved:?} onto tmpfs mounts of their own for the full-disk faults ({:.1}s, not counted as a fault)",
+            began.elapsed().as_secs_f64()
+        ));
+    }
+    Ok(())
+}
+
+/// What runs the faults and the operations: the operator and everything around it.
+struct Rig<'a> {
+    op: &'a mut LocalOperator,
+    proxies: &'a PeerProxies,
+    disks: &'a SmallDisks,
+    endpoints: &'a [String],
+    config: &'a ScenarioConfig,
+}
+
+/// Runs kubectl off the async workers.
+fn kubectl_blocking(
+    op: &LocalOperator,
+    args: &[&str],
+    stdin: Option<&str>,
+    what: String,
+) -> Result<String, RobustnessError> {
+    tokio::task::block_in_place(|| crate::kubectl::kubectl(op, args, stdin)).map_err(|source| {
+        RobustnessError::Operation {
+            what,
+            source: Box::new(source),
+        }
+    })
+}
+
+/// Reads `resource/name` as JSON (none while the API does not answer, e.g. the operator down).
+fn get_blocking(op: &LocalOperator, resource: &str, name: &str) -> Option<serde_json::Value> {
+    tokio::task::block_in_place(|| crate::kubectl::get(op, resource, name).ok())
+}
+
+/// How far a phase's wait got: the step lines seen, the members defragmented.
+#[derive(Debug, Default)]
+struct PhaseProgress {
+    steps: Vec<&'static str>,
+    defragmented: BTreeSet<String>,
+}
+
+impl PhaseProgress {
+    fn read(&mut self, cursor: &mut LogCursor, phase: &Phase) {
+        for line in cursor.new_lines() {
+            if phase.steps.iter().any(|s| line.contains(s)) {
+                self.steps.push(operations::step_name(&line));
+            }
+            if let Some(member) = operations::defragmented_member(&line) {
+                self.defragmented.insert(member);
+            }
+        }
+    }
+}
+
+/// Whether `phase` is done: the cluster at its new generation, available with the phase's
+/// replicas and whatever the phase adds; a backup `Succeeded` (a failed one is an error).
+fn phase_done(op: &LocalOperator, phase: &Phase, progress: &PhaseProgress) -> Result<bool, RobustnessError> {
+    match &phase.change {
+        Change::Patch { done, .. } => Ok(get_blocking(op, "ec", CLUSTER)
+            .is_some_and(|o| operations::phase_done(&o, phase.replicas, done, progress.defragmented.len()))),
+        Change::Backup { name, .. } => {
+            let Some(backup) = get_blocking(op, "etcdbackup", name) else {
+                return Ok(false);
+            };
+            match backup["status"]["phase"].as_str() {
+                Some("Succeeded") => verify_backup(name, &backup["status"]).map(|()| true),
+                Some("Failed") => Err(RobustnessError::PhaseFailed {
+                    what: format!("backup {name}"),
+                    detail: backup["status"]["message"].to_string(),
+                }),
+                _ => Ok(false),
+            }
+        }
+    }
+}
+
+/// A `Succeeded` backup's file is where its status says, of the size and SHA-256 it says.
+fn verify_backup(name: &str, status: &serde_json::Value) -> Result<(), RobustnessError> {
+    use sha2::Digest as _;
+    let failed = |detail: String| RobustnessError::PhaseFailed {
+        what: format!("backup {name}"),
+        detail,
+    };
+    let location = status["location"]
+        .as_str()
+        .ok_or_else(|| failed(format!("no location in {status}")))?;
+    let data = std::fs::read(location).map_err(|e| failed(format!("read {location}: {e}")))?;
+    let sha = format!("{:x}", sha2::Sha256::digest(&data));
+    if status["size"].as_u64() != Some(data.len() as u64) || status["sha256"].as_str() != Some(sha.as_str()) {
+        return Err(failed(format!(
+            "{location} holds {} bytes with SHA-256 {sha}; the status says {} and {}",
+            data.len(),
+            status["size"],
+            status["sha256"]
+        )));
+    }
+    Ok(())
+}
+
+/// One phase of a spec change, overlapped by a fault: either the operator killed after the n-th
+/// step line of the phase (n by the seed), or a member fault of a kind from the configuration
+/// after 0–2 s. Waits until the phase is done and the cluster is back at its spec.
+async fn run_phase(
+    rig: &mut Rig<'_>,
+    kind: OperationKind,
+    phase: &Phase,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<OperationRecord, RobustnessError> {
+    let config = rig.config;
+    let mut cursor = LogCursor::at_end(rig.op.state_dir().to_path_buf());
+    let mut progress = PhaseProgress::default();
+    let kill_operator = rng.random_bool(0.5);
+    let kill_at = rng.random_range(1..=phase.kill_points.max(1));
+    let member_kinds: Vec<FaultKind> = config
+        .kinds
+        .iter()
+        .copied()
+        .filter(|k| !k.fills_a_disk())
+        .collect();
+    let member_fault = member_kinds
+        .choose(rng)
+        .copied()
+        .unwrap_or(FaultKind::FreezeFollower);
+    let delay = pick_ms(rng, &(0..2000));
+    let kill_delay = pick_ms(rng, &(0..300));
+    let down = pick_ms(rng, &(0..1000));
+    let began = Instant::now();
+    match &phase.change {
+        Change::Patch { patch, .. } => {
+            kubectl_blocking(
+                rig.op,
+                &["patch", "ec", CLUSTER, "--type=merge", "-p", patch],
+                None,
+                format!("patch {CLUSTER} for {}", phase.what),
+            )?;
+        }
+        Change::Backup { manifest, name } => {
+            kubectl_blocking(
+                rig.op,
+                &["apply", "-f", "-"],
+                Some(manifest),
+                format!("create backup {name}"),
+            )?;
+        }
+    }
+    let (fault, after_step) = if kill_operator {
+        // Wait for the kill_at-th step line (or the phase done first).
+        let mut step = None;
+        loop {
+            progress.read(&mut cursor, phase);
+            if let Some(s) = progress.steps.get(kill_at - 1) {
+                step = Some(*s);
+                break;
+            }
+            if phase_done(rig.op, phase, &progress)? {
+                break;
+            }
+            if began.elapsed() > config.recovery_timeout {
+                return Err(RobustnessError::Timeout {
+                    what: format!("{} to log step {kill_at} of {:?}", phase.what, phase.steps),
+                    timeout: config.recovery_timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(kill_delay).await;
+        rig.op.crash();
+        tokio::time::sleep(down).await;
+        rig.op.start_again().await?;
+        ("kill-operator".to_string(), Some(step.unwrap_or("phase-done")))
+    } else {
+        tokio::time::sleep(delay).await;
+        // A member that has just been added may have no process yet: try again shortly.
+        let mut attempt = 0;
+        loop {
+            let membership = faults::membership_retrying(rig.endpoints, Duration::from_secs(10)).await?;
+            match inject(
+                member_fault,
+                rig.op,
+                rig.proxies,
+                rig.disks,
+                &membership,
+                rng,
+                config,
+            )
+            .await
+            {
+                Ok((target, _)) => break (format!("{member_fault} of {target}"), None),
+                Err(RobustnessError::NoProcess { .. } | RobustnessError::NoPeerProxy { .. })
+                    if attempt < 10 =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let fault_ended = Instant::now();
+    let operator_fault =
+        kill_operator || matches!(member_fault, FaultKind::KillOperator | FaultKind::KillBackingEtcd);
+    loop {
+        progress.read(&mut cursor, phase);
+        if phase_done(rig.op, phase, &progress)?
+            && (!operator_fault || operator_ready(rig.op))
+            && at_spec(rig.op, phase.replicas).await
+        {
+            break;
+        }
+        if fault_ended.elapsed() > config.recovery_timeout {
+            return Err(RobustnessError::Timeout {
+                what: format!(
+                    "{} done after {fault} (steps logged: {:?}, defragmented: {:?})",
+                    phase.what, progress.steps, progress.defragmented
+                ),
+                timeout: config.recovery_timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Change::Patch {
+        done: Done::Defragmented,
+        ..
+    } = &phase.change
+    {
+        kubectl_blocking(
+            rig.op,
+            &[
+                "patch",
+                "ec",
+                CLUSTER,
+                "--type=merge",
+                "-p",
+                operations::DEFRAGMENT_OFF,
+            ],
+            None,
+            "remove the defragmentation schedule".into(),
+        )?;
+    }
+    let after_step = after_step.map(|s| if s == "phase-done" { "the phase done" } else { s });
+    Ok(OperationRecord {
+        kind,
+        phase: phase.what.clone(),
+        fault,
+        after_step,
+        took: began.elapsed(),
+        recovery: fault_ended.elapsed(),
+    })
+}
+
+/// Whether the membership after `phase` is what the phase makes of `before`: a scale out adds
+/// one member and keeps the others, a scale in removes one and keeps the others, anything else
+/// keeps every member ID.
+fn membership_as_expected(before: &Membership, after: &Membership, replicas: usize) -> bool {
+    let kept = |a: &Membership, b: &Membership| a.members.keys().all(|id| b.members.contains_key(id));
+    match replicas.cmp(&before.members.len()) {
+        std::cmp::Ordering::Greater => kept(before, after) && after.members.len() == replicas,
+        std::cmp::Ordering::Less => kept(after, before) && after.members.len() == replicas,
+        std::cmp::Ordering::Equal => before.members == after.members,
     }
 }
 
@@ -432,7 +859,7 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
         args: Vec::new(),
     })
     .await?;
-    let outcome = drive(&mut op, &config, run_began).await;
+    let outcome = Box::pin(drive(&mut op, &config, run_began)).await;
     let failed = outcome.as_ref().map_or(true, |r| !r.findings.is_empty());
     if failed {
         match keep_logs(&op, config.seed) {
@@ -519,6 +946,7 @@ async fn drive(
         });
     }
 
+    let sampler = super::status::StatusSampler::start(op.kubeconfig(), CLUSTER);
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let load = history::start_load(endpoints.clone(), config.load.clone(), started, stop.clone());
@@ -533,10 +961,96 @@ async fn drive(
     let mut known = initial.clone();
     let mut pids_settled: Option<BTreeMap<String, u32>> = None;
     let mut failure = None;
-    for i in 0..config.faults {
+    let disks = SmallDisks::default();
+    let backup_dir = op.state_dir().join("backups");
+    let mut spec = SpecState::default();
+    // Every round a spec change: each kind in turn, in an order the seed shuffles.
+    let mut cycle = Vec::new();
+    if config.operation_share >= 1.0 {
+        cycle = config.operations.clone();
+        cycle.shuffle(&mut rng);
+    }
+    'rounds: for i in 0..config.faults {
+        // (No draw at all without operations, so the seeds of fault-only runs replay as before.)
+        let operation = if !cycle.is_empty() {
+            cycle.get(i % cycle.len()).copied()
+        } else if config.operation_share > 0.0 && rng.random_bool(config.operation_share.min(1.0)) {
+            config.operations.choose(&mut rng).copied()
+        } else {
+            None
+        };
+        if let Some(kind) = operation {
+            for phase in operations::phases(kind, &mut spec, CLUSTER, &backup_dir) {
+                let before = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                };
+                let mut rig = Rig {
+                    op: &mut *op,
+                    proxies: &proxies,
+                    disks: &disks,
+                    endpoints: &endpoints,
+                    config: &config,
+                };
+                let record = match run_phase(&mut rig, kind, &phase, &mut rng).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        report.findings.push(format!(
+                            "round {i} ({}, seed {}): {}",
+                            phase.what,
+                            config.seed,
+                            etcd_operator_api::report::chain(&e)
+                        ));
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                };
+                println!(
+                    "robustness: round {i}: {} overlapped by {}{}, done {:.1}s after the change, {:.2}s after the fault",
+                    record.phase,
+                    record.fault,
+                    record
+                        .after_step
+                        .map(|s| format!(" after {s}"))
+                        .unwrap_or_default(),
+                    record.took.as_secs_f64(),
+                    record.recovery.as_secs_f64()
+                );
+                report.spec_changes.push(record);
+                match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
+                    Ok(after) => {
+                        if !membership_as_expected(&before, &after, phase.replicas) {
+                            report.findings.push(format!(
+                                "round {i} ({}, seed {}): the members changed unexpectedly: {:?} -> {:?}",
+                                phase.what, config.seed, before.members, after.members
+                            ));
+                        }
+                        known = after;
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                }
+            }
+            report.rounds += 1;
+            // Spec changes restart members on purpose: no note about that.
+            pids_settled = None;
+            tokio::time::sleep(pick_ms(&mut rng, &config.pause_ms)).await;
+            continue;
+        }
         let Some(kind) = config.kinds.choose(&mut rng).copied() else {
             break;
         };
+        if kind.fills_a_disk()
+            && let Err(e) = members_onto_tmpfs(op, &disks, &endpoints, &config, &mut report).await
+        {
+            failure = Some(e);
+            break;
+        }
         let membership = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
             Ok(m) => m,
             Err(e) => {
@@ -554,14 +1068,15 @@ async fn drive(
                 i.saturating_sub(1)
             ));
         }
-        let (target, held) = match inject(kind, op, &proxies, &membership, &mut rng, &config).await {
+        let fault_began = Instant::now();
+        let (target, held) = match inject(kind, op, &proxies, &disks, &membership, &mut rng, &config).await {
             Ok(t) => t,
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         };
-        let recovery = match wait_at_spec(op, &endpoints, kind, config.recovery_timeout).await {
+        let recovery = match wait_at_spec(op, kind, config.recovery_timeout).await {
             Ok(d) => d,
             Err(e) => {
                 report.findings.push(format!(
@@ -584,6 +1099,31 @@ async fn drive(
             held,
             recovery,
         });
+        report.rounds += 1;
+        let samples = sampler.samples();
+        let window_end = Instant::now();
+        report
+            .degraded_reasons
+            .extend(super::status::degraded_reasons(&samples, fault_began, window_end));
+        let must_tell = matches!(
+            kind,
+            FaultKind::FreezeFollower
+                | FaultKind::FreezeLeader
+                | FaultKind::IsolateFollower
+                | FaultKind::IsolateLeader
+        ) && held >= STATUS_MUST_TELL;
+        if must_tell {
+            report.status_checked += 1;
+            if super::status::told(&samples, &target, fault_began, window_end) {
+                report.status_told += 1;
+            } else {
+                report.findings.push(format!(
+                    "fault {i} ({kind} of {target} for {:.1}s, seed {}): the EtcdCluster's status never called {target} unhealthy",
+                    held.as_secs_f64(),
+                    config.seed
+                ));
+            }
+        }
         let pids_after = member_pids(op, &membership);
         let killed = matches!(kind, FaultKind::KillFollower | FaultKind::KillLeader);
         for (member, pid) in &pids_after {
@@ -618,6 +1158,11 @@ async fn drive(
     }
 
     stop.store(true, Ordering::SeqCst);
+    // The members now (a scale may have replaced one of the first three).
+    let endpoints = cluster_status(op)
+        .map(|s| crate::kubectl::client_endpoints(&s))
+        .filter(|e| !e.is_empty())
+        .unwrap_or(endpoints);
     let mut history = load.await?;
     history::final_reads(&mut history, &endpoints, &config.load, started).await?;
     // A last write, so the watch knows the revision it must reach.
