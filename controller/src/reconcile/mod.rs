@@ -859,9 +859,16 @@ async fn apply<R: Runtime, M: MemberOps>(
             }
         }
     };
-    if let Some(error) = &outcome.error {
-        tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(error), code = error.code(), "step failed");
-        ctx.metrics.reconcile_failed(error.code());
+    match &outcome.error {
+        // Under way, not failed: looked at again in a second, not counted as an error.
+        Some(error) if error.is_waiting() => {
+            tracing::debug!(cluster = %key, step = outcome.step.code(), detail = %etcd_operator_api::report::Chain(error), "step under way");
+        }
+        Some(error) => {
+            tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(error), code = error.code(), "step failed");
+            ctx.metrics.reconcile_failed(error.code());
+        }
+        None => {}
     }
     if observed_once {
         let sample = ClusterSample::of(view.replicas, &observed);

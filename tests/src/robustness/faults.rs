@@ -44,6 +44,9 @@ pub enum FaultKind {
     DiskFullFollower,
     /// Fill the leader's disk, free it after a while.
     DiskFullLeader,
+    /// Delete a member's Pod (the kubernetes runtime: the operator creates it again on the
+    /// member's PVC).
+    DeletePod,
 }
 
 impl FaultKind {
@@ -62,6 +65,17 @@ impl FaultKind {
         Self::DiskFullLeader,
     ];
 
+    /// The kinds the kubernetes runtime scenario injects (through the node agent: a member's
+    /// container killed or frozen, its Pod deleted; the operator killed).
+    pub const KUBERNETES: [FaultKind; 6] = [
+        Self::FreezeFollower,
+        Self::FreezeLeader,
+        Self::KillFollower,
+        Self::KillLeader,
+        Self::KillOperator,
+        Self::DeletePod,
+    ];
+
     /// A short name for figures.
     pub fn name(self) -> &'static str {
         match self {
@@ -76,6 +90,7 @@ impl FaultKind {
             Self::IsolateLeaderBriefly => "isolate-leader-brief",
             Self::DiskFullFollower => "disk-full-follower",
             Self::DiskFullLeader => "disk-full-leader",
+            Self::DeletePod => "delete-pod",
         }
     }
 

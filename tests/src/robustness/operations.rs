@@ -4,7 +4,7 @@
 //! re-creates every member), a scheduled defragmentation of every member, an `EtcdBackup`.
 //!
 //! The operator's log says when it has done a step (`added learner`, `promoted learner`,
-//! `removed member from etcd`, `restarted member on a new version`, …). A kill of the operator
+//! `removed member from etcd`, `stopping etcd member`, `started etcd member`, …). A kill of the operator
 //! "at" a step waits for the n-th step line of the phase, n picked by the seed, then SIGKILLs the
 //! operator after 0–300 ms: after the step's effect on etcd and before (or while) the next one,
 //! which is where a crash leaves the most half-done. [`LogCursor`] reads only the lines written
@@ -69,8 +69,11 @@ pub const ROLL_VERSIONS: [&str; 2] = ["3.5.1", "3.5.16"];
 pub const QUOTAS: [&str; 2] = ["3Gi", "2Gi"];
 
 /// The operator's log lines that end a step, by what the step is (as the figures name it).
-pub const STEP_LINES: [(&str, &str); 10] = [
+pub const STEP_LINES: [(&str, &str); 13] = [
     ("added learner", "add-learner"),
+    ("stopping etcd member", "stop-member"),
+    ("started etcd member", "start-member"),
+    ("snapshot stored", "backup-stored"),
     ("promoted learner", "promote"),
     ("moved leadership", "move-leader"),
     ("removed member from etcd", "remove"),
@@ -162,8 +165,8 @@ pub fn phases(
                     done: Done::Available,
                 },
                 replicas: 4,
-                steps: &["added learner", "promoted learner"],
-                kill_points: 2,
+                steps: &["added learner", "started etcd member", "promoted learner"],
+                kill_points: 3,
             },
             Phase {
                 what: "scale 4 -> 3".into(),
@@ -190,12 +193,14 @@ pub fn phases(
                     done: Done::Rolled { version: to.into() },
                 },
                 replicas: 3,
+                // Local mode: each member's process is stopped, then started on the new version.
                 steps: &[
                     "took the pre-upgrade snapshot",
-                    "restarted member on a new version",
+                    "stopping etcd member",
+                    "started etcd member",
                     "moved leadership",
                 ],
-                kill_points: 3,
+                kill_points: 6,
             }]
         }
         OperationKind::TemplateRoll => {
@@ -212,11 +217,8 @@ pub fn phases(
                     done: Done::RolledOut,
                 },
                 replicas: 3,
-                steps: &[
-                    "re-creating member on the changed member template",
-                    "moved leadership",
-                ],
-                kill_points: 3,
+                steps: &["stopping etcd member", "started etcd member", "moved leadership"],
+                kill_points: 6,
             }]
         }
         OperationKind::Defragment => vec![Phase {
@@ -239,8 +241,8 @@ pub fn phases(
                     name,
                 },
                 replicas: 3,
-                steps: &["streaming snapshot to the destination"],
-                kill_points: 1,
+                steps: &["streaming snapshot to the destination", "snapshot stored"],
+                kill_points: 2,
             }]
         }
     }

@@ -6,23 +6,20 @@
 //! each client's operations (the timing of a real cluster is not replayed).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::ops::Range;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
 use super::RobustnessError;
-use super::checks;
 use super::disk::SmallDisks;
 use super::faults::{self, FaultKind, Frozen, Membership, PeerProxies};
-use super::history::{self, KEY_PREFIX, LoadConfig, Request};
-use super::linearizability::Verdict;
-use super::operations::{self, Change, Done, LogCursor, OperationKind, Phase, SpecState};
-use super::watch;
+use super::history::LoadConfig;
+use super::operations::{self, OperationKind, SpecState};
+use super::recorded::Recorded;
+use super::report::{FaultRecord, Report};
+use super::spec_changes::{Rig, membership_as_expected, run_phase};
 use crate::LocalOperator;
 
 /// The environment variable that fixes the seed.
@@ -52,7 +49,11 @@ pub fn kinds_from_env() -> Result<Vec<FaultKind>, RobustnessError> {
     };
     let mut kinds = Vec::new();
     for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        match FaultKind::ALL.iter().find(|k| k.name() == name) {
+        match FaultKind::ALL
+            .iter()
+            .chain(&FaultKind::KUBERNETES)
+            .find(|k| k.name() == name)
+        {
             Some(kind) => kinds.push(*kind),
             None => {
                 return Err(RobustnessError::UnknownKind {
@@ -166,201 +167,6 @@ impl ScenarioConfig {
     }
 }
 
-/// One fault and what followed.
-#[derive(Debug, Clone)]
-pub struct FaultRecord {
-    /// Its kind.
-    pub kind: FaultKind,
-    /// What it hit (a member name, `operator`, `backing-etcd`).
-    pub target: String,
-    /// How long the fault itself lasted (a freeze's length; zero for a kill).
-    pub held: Duration,
-    /// From the end of the fault (the kill, the thaw, the operator's restart) until the cluster
-    /// was back at its spec.
-    pub recovery: Duration,
-}
-
-/// One phase of a spec change and the fault that overlapped it.
-#[derive(Debug, Clone)]
-pub struct OperationRecord {
-    /// The operation.
-    pub kind: OperationKind,
-    /// The phase (`scale 3 -> 4`, `roll 3.5.1 -> 3.5.16`, …).
-    pub phase: String,
-    /// The fault that overlapped it (`kill-operator`, `freeze-follower of robust-x`, …).
-    pub fault: String,
-    /// For an operator kill: the step whose log line it followed (none: the phase was done
-    /// first, and the kill came after it).
-    pub after_step: Option<&'static str>,
-    /// From the spec change until the phase was done.
-    pub took: Duration,
-    /// From the end of the fault until the phase was done.
-    pub recovery: Duration,
-}
-
-/// What a scenario found and measured.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    /// The seed.
-    pub seed: u64,
-    /// Every fault, in order.
-    pub faults: Vec<FaultRecord>,
-    /// Every phase of a spec change, in order.
-    pub spec_changes: Vec<OperationRecord>,
-    /// Rounds completed (a fault, or a spec change with the faults overlapping its phases).
-    pub rounds: usize,
-    /// Faults long enough that the status must have called their member unhealthy (a freeze or
-    /// an isolation of [`STATUS_MUST_TELL`] or more), and how many it did.
-    pub status_checked: usize,
-    /// Of those, how many the status told.
-    pub status_told: usize,
-    /// The `Degraded` reasons the status carried during faults.
-    pub degraded_reasons: BTreeSet<String>,
-    /// Operations the clients recorded.
-    pub operations: usize,
-    /// Writes etcd acknowledged.
-    pub acknowledged_writes: usize,
-    /// Operations with unknown outcome.
-    pub unknown_outcomes: usize,
-    /// Writes with unknown outcome the watch could not settle (they happened after the last
-    /// answer anyone got).
-    pub unknown_unsettled: usize,
-    /// Events the watch delivered.
-    pub watch_events: usize,
-    /// Re-established watches.
-    pub watch_reconnects: usize,
-    /// Keys checked for linearizability, and keys the checker could not decide.
-    pub keys_checked: usize,
-    /// Keys left undecided by the search budget.
-    pub keys_undecided: usize,
-    /// Members the operator removed although the fault only paused them.
-    pub wrongful_removals: usize,
-    /// The checker caught the stale read added to the recorded history as a control.
-    pub control_caught: bool,
-    /// What happened that no check forbids but a reader should know (a member restarted that no
-    /// fault killed).
-    pub notes: Vec<String>,
-    /// Every failed check, one line each.
-    pub findings: Vec<String>,
-    /// How long the run took.
-    pub elapsed: Duration,
-}
-
-/// p-th percentile (nearest rank) of sorted durations.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-impl Report {
-    /// Recovery times by kind, sorted.
-    pub fn recoveries(&self) -> BTreeMap<FaultKind, Vec<Duration>> {
-        let mut by: BTreeMap<FaultKind, Vec<Duration>> = BTreeMap::new();
-        for f in &self.faults {
-            by.entry(f.kind).or_default().push(f.recovery);
-        }
-        for v in by.values_mut() {
-            v.sort_unstable();
-        }
-        by
-    }
-
-    /// The figures, as printed after a run.
-    pub fn figures(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "robustness seed {} ({}={} replays it): {} faults in {:.0}s",
-            self.seed,
-            SEED_ENV,
-            self.seed,
-            self.faults.len(),
-            self.elapsed.as_secs_f64()
-        );
-        let _ = writeln!(
-            out,
-            "  operations {} (acknowledged writes {}, unknown outcome {}, {} of them unsettled by the watch), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}, long faults the status told {}/{} (Degraded reasons seen: {:?})",
-            self.operations,
-            self.acknowledged_writes,
-            self.unknown_outcomes,
-            self.unknown_unsettled,
-            self.watch_events,
-            self.watch_reconnects,
-            self.keys_checked,
-            self.keys_undecided,
-            self.control_caught,
-            self.wrongful_removals,
-            self.status_told,
-            self.status_checked,
-            self.degraded_reasons
-        );
-        let _ = writeln!(
-            out,
-            "  {:<22} {:>6} {:>9} {:>9} {:>9}",
-            "recovery by kind", "count", "p50", "p99", "max"
-        );
-        for (kind, times) in self.recoveries() {
-            let _ = writeln!(
-                out,
-                "  {:<22} {:>6} {:>8.2}s {:>8.2}s {:>8.2}s",
-                kind.name(),
-                times.len(),
-                percentile(&times, 50.0).as_secs_f64(),
-                percentile(&times, 99.0).as_secs_f64(),
-                times.last().copied().unwrap_or_default().as_secs_f64()
-            );
-        }
-        if !self.spec_changes.is_empty() {
-            let _ = writeln!(
-                out,
-                "  {:<26} {:>6} {:>9} {:>9}   overlapping faults",
-                "spec change", "count", "took p50", "max"
-            );
-            let mut by: BTreeMap<&str, Vec<&OperationRecord>> = BTreeMap::new();
-            for o in &self.spec_changes {
-                by.entry(o.kind.name()).or_default().push(o);
-            }
-            for (kind, records) in by {
-                let mut took: Vec<Duration> = records.iter().map(|r| r.took).collect();
-                took.sort_unstable();
-                let mut faults: BTreeMap<String, usize> = BTreeMap::new();
-                for r in &records {
-                    let name = match r.after_step {
-                        Some(step) => format!("kill-operator after {step}"),
-                        None => r.fault.split(" of ").next().unwrap_or_default().to_string(),
-                    };
-                    *faults.entry(name).or_default() += 1;
-                }
-                let faults: Vec<String> = faults.iter().map(|(f, n)| format!("{f} x{n}")).collect();
-                let _ = writeln!(
-                    out,
-                    "  {:<26} {:>6} {:>8.1}s {:>8.1}s   {}",
-                    kind,
-                    records.len(),
-                    percentile(&took, 50.0).as_secs_f64(),
-                    took.last().copied().unwrap_or_default().as_secs_f64(),
-                    faults.join(", ")
-                );
-            }
-        }
-        for note in self.notes.iter().take(20) {
-            let _ = writeln!(out, "  note: {note}");
-        }
-        if self.findings.is_empty() {
-            let _ = writeln!(out, "  every check passed");
-        } else {
-            let _ = writeln!(out, "  {} findings:", self.findings.len());
-            for f in self.findings.iter().take(40) {
-                let _ = writeln!(out, "    {f}");
-            }
-        }
-        out
-    }
-}
-
 /// A freeze or isolation at least this long must show in the status: the operator looks at the
 /// members every few seconds, and the member is unhealthy (no answer, or no leader) for most of
 /// it.
@@ -376,7 +182,7 @@ fn cluster_status(op: &LocalOperator) -> Option<serde_json::Value> {
 
 /// Every member answers a status call, all name the same leader, none is a learner, there are
 /// `replicas` of them, and the EtcdCluster says it is available with them all healthy.
-async fn at_spec(op: &LocalOperator, replicas: usize) -> bool {
+pub(super) async fn at_spec(op: &LocalOperator, replicas: usize) -> bool {
     let Some(status) = cluster_status(op) else {
         return false;
     };
@@ -405,7 +211,7 @@ async fn at_spec(op: &LocalOperator, replicas: usize) -> bool {
 }
 
 /// The operator answers `/readyz` (its backing etcd serves again).
-fn operator_ready(op: &LocalOperator) -> bool {
+pub(super) fn operator_ready(op: &LocalOperator) -> bool {
     tokio::task::block_in_place(|| crate::kubectl::kubectl(op, &["get", "--raw", "/readyz"], None).is_ok())
 }
 
@@ -430,7 +236,7 @@ async fn wait_at_spec(
     })
 }
 
-fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
+pub(super) fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
     if range.is_empty() {
         Duration::from_millis(range.start)
     } else {
@@ -449,7 +255,7 @@ fn member_pids(op: &LocalOperator, membership: &Membership) -> BTreeMap<String, 
 
 /// Injects one fault; what it hit and how long it was held.
 #[allow(clippy::print_stdout)]
-async fn inject(
+pub(super) async fn inject(
     kind: FaultKind,
     op: &mut LocalOperator,
     proxies: &PeerProxies,
@@ -550,6 +356,7 @@ async fn inject(
             println!("robustness: filled {member}'s disk with {} MiB", filled >> 20);
             Ok((member, held))
         }
+        FaultKind::DeletePod => Err(RobustnessError::NotInThisRuntime { kind }),
     }
 }
 
@@ -580,263 +387,6 @@ async fn members_onto_tmpfs(
         ));
     }
     Ok(())
-}
-
-/// What runs the faults and the operations: the operator and everything around it.
-struct Rig<'a> {
-    op: &'a mut LocalOperator,
-    proxies: &'a PeerProxies,
-    disks: &'a SmallDisks,
-    endpoints: &'a [String],
-    config: &'a ScenarioConfig,
-}
-
-/// Runs kubectl off the async workers.
-fn kubectl_blocking(
-    op: &LocalOperator,
-    args: &[&str],
-    stdin: Option<&str>,
-    what: String,
-) -> Result<String, RobustnessError> {
-    tokio::task::block_in_place(|| crate::kubectl::kubectl(op, args, stdin)).map_err(|source| {
-        RobustnessError::Operation {
-            what,
-            source: Box::new(source),
-        }
-    })
-}
-
-/// Reads `resource/name` as JSON (none while the API does not answer, e.g. the operator down).
-fn get_blocking(op: &LocalOperator, resource: &str, name: &str) -> Option<serde_json::Value> {
-    tokio::task::block_in_place(|| crate::kubectl::get(op, resource, name).ok())
-}
-
-/// How far a phase's wait got: the step lines seen, the members defragmented.
-#[derive(Debug, Default)]
-struct PhaseProgress {
-    steps: Vec<&'static str>,
-    defragmented: BTreeSet<String>,
-}
-
-impl PhaseProgress {
-    fn read(&mut self, cursor: &mut LogCursor, phase: &Phase) {
-        for line in cursor.new_lines() {
-            if phase.steps.iter().any(|s| line.contains(s)) {
-                self.steps.push(operations::step_name(&line));
-            }
-            if let Some(member) = operations::defragmented_member(&line) {
-                self.defragmented.insert(member);
-            }
-        }
-    }
-}
-
-/// Whether `phase` is done: the cluster at its new generation, available with the phase's
-/// replicas and whatever the phase adds; a backup `Succeeded` (a failed one is an error).
-fn phase_done(op: &LocalOperator, phase: &Phase, progress: &PhaseProgress) -> Result<bool, RobustnessError> {
-    match &phase.change {
-        Change::Patch { done, .. } => Ok(get_blocking(op, "ec", CLUSTER)
-            .is_some_and(|o| operations::phase_done(&o, phase.replicas, done, progress.defragmented.len()))),
-        Change::Backup { name, .. } => {
-            let Some(backup) = get_blocking(op, "etcdbackup", name) else {
-                return Ok(false);
-            };
-            match backup["status"]["phase"].as_str() {
-                Some("Succeeded") => verify_backup(name, &backup["status"]).map(|()| true),
-                Some("Failed") => Err(RobustnessError::PhaseFailed {
-                    what: format!("backup {name}"),
-                    detail: backup["status"]["message"].to_string(),
-                }),
-                _ => Ok(false),
-            }
-        }
-    }
-}
-
-/// A `Succeeded` backup's file is where its status says, of the size and SHA-256 it says.
-fn verify_backup(name: &str, status: &serde_json::Value) -> Result<(), RobustnessError> {
-    use sha2::Digest as _;
-    let failed = |detail: String| RobustnessError::PhaseFailed {
-        what: format!("backup {name}"),
-        detail,
-    };
-    let location = status["location"]
-        .as_str()
-        .ok_or_else(|| failed(format!("no location in {status}")))?;
-    let data = std::fs::read(location).map_err(|e| failed(format!("read {location}: {e}")))?;
-    let sha = format!("{:x}", sha2::Sha256::digest(&data));
-    if status["size"].as_u64() != Some(data.len() as u64) || status["sha256"].as_str() != Some(sha.as_str()) {
-        return Err(failed(format!(
-            "{location} holds {} bytes with SHA-256 {sha}; the status says {} and {}",
-            data.len(),
-            status["size"],
-            status["sha256"]
-        )));
-    }
-    Ok(())
-}
-
-/// One phase of a spec change, overlapped by a fault: either the operator killed after the n-th
-/// step line of the phase (n by the seed), or a member fault of a kind from the configuration
-/// after 0–2 s. Waits until the phase is done and the cluster is back at its spec.
-async fn run_phase(
-    rig: &mut Rig<'_>,
-    kind: OperationKind,
-    phase: &Phase,
-    rng: &mut rand::rngs::StdRng,
-) -> Result<OperationRecord, RobustnessError> {
-    let config = rig.config;
-    let mut cursor = LogCursor::at_end(rig.op.state_dir().to_path_buf());
-    let mut progress = PhaseProgress::default();
-    let kill_operator = rng.random_bool(0.5);
-    let kill_at = rng.random_range(1..=phase.kill_points.max(1));
-    let member_kinds: Vec<FaultKind> = config
-        .kinds
-        .iter()
-        .copied()
-        .filter(|k| !k.fills_a_disk())
-        .collect();
-    let member_fault = member_kinds
-        .choose(rng)
-        .copied()
-        .unwrap_or(FaultKind::FreezeFollower);
-    let delay = pick_ms(rng, &(0..2000));
-    let kill_delay = pick_ms(rng, &(0..300));
-    let down = pick_ms(rng, &(0..1000));
-    let began = Instant::now();
-    match &phase.change {
-        Change::Patch { patch, .. } => {
-            kubectl_blocking(
-                rig.op,
-                &["patch", "ec", CLUSTER, "--type=merge", "-p", patch],
-                None,
-                format!("patch {CLUSTER} for {}", phase.what),
-            )?;
-        }
-        Change::Backup { manifest, name } => {
-            kubectl_blocking(
-                rig.op,
-                &["apply", "-f", "-"],
-                Some(manifest),
-                format!("create backup {name}"),
-            )?;
-        }
-    }
-    let (fault, after_step) = if kill_operator {
-        // Wait for the kill_at-th step line (or the phase done first).
-        let mut step = None;
-        loop {
-            progress.read(&mut cursor, phase);
-            if let Some(s) = progress.steps.get(kill_at - 1) {
-                step = Some(*s);
-                break;
-            }
-            if phase_done(rig.op, phase, &progress)? {
-                break;
-            }
-            if began.elapsed() > config.recovery_timeout {
-                return Err(RobustnessError::Timeout {
-                    what: format!("{} to log step {kill_at} of {:?}", phase.what, phase.steps),
-                    timeout: config.recovery_timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tokio::time::sleep(kill_delay).await;
-        rig.op.crash();
-        tokio::time::sleep(down).await;
-        rig.op.start_again().await?;
-        ("kill-operator".to_string(), Some(step.unwrap_or("phase-done")))
-    } else {
-        tokio::time::sleep(delay).await;
-        // A member that has just been added may have no process yet: try again shortly.
-        let mut attempt = 0;
-        loop {
-            let membership = faults::membership_retrying(rig.endpoints, Duration::from_secs(10)).await?;
-            match inject(
-                member_fault,
-                rig.op,
-                rig.proxies,
-                rig.disks,
-                &membership,
-                rng,
-                config,
-            )
-            .await
-            {
-                Ok((target, _)) => break (format!("{member_fault} of {target}"), None),
-                Err(RobustnessError::NoProcess { .. } | RobustnessError::NoPeerProxy { .. })
-                    if attempt < 10 =>
-                {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    let fault_ended = Instant::now();
-    let operator_fault =
-        kill_operator || matches!(member_fault, FaultKind::KillOperator | FaultKind::KillBackingEtcd);
-    loop {
-        progress.read(&mut cursor, phase);
-        if phase_done(rig.op, phase, &progress)?
-            && (!operator_fault || operator_ready(rig.op))
-            && at_spec(rig.op, phase.replicas).await
-        {
-            break;
-        }
-        if fault_ended.elapsed() > config.recovery_timeout {
-            return Err(RobustnessError::Timeout {
-                what: format!(
-                    "{} done after {fault} (steps logged: {:?}, defragmented: {:?})",
-                    phase.what, progress.steps, progress.defragmented
-                ),
-                timeout: config.recovery_timeout,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    if let Change::Patch {
-        done: Done::Defragmented,
-        ..
-    } = &phase.change
-    {
-        kubectl_blocking(
-            rig.op,
-            &[
-                "patch",
-                "ec",
-                CLUSTER,
-                "--type=merge",
-                "-p",
-                operations::DEFRAGMENT_OFF,
-            ],
-            None,
-            "remove the defragmentation schedule".into(),
-        )?;
-    }
-    let after_step = after_step.map(|s| if s == "phase-done" { "the phase done" } else { s });
-    Ok(OperationRecord {
-        kind,
-        phase: phase.what.clone(),
-        fault,
-        after_step,
-        took: began.elapsed(),
-        recovery: fault_ended.elapsed(),
-    })
-}
-
-/// Whether the membership after `phase` is what the phase makes of `before`: a scale out adds
-/// one member and keeps the others, a scale in removes one and keeps the others, anything else
-/// keeps every member ID.
-fn membership_as_expected(before: &Membership, after: &Membership, replicas: usize) -> bool {
-    let kept = |a: &Membership, b: &Membership| a.members.keys().all(|id| b.members.contains_key(id));
-    match replicas.cmp(&before.members.len()) {
-        std::cmp::Ordering::Greater => kept(before, after) && after.members.len() == replicas,
-        std::cmp::Ordering::Less => kept(after, before) && after.members.len() == replicas,
-        std::cmp::Ordering::Equal => before.members == after.members,
-    }
 }
 
 /// Runs a scenario on a fresh local-mode operator: brings up the cluster, runs the load and the
@@ -947,11 +497,7 @@ async fn drive(
     }
 
     let sampler = super::status::StatusSampler::start(op.kubeconfig(), CLUSTER);
-    let started = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = history::start_load(endpoints.clone(), config.load.clone(), started, stop.clone());
-    let (until, until_rx) = tokio::sync::watch::channel(None);
-    let watcher = watch::start_watch(endpoints.clone(), KEY_PREFIX.to_string(), until_rx);
+    let recorded = Recorded::start(&endpoints, config.load.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let mut report = Report {
@@ -1157,133 +703,16 @@ async fn drive(
         tokio::time::sleep(pick_ms(&mut rng, &config.pause_ms)).await;
     }
 
-    stop.store(true, Ordering::SeqCst);
     // The members now (a scale may have replaced one of the first three).
     let endpoints = cluster_status(op)
         .map(|s| crate::kubectl::client_endpoints(&s))
         .filter(|e| !e.is_empty())
         .unwrap_or(endpoints);
-    let mut history = load.await?;
-    history::final_reads(&mut history, &endpoints, &config.load, started).await?;
-    // A last write, so the watch knows the revision it must reach.
-    let mut client =
-        etcd_client::Client::connect(&endpoints, Some(super::client_options(Duration::from_secs(5))))
-            .await
-            .map_err(|source| RobustnessError::Connect {
-                endpoints: endpoints.clone(),
-                source,
-            })?;
-    let marker = history::record(
-        &mut client,
-        config.load.clients + 1,
-        &format!("{KEY_PREFIX}marker"),
-        Request::Put { value: "end".into() },
-        Duration::from_secs(10),
-        started,
-    )
-    .await;
-    history.ops.push(marker);
-    let revision = checks::current_revision(&endpoints).await?;
-    until.send_replace(Some(revision));
-    let log = watcher.await?;
-
-    report.operations = history.ops.len();
-    report.acknowledged_writes = history.acknowledged_writes().len();
-    report.unknown_outcomes = history.failed();
-    report.watch_events = log.events.len();
-    report.watch_reconnects = log.reconnects;
-    // Unknown outcomes settled by the watch when it is complete (else the search may not end).
-    let checked = if log.incomplete.is_none() {
-        history.settled_by_watch(&log.events)
-    } else {
-        history.clone()
-    };
-    report.unknown_unsettled = checked
-        .ops
-        .iter()
-        .filter(|op| op.request != Request::Get && matches!(op.response, history::Response::Failed { .. }))
-        .count();
-    for verdict in checked.check_linearizable(5_000_000) {
-        report.keys_checked += 1;
-        match &verdict.verdict {
-            Verdict::Linearizable => {}
-            Verdict::Undecided { steps } => {
-                report.keys_undecided += 1;
-                println!("robustness: key {} undecided after {steps} steps", verdict.key);
-            }
-            Verdict::NotLinearizable { longest, stuck } => {
-                let stuck_op = verdict.checked.get(*stuck);
-                report.findings.push(format!(
-                    "key {}: not linearizable (seed {}): {} of {} operations placed, then {:?} cannot be",
-                    verdict.key,
-                    config.seed,
-                    longest.len(),
-                    verdict.operations,
-                    stuck_op
-                ));
-            }
-        }
-    }
-    // The checker must be able to fail on this very history: one stale read added must be caught.
-    match checked.stale_read_control(5_000_000) {
-        Some(v) if v.is_violation() => report.control_caught = true,
-        other => report.findings.push(format!(
-            "the checker's control (a stale read added to the recorded history) was not caught: {other:?}"
-        )),
-    }
-    report.findings.extend(checks::check_watch(&history, &log));
-    report
-        .findings
-        .extend(checks::check_writes_readable(&endpoints, &history).await?);
-    report
-        .findings
-        .extend(checks::check_hash_kv(&endpoints, revision).await);
+    recorded.finish(&endpoints, &mut report).await?;
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {
         println!("{}", report.figures());
         return Err(e);
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let d: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&d, 50.0), Duration::from_millis(50));
-        assert_eq!(percentile(&d, 99.0), Duration::from_millis(99));
-        assert_eq!(percentile(&d[..1], 99.0), Duration::from_millis(1));
-        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
-    }
-
-    #[test]
-    fn figures_name_the_seed_and_each_kind() {
-        let report = Report {
-            seed: 42,
-            faults: vec![
-                FaultRecord {
-                    kind: FaultKind::KillLeader,
-                    target: "a".into(),
-                    held: Duration::ZERO,
-                    recovery: Duration::from_millis(1500),
-                },
-                FaultRecord {
-                    kind: FaultKind::KillLeader,
-                    target: "b".into(),
-                    held: Duration::ZERO,
-                    recovery: Duration::from_millis(500),
-                },
-            ],
-            findings: vec!["key robust/0: not linearizable".into()],
-            ..Report::default()
-        };
-        let text = report.figures();
-        assert!(text.contains("ROBUSTNESS_SEED=42"), "{text}");
-        assert!(text.contains("kill-leader"), "{text}");
-        assert!(text.contains("1.50s"), "{text}");
-        assert!(text.contains("1 findings"), "{text}");
-    }
 }
