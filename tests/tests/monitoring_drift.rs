@@ -91,12 +91,57 @@ fn expressions() -> Vec<Expression> {
         }));
         problems.extend(wrong);
     }
+    for (file, dashboard) in &dashboards {
+        problems.extend(
+            layout_problems(dashboard)
+                .into_iter()
+                .map(|p| format!("{file}: {p}")),
+        );
+    }
     let (found, wrong) = rule_expressions(&rule);
     assert!(found.len() >= 10, "only {} rules", found.len());
     all.extend(found);
     problems.extend(wrong);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     all
+}
+
+/// What Grafana needs of a dashboard it is given as a file: a `uid`, panels with unique ids on
+/// the 24-column grid, each query target with a `refId` unique in its panel and a data source.
+fn layout_problems(dashboard: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !dashboard["uid"]
+        .as_str()
+        .is_some_and(|u| !u.is_empty() && u.len() <= 40)
+    {
+        problems.push("no uid of at most 40 characters".to_owned());
+    }
+    let mut ids = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        let title = panel["title"].as_str().unwrap_or("(untitled)");
+        if !panel["id"].as_u64().is_some_and(|id| ids.insert(id)) {
+            problems.push(format!("panel {title:?}: missing or repeated id"));
+        }
+        let g = &panel["gridPos"];
+        let (x, w) = (g["x"].as_u64().unwrap_or(99), g["w"].as_u64().unwrap_or(99));
+        if x + w > 24 || g["h"].as_u64().is_none() || g["y"].as_u64().is_none() {
+            problems.push(format!("panel {title:?}: gridPos {g} is off the 24-column grid"));
+        }
+        if panel["type"] == "row" {
+            continue;
+        }
+        let targets = panel["targets"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let refs: BTreeSet<&str> = targets.iter().filter_map(|t| t["refId"].as_str()).collect();
+        if targets.is_empty() || refs.len() != targets.len() {
+            problems.push(format!("panel {title:?}: targets without a unique refId"));
+        }
+        if targets.iter().any(|t| t["datasource"]["uid"] != "${datasource}") {
+            problems.push(format!(
+                "panel {title:?}: a target not on the $datasource variable"
+            ));
+        }
+    }
+    problems
 }
 
 /// GitHub's anchor of a Markdown heading: lower case, punctuation but `-` and `_` dropped,
