@@ -5,7 +5,11 @@
 //! reads), and the wiring holds: APIService → Service → Deployment ports, selectors match Pod
 //! labels, the serving certificate covers `<service>.<namespace>.svc` and is signed by the
 //! APIServices' `caBundle`, the backing etcd's certificate covers every member's URL, bindings
-//! name the ServiceAccount the Pods run as. `manifests/etcd-operator.yaml` is the default
+//! name the ServiceAccount the Pods run as. `values.schema.json` holds every value: each value set
+//! passes it, and an unknown key or a wrong type fails `helm lint` and `helm template` with the
+//! key named. The dashboard ConfigMap and the `PrometheusRule` of `ci/monitoring-values.yaml` are
+//! checked here as objects; the metric names they use in tests/tests/monitoring_drift.rs.
+//! `manifests/etcd-operator.yaml` is the default
 //! rendering, committed: `UPDATE_MANIFESTS=1 cargo test -p etcd-operator-tests --test helm_chart`
 //! rewrites it.
 //!
@@ -1836,6 +1840,33 @@ fn the_checks_catch_unknown_fields_and_broken_wiring() {
         "{problems}"
     );
     assert!(problems.contains("is not from the caBundle"), "{problems}");
+
+    // A PrometheusRule with a misspelt field, a rule that is both alert and record, a bad `for`.
+    let values = chart().join("ci").join("monitoring-values.yaml");
+    let monitoring = template("prod", NAMESPACE, Some(&values), &[]).unwrap();
+    parse_all(&monitoring).unwrap();
+    for (from, to, want) in [
+        (
+            "          expr: etcd_operator_cluster_quorum == 0\n",
+            "          exp: etcd_operator_cluster_quorum == 0\n",
+            "exp",
+        ),
+        (
+            "        - alert: EtcdClusterCorruptAlarm\n",
+            "        - alert: EtcdClusterCorruptAlarm\n          record: x\n",
+            "an alert or a record",
+        ),
+        (
+            "          for: 2m\n",
+            "          for: two minutes\n",
+            "is not a duration",
+        ),
+    ] {
+        let broken = monitoring.replacen(from, to, 1);
+        assert_ne!(broken, monitoring, "{from:?}");
+        let err = parse_all(&broken).err().unwrap_or_default();
+        assert!(err.contains(want), "{to:?}: want {want:?} in {err:?}");
+    }
 
     // An unknown cert-manager field.
     let mut cert = serde_json::json!({

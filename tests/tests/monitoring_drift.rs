@@ -328,3 +328,30 @@ async fn dashboard_and_rules_refer_only_to_metrics_the_operator_serves() {
         "families neither the dashboard nor the rules use: {unused:?}"
     );
 }
+
+#[test]
+fn the_layout_check_finds_what_grafana_would_refuse() {
+    let (dashboards, _) = rendered();
+    for (file, dashboard) in &dashboards {
+        assert_eq!(layout_problems(dashboard), Vec::<String>::new(), "{file}");
+    }
+    let mut broken = dashboards[0].1.clone();
+    let panels = broken["panels"].as_array_mut().unwrap();
+    let first_id = panels[0]["id"].clone();
+    panels[1]["id"] = first_id;
+    panels[2]["gridPos"]["x"] = 22.into();
+    let again = panels[3]["targets"][0].clone();
+    panels[3]["targets"].as_array_mut().unwrap().push(again);
+    panels[4]["targets"][0]["datasource"]["uid"] = "prometheus".into();
+    broken["uid"] = Value::Null;
+    let problems = layout_problems(&broken).join("\n");
+    for want in [
+        "no uid",
+        "missing or repeated id",
+        "is off the 24-column grid",
+        "targets without a unique refId",
+        "a target not on the $datasource variable",
+    ] {
+        assert!(problems.contains(want), "want {want:?} in\n{problems}");
+    }
+}
