@@ -33,6 +33,11 @@ use serde_json::Value;
 /// family listed here must still be declared by the scrape, which the test checks.)
 const DECLARED_ONLY: &[(&str, &str)] = &[];
 
+/// Families the operator serves that the dashboard and the rules leave out on purpose, each with
+/// the reason. Empty: they use every family. A family added to the operator fails the e2e test
+/// until it is shown (or listed here).
+const NOT_SHOWN: &[(&str, &str)] = &[];
+
 fn chart() -> PathBuf {
     workspace_root().join("charts").join("etcd-operator")
 }
@@ -277,7 +282,8 @@ async fn dashboard_and_rules_refer_only_to_metrics_the_operator_serves() {
 
     let declared: Vec<&str> = DECLARED_ONLY.iter().map(|(family, _)| *family).collect();
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(120);
+    // Generous: on a loaded 2-core machine the members' first start alone can take a minute.
+    let deadline = started + Duration::from_secs(180);
     let (served, problems) = loop {
         let text = kubectl(&op, &["get", "--raw", "/metrics"], None).unwrap();
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
@@ -321,11 +327,12 @@ async fn dashboard_and_rules_refer_only_to_metrics_the_operator_serves() {
     let unused: Vec<&String> = served
         .families
         .keys()
-        .filter(|f| !referenced.contains(*f))
+        .filter(|f| !referenced.contains(*f) && !NOT_SHOWN.iter().any(|(n, _)| n == f))
         .collect();
     assert!(
         unused.is_empty(),
-        "families neither the dashboard nor the rules use: {unused:?}"
+        "families neither the dashboard nor the rules use: {unused:?}; show them in \
+         charts/etcd-operator/dashboards/etcd-operator.json or list them in NOT_SHOWN with the reason"
     );
 }
 
