@@ -30,6 +30,7 @@ pub mod operator;
 pub mod ports;
 pub mod private_hosts;
 pub mod process;
+pub mod promql_refs;
 pub mod robustness;
 pub mod s3;
 pub mod tools;
