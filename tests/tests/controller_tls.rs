@@ -532,7 +532,14 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rot", n)))
         .collect();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three more looks at the cluster",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let again: Vec<u32> = names
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rot", n)))
@@ -938,7 +945,14 @@ async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_tr
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rca", n)))
         .collect();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three more looks at the cluster",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let again: Vec<u32> = names
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rca", n)))

@@ -1437,7 +1437,14 @@ async fn kubernetes_runtime_rebuilds_a_cluster_that_lost_quorum_when_asked() -> 
         |s| etcd_operator_tests::kubectl::condition(s, "Available").is_some_and(|c| c["status"] == "False"),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three looks at the cluster without quorum",
+        TIMEOUT,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     assert_eq!(
         pods_of(&kube_api, name).len(),
         3,
