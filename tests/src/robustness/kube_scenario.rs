@@ -82,6 +82,7 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
         initial.members.values().collect::<Vec<_>>(),
         initial.leader_name().unwrap_or("?")
     );
+    let sampler = super::status::StatusSampler::start(rt.op.kubeconfig(), CLUSTER);
     let recorded = Recorded::start(&endpoints, config.load.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut report = Report {
@@ -223,6 +224,16 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
         tokio::time::sleep(pick_ms(&mut rng, &config.pause_ms)).await;
     }
     recorded.finish(&endpoints, &mut report).await?;
+    // Events tell what the status told: each Degraded reason the status carried during the run
+    // is a Warning Event on the EtcdCluster.
+    let samples = sampler.samples();
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        report.degraded_reasons = super::status::degraded_reasons(&samples, first.at, last.at);
+    }
+    let events = rt.kube_api.objects("events");
+    report
+        .findings
+        .extend(events_missing(&report.degraded_reasons, &events));
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {
         println!("{}", report.figures());
@@ -231,9 +242,53 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
     Ok(report)
 }
 
+/// The Degraded reasons with no Warning Event on the EtcdCluster among `events` (core/v1 or
+/// events.k8s.io/v1 objects), one finding each.
+pub fn events_missing(
+    reasons: &std::collections::BTreeSet<String>,
+    events: &[serde_json::Value],
+) -> Vec<String> {
+    let on_cluster = |e: &serde_json::Value| {
+        e["type"] == "Warning"
+            && (e["regarding"]["name"] == CLUSTER || e["involvedObject"]["name"] == CLUSTER)
+    };
+    reasons
+        .iter()
+        .filter(|reason| !events.iter().any(|e| on_cluster(e) && e["reason"] == reason.as_str()))
+        .map(|reason| {
+            format!(
+                "the status said Degraded ({reason}) but no Warning Event {reason} was published on {CLUSTER} ({} Events in all)",
+                events.len()
+            )
+        })
+        .collect()
+}
+
 /// Starts the kubernetes runtime for the scenario (boxed error: the runtime's is large).
 pub async fn start(hosts: std::path::PathBuf) -> Result<KubeRuntime, RobustnessError> {
     KubeRuntime::start(hosts)
         .await
         .map_err(|e| RobustnessError::KubeRuntime(Box::new(e)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_degraded_reason_without_its_warning_event_is_a_finding() {
+        let reasons: std::collections::BTreeSet<String> = ["MembersUnhealthy".to_string()].into();
+        let event = json!({"type": "Warning", "reason": "MembersUnhealthy", "regarding": {"name": CLUSTER}});
+        assert!(events_missing(&reasons, std::slice::from_ref(&event)).is_empty());
+        let core =
+            json!({"type": "Warning", "reason": "MembersUnhealthy", "involvedObject": {"name": CLUSTER}});
+        assert!(events_missing(&reasons, &[core]).is_empty());
+        let normal = json!({"type": "Normal", "reason": "MembersUnhealthy", "regarding": {"name": CLUSTER}});
+        let elsewhere =
+            json!({"type": "Warning", "reason": "MembersUnhealthy", "regarding": {"name": "other"}});
+        assert_eq!(events_missing(&reasons, &[normal, elsewhere]).len(), 1);
+        assert!(events_missing(&Default::default(), &[]).is_empty());
+    }
 }

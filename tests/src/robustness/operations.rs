@@ -318,6 +318,14 @@ pub fn strip_ansi(line: &str) -> String {
 }
 
 impl LogCursor {
+    /// A cursor at the start of every log in `dir`: its first read returns every line so far.
+    pub fn from_start(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            seen: BTreeMap::new(),
+        }
+    }
+
     /// A cursor at the end of every log in `dir` now.
     pub fn at_end(dir: PathBuf) -> Self {
         let mut cursor = Self {

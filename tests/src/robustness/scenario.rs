@@ -709,6 +709,24 @@ async fn drive(
         .filter(|e| !e.is_empty())
         .unwrap_or(endpoints);
     recorded.finish(&endpoints, &mut report).await?;
+    // What the status said shows in the operator's own record too: local mode has no Events, so
+    // each Degraded reason the status carried must be a warning with that reason in its log.
+    let samples = sampler.samples();
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        report.degraded_reasons = super::status::degraded_reasons(&samples, first.at, last.at);
+    }
+    let warnings: Vec<String> = operations::LogCursor::from_start(op.state_dir().to_path_buf())
+        .new_lines()
+        .into_iter()
+        .filter(|l| l.contains(" WARN "))
+        .collect();
+    for reason in &report.degraded_reasons {
+        if !warnings.iter().any(|l| l.contains(&format!("reason={reason} "))) {
+            report.findings.push(format!(
+                "the status said Degraded ({reason}) but the operator logged no warning with reason={reason}"
+            ));
+        }
+    }
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {
         println!("{}", report.figures());
