@@ -13,7 +13,8 @@ help:
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
 	@echo "make test-kube  the suite against a real kube-apiserver (KUBEBUILDER_ASSETS=DIR)"
 	@echo "make robustness  the long robustness suite: random faults under load, then every check"
-	@echo "                 (ROBUSTNESS_FAULTS=40, ROBUSTNESS_SEED=<n> replays a run; docs/reliability.md)"
+	@echo "                 (ROBUSTNESS_FAULTS=40, ROBUSTNESS_SEED=<n> replays a run, ROBUSTNESS_KINDS and"
+	@echo "                 ROBUSTNESS_OPERATIONS limit what it does; docs/reliability.md)"
 	@echo "make bench  run the benchmarks (release build) and print their figures"
 	@echo "make bench-fleet  only the fleet benchmark (BENCH_CLUSTERS=100,1000), beside the base commit"
 
@@ -64,9 +65,9 @@ doc-test: tools-protoc
 test-kube: tools
 	$(CARGO) $(TEST_RUNNER) -p etcd-operator-tests --features kube-apiserver --test kube_apiserver
 
-## The long robustness suite (issue 26): seeded random faults against a local-mode cluster under
-## recorded load, then the linearizability, watch, durability and HashKV checks; it prints its
-## figures. The short variant of the same test runs in `make test`.
+## The long robustness suite (issue 26): seeded random faults and spec changes overlapped by faults
+## against a local-mode cluster under recorded load, then the linearizability, watch, durability,
+## HashKV and status checks; it prints its figures. The short variants run in `make test`.
 robustness: tools
 	if [ "$(TEST_RUNNER)" = "test" ]; then \
 	  $(CARGO) test -p etcd-operator-tests --test robustness -- --ignored --nocapture; \
