@@ -258,7 +258,7 @@ pub async fn wait_reconciles(
     let began = std::time::Instant::now();
     let mut start = None;
     loop {
-        let now = tokio::task::block_in_place(|| reconciles(op));
+        let now = reconciles(op);
         match (start, now) {
             (None, Some(n)) => start = Some(n),
             (Some(s), Some(n)) if n >= s + more => return Ok(()),
