@@ -405,7 +405,14 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     );
     // Members advertise a peer port of their own, where a fault proxy forwards to the real one.
     let mut op = LocalOperator::start_with(crate::operator::OperatorOptions {
-        env: vec![("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into())],
+        env: vec![
+            ("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into()),
+            // Each reconcile's plan in the kept logs of a failed run.
+            (
+                "RUST_LOG".into(),
+                "info,etcd_operator_controller::reconcile=debug".into(),
+            ),
+        ],
         args: Vec::new(),
     })
     .await?;
@@ -591,11 +598,13 @@ async fn drive(
         let Some(kind) = config.kinds.choose(&mut rng).copied() else {
             break;
         };
-        if kind.fills_a_disk()
-            && let Err(e) = members_onto_tmpfs(op, &disks, &endpoints, &config, &mut report).await
-        {
-            failure = Some(e);
-            break;
+        if kind.fills_a_disk() {
+            if let Err(e) = members_onto_tmpfs(op, &disks, &endpoints, &config, &mut report).await {
+                failure = Some(e);
+                break;
+            }
+            // Moving a member onto its tmpfs restarted it on purpose: no note about that.
+            pids_settled = None;
         }
         let membership = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
             Ok(m) => m,
@@ -663,10 +672,17 @@ async fn drive(
             if super::status::told(&samples, &target, fault_began, window_end) {
                 report.status_told += 1;
             } else {
+                let window: Vec<_> = samples
+                    .iter()
+                    .filter(|s| s.at >= fault_began && s.at <= window_end)
+                    .collect();
                 report.findings.push(format!(
-                    "fault {i} ({kind} of {target} for {:.1}s, seed {}): the EtcdCluster's status never called {target} unhealthy",
+                    "fault {i} ({kind} of {target} for {:.1}s, seed {}): the EtcdCluster's status never called {target} unhealthy ({} status samples in the {:.1}s from the fault to the recovery; unhealthy members they named: {:?})",
                     held.as_secs_f64(),
-                    config.seed
+                    config.seed,
+                    window.len(),
+                    (window_end - fault_began).as_secs_f64(),
+                    window.iter().flat_map(|s| s.unhealthy.iter()).collect::<BTreeSet<_>>()
                 ));
             }
         }
