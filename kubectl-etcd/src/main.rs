@@ -80,6 +80,12 @@ enum CommandError {
         #[source]
         source: snapshot::SnapshotError,
     },
+    /// The cluster reports no client endpoints (yet).
+    #[error("etcdcluster {name:?} reports no client endpoints yet (status.clientEndpoints)")]
+    NoEndpoints {
+        /// The cluster.
+        name: String,
+    },
     /// The confirmation could not be read.
     #[error("read the confirmation from the terminal")]
     ReadAnswer(#[source] std::io::Error),
@@ -298,7 +304,7 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
                 &name,
                 requests::recover_quorum(&name, cluster.status.as_ref(), survivor.as_deref()),
             )?;
-            note(&plan.describe(&name));
+            note(plan.describe(&name).trim_end());
             let confirmation = requests::confirmation(yes, std::io::stdin().is_terminal());
             if confirmation == Confirmation::NoTerminal {
                 return Err(CommandError::Refused {
@@ -340,11 +346,7 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
                 .and_then(|s| s.client_endpoints.clone())
                 .unwrap_or_default();
             if endpoints.is_empty() {
-                return Err(CommandError::Refused {
-                    reason: format!(
-                        "etcdcluster {name:?} reports no client endpoints yet (status.clientEndpoints)"
-                    ),
-                });
+                return Err(CommandError::NoEndpoints { name });
             }
             let files = if env::uses_tls(&endpoints) {
                 let dir = pki_dir.or_else(|| {

@@ -322,3 +322,42 @@ fn help_documents_the_exit_codes() {
         assert!(help.contains(sub), "{sub} missing from --help:\n{help}");
     }
 }
+
+#[test]
+fn the_krew_manifest_names_the_plugin_and_the_archive_make_builds() {
+    let root = tools::workspace_root();
+    let text = std::fs::read_to_string(root.join("plugins/krew/etcd.yaml")).unwrap();
+    let m: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(m["apiVersion"], "krew.googlecontainertools.github.com/v1alpha2");
+    assert_eq!(m["kind"], "Plugin");
+    assert_eq!(m["metadata"]["name"], "etcd", "kubectl etcd");
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let version = workspace
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap();
+    assert_eq!(m["spec"]["version"], format!("v{version}").as_str());
+    let platforms = m["spec"]["platforms"].as_array().unwrap();
+    assert_eq!(platforms.len(), 1, "only the platform built and tested here");
+    let p = &platforms[0];
+    assert_eq!(p["selector"]["matchLabels"]["os"], "linux");
+    assert_eq!(p["selector"]["matchLabels"]["arch"], "amd64");
+    assert_eq!(p["bin"], "kubectl-etcd");
+    assert_eq!(p["files"][0]["from"], "kubectl-etcd");
+    // The archive the Makefile's krew-archive target builds is the one the URI names.
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    let archive = p["uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    assert!(
+        makefile.contains(&format!("dist/{archive} -C")),
+        "make krew-archive builds {archive}"
+    );
+    assert!(
+        p["uri"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("/download/v{version}/")),
+        "the URI names this version's release"
+    );
+    assert_eq!(p["sha256"].as_str().unwrap().len(), 64);
+}
