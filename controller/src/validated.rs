@@ -305,8 +305,13 @@ impl ValidatedCluster {
                 .ok()
         });
         let defragment_request = annotation(DEFRAGMENT_ANNOTATION).and_then(|value| {
+            // To the second, as defragmentations are recorded: one done in the same second as
+            // the request counts for it.
             chrono::DateTime::parse_from_rfc3339(&value)
-                .map(|t| t.with_timezone(&chrono::Utc))
+                .map(|t| {
+                    chrono::DateTime::from_timestamp(t.timestamp(), 0)
+                        .unwrap_or_else(|| t.with_timezone(&chrono::Utc))
+                })
                 .map_err(|_| ignored.push(ValidationError::DefragmentRequest { value }))
                 .ok()
         });
@@ -476,6 +481,20 @@ mod tests {
             Some("2026-11-27T00:00:00+00:00".to_owned())
         );
         assert!(view.ignored.is_empty());
+        // Fractions of a second are dropped (defragmentations are recorded to the second).
+        c.metadata.annotations = Some(
+            [(
+                DEFRAGMENT_ANNOTATION.to_owned(),
+                "2026-11-27T00:00:00.9Z".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            ValidatedCluster::for_test(c.clone())
+                .defragment_request
+                .map(|t| t.to_rfc3339()),
+            Some("2026-11-27T00:00:00+00:00".to_owned())
+        );
         c.metadata.annotations = Some([(DEFRAGMENT_ANNOTATION.to_owned(), "now".to_owned())].into());
         let view = ValidatedCluster::for_test(c);
         assert_eq!(view.defragment_request, None);

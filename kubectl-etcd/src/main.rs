@@ -86,6 +86,9 @@ enum CommandError {
         /// The cluster.
         name: String,
     },
+    /// Interrupted (Ctrl-C) before the snapshot was whole.
+    #[error("interrupted: no snapshot was written")]
+    Interrupted,
     /// The confirmation could not be read.
     #[error("read the confirmation from the terminal")]
     ReadAnswer(#[source] std::io::Error),
@@ -243,20 +246,23 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
             output,
             allow_unverified,
         } => {
-            let saved = snapshot::save(
+            let save = snapshot::save(
                 &conn.client,
                 &conn.namespace,
                 &name,
                 &output,
                 allow_unverified,
                 std::io::stderr().is_terminal(),
-            )
-            .await
-            .map_err(|source| CommandError::Snapshot {
-                name: name.clone(),
-                path: output.clone(),
-                source,
-            })?;
+            );
+            // Ctrl-C drops the download, and with it the temporary file: nothing is left behind.
+            let saved = tokio::select! {
+                saved = save => saved.map_err(|source| CommandError::Snapshot {
+                    name: name.clone(),
+                    path: output.clone(),
+                    source,
+                })?,
+                _ = tokio::signal::ctrl_c() => return Err(CommandError::Interrupted),
+            };
             if !saved.verified {
                 note("warning: the server sent no SHA-256: the snapshot is unverified");
             }

@@ -80,11 +80,19 @@ fn find<'a>(
     })
 }
 
+/// A time to the second, as the controller records defragmentations (and as a person would
+/// write one).
+fn to_second(t: jiff::Timestamp) -> String {
+    jiff::Timestamp::from_second(t.as_second())
+        .unwrap_or(t)
+        .to_string()
+}
+
 /// `defrag`: every member not defragmented since `now` is defragmented.
 pub fn defragment(now: jiff::Timestamp) -> Request {
     Request {
         key: DEFRAGMENT_ANNOTATION,
-        value: now.to_string(),
+        value: to_second(now),
         effect: "every member will be defragmented, one at a time, followers first".to_owned(),
     }
 }
@@ -117,7 +125,7 @@ pub fn rotate_certificates(
     }
     Ok(Request {
         key: ROTATE_CERTIFICATES_ANNOTATION,
-        value: now.to_string(),
+        value: to_second(now),
         effect: "every member will get new certificates and restart on them, one at a time".to_owned(),
     })
 }
@@ -287,6 +295,12 @@ mod tests {
             r.merge_patch(),
             serde_json::json!({"metadata": {"annotations": {"etcd.operator.dev/defragment": "2026-11-27T01:00:00Z"}}})
         );
+    }
+
+    #[test]
+    fn request_times_are_to_the_second() {
+        let t: jiff::Timestamp = "2026-11-27T01:06:38.043918015Z".parse().unwrap();
+        assert_eq!(defragment(t).value, "2026-11-27T01:06:38Z");
     }
 
     #[test]
