@@ -128,6 +128,18 @@ async fn every_subcommand_works_through_the_api_and_has_its_effect() {
         "{err}"
     );
     plugin_expect(&op, &["snapshot", "pl"], 2);
+    let work = tempfile::tempdir().unwrap();
+    let missing = work.path().join("nope.db");
+    let (_, err) = plugin_expect(&op, &["snapshot", "nope", "-o", missing.to_str().unwrap()], 1);
+    assert_eq!(
+        err.trim_end(),
+        r#"error: etcdclusters.etcd.operator.dev "nope" not found"#
+    );
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
 
     // --- endpoints: evaluated by a shell, etcdctl reaches the TLS cluster with them.
     let (env, _) = plugin_expect(&op, &["endpoints", "pl"], 0);
@@ -142,7 +154,6 @@ async fn every_subcommand_works_through_the_api_and_has_its_effect() {
     assert_eq!(text(&got).0.trim(), "plugin-value", "{:?}", text(&got));
 
     // --- snapshot: whole, checked, accepted by etcdutl.
-    let work = tempfile::tempdir().unwrap();
     let file = work.path().join("pl.db");
     let (out, _) = plugin_expect(&op, &["snapshot", "pl", "-o", file.to_str().unwrap()], 0);
     let data = std::fs::read(&file).unwrap();
