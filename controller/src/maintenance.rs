@@ -114,8 +114,14 @@ pub fn merge(a: Option<&MaintenanceStatus>, b: Option<&MaintenanceStatus>) -> Op
     {
         merged.last_space_reclaim = Some(theirs.clone());
     }
-    if merged.last_leader_transfer.is_none() {
-        merged.last_leader_transfer = other.last_leader_transfer.clone();
+    let transferred = |t: &LeaderTransferStatus| t.time.as_ref().and_then(from_time);
+    if let Some(theirs) = &other.last_leader_transfer
+        && merged
+            .last_leader_transfer
+            .as_ref()
+            .is_none_or(|ours| transferred(ours) < transferred(theirs))
+    {
+        merged.last_leader_transfer = Some(theirs.clone());
     }
     merged.last_defragmentation = merged
         .defragmentations
@@ -289,6 +295,18 @@ mod tests {
             merge(Some(&rec), Some(&other)).unwrap().last_leader_transfer,
             Some(t)
         );
+        // The newer record wins, whichever side it comes from.
+        let newer = record_leader_transfer(
+            Some(&rec),
+            &crate::validated::LeaderRequest {
+                request: "c@2".into(),
+                member: "c".into(),
+            },
+            at(4, 0),
+        );
+        for merged in [merge(Some(&rec), Some(&newer)), merge(Some(&newer), Some(&rec))] {
+            assert_eq!(merged.unwrap().last_leader_transfer.unwrap().request, "c@2");
+        }
     }
 
     #[test]

@@ -696,6 +696,15 @@ async fn apply<R: Runtime, M: MemberOps>(
         view.status.as_ref().and_then(|s| s.maintenance.as_ref()),
         remembered.as_ref(),
     );
+    // A move-leader request this process answered already (its status write may not be back).
+    if let Some(done) = maintenance.as_ref().and_then(|m| m.last_leader_transfer.as_ref())
+        && view
+            .move_leader
+            .as_ref()
+            .is_some_and(|r| r.request == done.request)
+    {
+        view.move_leader = None;
+    }
     let created = view.created.unwrap_or_else(chrono::Utc::now);
     // The operator's identity toward TLS members; a cluster whose TLS cannot be had here is not
     // touched (nothing may start without the TLS it asks for).
