@@ -7,15 +7,19 @@
 //! moves leadership; `rotate-certs` restarts every member on new certificates; `replace-member`
 //! replaces a member (new name and ID, three members again); `recover-quorum` without `--yes` on
 //! a non-terminal stdin refuses with exit code 3 and changes nothing. Errors read as kubectl's,
-//! with the documented exit codes.
+//! with the documented exit codes. On a plain 3-member cluster that lost two members' data,
+//! `recover-quorum --survivor M` lists the lost members and refuses without `--yes`; with it the
+//! cluster is rebuilt from M, back to 3 members with the key written before.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, get, wait_for};
-use etcd_operator_tests::local_cluster::{available, member_dir, member_names, recorded_pid};
+use etcd_operator_tests::kubectl::{Watched, apply, client_endpoints, condition, get, wait_for};
+use etcd_operator_tests::local_cluster::{
+    available, cluster_dir, cluster_yaml, kill_member, member_dir, member_names, recorded_pid,
+};
 use etcd_operator_tests::{EtcdVersion, LocalOperator, plugin, tools};
 use serde_json::Value;
 use sha2::Digest as _;
@@ -307,6 +311,91 @@ async fn every_subcommand_works_through_the_api_and_has_its_effect() {
     assert_eq!(before, after, "recover-quorum changed the object");
     assert!(after.get("etcd.operator.dev/recover-quorum").is_none(), "{after}");
     assert_eq!(client_endpoints(&s).len(), 3);
+}
+
+#[tokio::test]
+async fn recover_quorum_refuses_without_confirmation_then_rebuilds_from_the_named_survivor() {
+    let op = LocalOperator::start().await.unwrap();
+    apply(&op, &cluster_yaml("rq", 3)).unwrap();
+    let s = wait_for(&op, Watched::status("ec", "rq"), "3 healthy members", WAIT, |s| {
+        available(s, 3)
+    })
+    .await
+    .unwrap();
+    // Plain endpoints: no certificate files, and etcdctl reaches the cluster with them.
+    let (env, _) = plugin_expect(&op, &["endpoints", "rq"], 0);
+    assert!(env.contains("export ETCDCTL_ENDPOINTS='http://"), "{env}");
+    assert!(!env.contains("ETCDCTL_CERT"), "{env}");
+    let put = etcdctl_with(&env, "put survives the-outage");
+    assert!(put.status.success(), "{:?}", text(&put));
+
+    // Two of three members destroyed: quorum is lost.
+    let names = member_names(&s);
+    let (survivor, destroyed) = (names[0].clone(), names[1..].to_vec());
+    for name in &destroyed {
+        let dir = cluster_dir(&op, "rq").join(name);
+        kill_member(&dir);
+        std::fs::remove_dir_all(dir.join("data")).unwrap();
+    }
+    wait_for(
+        &op,
+        Watched::status("ec", "rq"),
+        "the quorum loss reported",
+        WAIT,
+        |s| condition(s, "Available").is_some_and(|c| c["status"] == "False"),
+    )
+    .await
+    .unwrap();
+
+    // No terminal and no --yes: what would be lost is shown, nothing is asked for.
+    let (_, err) = plugin_expect(&op, &["recover-quorum", "rq", "--survivor", &survivor], 3);
+    for name in &destroyed {
+        assert!(
+            err.contains(&format!("  - {name}\n")),
+            "{name} listed as lost:\n{err}"
+        );
+    }
+    assert!(!err.contains(&format!("  - {survivor}\n")), "{err}");
+    assert!(err.contains("not a terminal"), "{err}");
+    assert!(
+        annotations(&op, "rq")
+            .get("etcd.operator.dev/recover-quorum")
+            .is_none(),
+        "nothing asked for"
+    );
+
+    // Confirmed: rebuilt from that member, grown back to 3, the key kept.
+    let (out, _) = plugin_expect(
+        &op,
+        &["recover-quorum", "rq", "--survivor", &survivor, "--yes"],
+        0,
+    );
+    assert!(
+        out.contains(&format!("etcd.operator.dev/recover-quorum={survivor}")),
+        "{out}"
+    );
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "rq"),
+        "rebuilt from the survivor and grown back",
+        WAIT,
+        |s| available(s, 3) && s["recovery"]["survivor"] == survivor.as_str(),
+    )
+    .await
+    .unwrap();
+    let mut lost: Vec<String> = s["recovery"]["lostMembers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
+    lost.sort();
+    let mut want = destroyed.clone();
+    want.sort();
+    assert_eq!(lost, want, "{s}");
+    let (env, _) = plugin_expect(&op, &["endpoints", "rq"], 0);
+    let got = etcdctl_with(&env, "get survives --print-value-only");
+    assert_eq!(text(&got).0.trim(), "the-outage", "{:?}", text(&got));
 }
 
 #[test]
