@@ -5,11 +5,12 @@ CARGO ?= cargo
 # cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
 TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
 
-.PHONY: help run test test-kube robustness bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+.PHONY: help run test test-kube robustness bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build install krew-archive fmt lint unit leftovers doc-test
 
 help:
 	@echo "make run    start etcd-operator locally (state in .local/)"
 	@echo "make test   install the test components, then fmt, clippy and every test"
+	@echo "make install  install etcd-operator and the kubectl plugin kubectl-etcd (cargo install)"
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
 	@echo "make test-kube  the suite against a real kube-apiserver (KUBEBUILDER_ASSETS=DIR)"
 	@echo "make robustness  the long robustness suite: random faults under load, then every check"
@@ -32,6 +33,21 @@ tools-moto:
 
 build: tools-protoc
 	$(CARGO) build --workspace
+
+## Both binaries into cargo's bin directory (~/.cargo/bin, or $CARGO_INSTALL_ROOT/bin):
+## `etcd-operator`, and the kubectl plugin `kubectl-etcd` (kubectl runs it as `kubectl etcd` when
+## it is on the PATH). The plugin alone needs no protoc: `cargo install --path kubectl-etcd`.
+install: tools-protoc
+	$(CARGO) install --locked --path operator
+	$(CARGO) install --locked --path kubectl-etcd
+
+## The archive plugins/krew/etcd.yaml points at, built here for Linux x86_64 (the one platform
+## this project builds and tests on), with the SHA-256 to put in the manifest.
+krew-archive:
+	$(CARGO) build --locked --release -p kubectl-etcd
+	mkdir -p dist
+	tar -czf dist/kubectl-etcd_linux_amd64.tar.gz -C "$${CARGO_TARGET_DIR:-target}/release" kubectl-etcd
+	sha256sum dist/kubectl-etcd_linux_amd64.tar.gz
 
 ## The main job on its embedded default: API server, controller and a backing etcd, all local.
 run: tools-etcd tools-protoc

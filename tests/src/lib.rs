@@ -27,6 +27,7 @@ pub mod local_cluster;
 pub mod memory;
 pub mod node_agent;
 pub mod operator;
+pub mod plugin;
 pub mod ports;
 pub mod private_hosts;
 pub mod process;
