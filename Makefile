@@ -5,15 +5,17 @@ CARGO ?= cargo
 # cargo-nextest runs every test in its own process; plain `cargo test` is the fallback.
 TEST_RUNNER := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo "nextest run" || echo test)
 
-.PHONY: help run test test-kube robustness bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build fmt lint unit leftovers doc-test
+.PHONY: help run test test-kube robustness bench bench-fleet tools tools-etcd tools-protoc tools-kube tools-moto build install krew-archive fmt lint unit leftovers doc-test
 
 help:
 	@echo "make run    start etcd-operator locally (state in .local/)"
 	@echo "make test   install the test components, then fmt, clippy and every test"
+	@echo "make install  install etcd-operator and the kubectl plugin kubectl-etcd (cargo install)"
 	@echo "make tools  install the pinned test components into .tools/ (idempotent)"
 	@echo "make test-kube  the suite against a real kube-apiserver (KUBEBUILDER_ASSETS=DIR)"
 	@echo "make robustness  the long robustness suite: random faults under load, then every check"
-	@echo "                 (ROBUSTNESS_FAULTS=40, ROBUSTNESS_SEED=<n> replays a run; docs/reliability.md)"
+	@echo "                 (ROBUSTNESS_FAULTS=40, ROBUSTNESS_SEED=<n> replays a run, ROBUSTNESS_KINDS and"
+	@echo "                 ROBUSTNESS_OPERATIONS limit what it does; docs/reliability.md)"
 	@echo "make bench  run the benchmarks (release build) and print their figures"
 	@echo "make bench-fleet  only the fleet benchmark (BENCH_CLUSTERS=100,1000), beside the base commit"
 
@@ -31,6 +33,21 @@ tools-moto:
 
 build: tools-protoc
 	$(CARGO) build --workspace
+
+## Both binaries into cargo's bin directory (~/.cargo/bin, or $CARGO_INSTALL_ROOT/bin):
+## `etcd-operator`, and the kubectl plugin `kubectl-etcd` (kubectl runs it as `kubectl etcd` when
+## it is on the PATH). The plugin alone needs no protoc: `cargo install --path kubectl-etcd`.
+install: tools-protoc
+	$(CARGO) install --locked --path operator
+	$(CARGO) install --locked --path kubectl-etcd
+
+## The archive plugins/krew/etcd.yaml points at, built here for Linux x86_64 (the one platform
+## this project builds and tests on), with the SHA-256 to put in the manifest.
+krew-archive:
+	$(CARGO) build --locked --release -p kubectl-etcd
+	mkdir -p dist
+	tar -czf dist/kubectl-etcd_linux_amd64.tar.gz -C "$${CARGO_TARGET_DIR:-target}/release" kubectl-etcd
+	sha256sum dist/kubectl-etcd_linux_amd64.tar.gz
 
 ## The main job on its embedded default: API server, controller and a backing etcd, all local.
 run: tools-etcd tools-protoc
@@ -64,9 +81,9 @@ doc-test: tools-protoc
 test-kube: tools
 	$(CARGO) $(TEST_RUNNER) -p etcd-operator-tests --features kube-apiserver --test kube_apiserver
 
-## The long robustness suite (issue 26): seeded random faults against a local-mode cluster under
-## recorded load, then the linearizability, watch, durability and HashKV checks; it prints its
-## figures. The short variant of the same test runs in `make test`.
+## The long robustness suite (issue 26): seeded random faults and spec changes overlapped by faults
+## against a local-mode cluster under recorded load, then the linearizability, watch, durability,
+## HashKV and status checks; it prints its figures. The short variants run in `make test`.
 robustness: tools
 	if [ "$(TEST_RUNNER)" = "test" ]; then \
 	  $(CARGO) test -p etcd-operator-tests --test robustness -- --ignored --nocapture; \

@@ -141,6 +141,29 @@ pub struct MaintenanceStatus {
     /// across operator restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_space_reclaim: Option<SpaceReclaimStatus>,
+
+    /// The latest leadership move asked for with the annotation `etcd.operator.dev/move-leader`,
+    /// recorded once the named member leads (a request with the same value is not acted on
+    /// again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_leader_transfer: Option<LeaderTransferStatus>,
+}
+
+/// A leadership move asked for with the annotation `etcd.operator.dev/move-leader`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderTransferStatus {
+    /// The annotation's value this answered.
+    #[serde(default)]
+    pub request: String,
+
+    /// The member that leads since.
+    #[serde(default)]
+    pub leader: String,
+
+    /// When the operator saw it lead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
 }
 
 /// A reclaim of space after a NOSPACE alarm.
@@ -171,6 +194,8 @@ string_enum! {
         Schedule => "Schedule",
         /// Its database file was mostly free space (the size trigger).
         Fragmentation => "Fragmentation",
+        /// The annotation `etcd.operator.dev/defragment` asked for it.
+        Requested => "Requested",
     }
 }
 
@@ -186,7 +211,7 @@ pub struct DefragmentationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
 
-    /// Why it ran: `Schedule` or `Fragmentation`.
+    /// Why it ran: `Schedule`, `Fragmentation` or `Requested`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<DefragmentationTrigger>,
 

@@ -46,6 +46,19 @@ pub const RECOVER_QUORUM_ANNOTATION: &str = "etcd.operator.dev/recover-quorum";
 /// furthest ahead). The replaced member's name is never used again, so the request is done once
 /// that member is gone; the annotation may then be removed (see `docs/day2.md`).
 pub const REPLACE_MEMBER_ANNOTATION: &str = "etcd.operator.dev/replace-member";
+/// Annotation on an EtcdCluster asking for every member to be defragmented now: its value is a
+/// time (RFC 3339, e.g. `2026-11-27T01:00:00Z`), and every voting member not defragmented since
+/// then is defragmented, one at a time under the gate and order of scheduled defragmentation
+/// (followers first, the leader after handing leadership over). The time may not be in the
+/// future (it then waits for it); `status.maintenance.defragmentations` records each member with
+/// trigger `Requested`. `kubectl etcd defrag` writes it (see `docs/day2.md`).
+pub const DEFRAGMENT_ANNOTATION: &str = "etcd.operator.dev/defragment";
+/// Annotation on an EtcdCluster asking the operator to hand raft leadership to the named voting
+/// member, once all voters are healthy. Text after an `@` is ignored, so the same member can be
+/// asked for again with another value (`kubectl etcd move-leader` writes `<member>@<unix time>`).
+/// Each value is acted on once: `status.maintenance.lastLeaderTransfer` records the request once
+/// the member leads; a name that is no voting member asks for nothing (see `docs/day2.md`).
+pub const MOVE_LEADER_ANNOTATION: &str = "etcd.operator.dev/move-leader";
 
 /// An etcd cluster managed by the operator.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,13 +1,14 @@
 //! When members are due for defragmentation, decided from the record in `status.maintenance`,
-//! the schedule and the clock, so the planner stays free of time; how long since the latest
-//! NOSPACE reclaim; and how that record changes when a member was defragmented or space was
-//! reclaimed. Pure.
+//! the schedule, the defragment annotation's time and the clock, so the planner stays free of
+//! time; how long since the latest NOSPACE reclaim; and how that record changes when a member
+//! was defragmented, space was reclaimed or a requested leader took over. Pure.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use etcd_operator_api::status::{
-    DefragmentationStatus, DefragmentationTrigger, MaintenanceStatus, SpaceReclaimStatus,
+    DefragmentationStatus, DefragmentationTrigger, LeaderTransferStatus, MaintenanceStatus,
+    SpaceReclaimStatus,
 };
 
 use crate::backup_policy::{from_time, to_time};
@@ -25,6 +26,9 @@ pub struct DefragDue {
     pub scheduled: Vec<String>,
     /// Members defragmented within [`DEFRAG_COOLDOWN`].
     pub recent: Vec<String>,
+    /// Members the defragment annotation wants defragmented: not defragmented since the time it
+    /// names (a time still in the future asks for nothing yet).
+    pub requested: Vec<String>,
 }
 
 /// The latest defragmentation time of `member` in the record.
@@ -43,11 +47,13 @@ fn last_of(record: Option<&MaintenanceStatus>, member: &str) -> Option<DateTime<
 /// missed while the operator was down are made up for once.
 pub fn due(
     schedule: Option<&croner::Cron>,
+    requested: Option<DateTime<Utc>>,
     created: DateTime<Utc>,
     record: Option<&MaintenanceStatus>,
     members: &[String],
     now: DateTime<Utc>,
 ) -> DefragDue {
+    let requested = requested.filter(|at| *at <= now);
     let slot = schedule
         .and_then(|cron| cron.find_previous_occurrence(&now, true).ok())
         .filter(|slot| *slot > created);
@@ -59,6 +65,11 @@ pub fn due(
             && last.is_none_or(|t| t < slot)
         {
             out.scheduled.push(member.clone());
+        }
+        if let Some(at) = requested
+            && last.is_none_or(|t| t < at)
+        {
+            out.requested.push(member.clone());
         }
         if last.is_some_and(|t| now - t < cooldown) {
             out.recent.push(member.clone());
@@ -103,6 +114,15 @@ pub fn merge(a: Option<&MaintenanceStatus>, b: Option<&MaintenanceStatus>) -> Op
     {
         merged.last_space_reclaim = Some(theirs.clone());
     }
+    let transferred = |t: &LeaderTransferStatus| t.time.as_ref().and_then(from_time);
+    if let Some(theirs) = &other.last_leader_transfer
+        && merged
+            .last_leader_transfer
+            .as_ref()
+            .is_none_or(|ours| transferred(ours) < transferred(theirs))
+    {
+        merged.last_leader_transfer = Some(theirs.clone());
+    }
     merged.last_defragmentation = merged
         .defragmentations
         .iter()
@@ -128,6 +148,7 @@ pub fn record(
         trigger: Some(match trigger {
             DefragTrigger::Schedule => DefragmentationTrigger::Schedule,
             DefragTrigger::Fragmentation => DefragmentationTrigger::Fragmentation,
+            DefragTrigger::Requested => DefragmentationTrigger::Requested,
         }),
         db_size_before: i64::try_from(db_size).ok(),
         db_size_in_use_before: i64::try_from(in_use).ok(),
@@ -173,6 +194,21 @@ pub fn since_reclaim(record: Option<&MaintenanceStatus>, now: DateTime<Utc>) -> 
     Some((now - at).to_std().unwrap_or(Duration::ZERO))
 }
 
+/// The record after the member a move-leader request named was seen leading at `now`.
+pub fn record_leader_transfer(
+    previous: Option<&MaintenanceStatus>,
+    request: &crate::validated::LeaderRequest,
+    now: DateTime<Utc>,
+) -> MaintenanceStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.last_leader_transfer = Some(LeaderTransferStatus {
+        request: request.request.clone(),
+        leader: request.member.clone(),
+        time: Some(to_time(now)),
+    });
+    status
+}
+
 /// The record without members that are gone (`members`: the current ones).
 pub fn retain_members(record: Option<MaintenanceStatus>, members: &[String]) -> Option<MaintenanceStatus> {
     let mut record = record?;
@@ -202,28 +238,82 @@ mod tests {
         let daily = cron("0 3 * * *");
         let members = names(&["a", "b", "c"]);
         // Nothing recorded yet: at 03:30 the 03:00 pass is due for everyone.
-        let d = due(Some(&daily), at(1, 0), None, &members, at(3, 30));
+        let d = due(Some(&daily), None, at(1, 0), None, &members, at(3, 30));
         assert_eq!(d.scheduled, members);
         assert!(d.recent.is_empty());
         // A cluster created after the latest time waits for the next one.
-        let d = due(Some(&daily), at(3, 10), None, &members, at(3, 30));
+        let d = due(Some(&daily), None, at(3, 10), None, &members, at(3, 30));
         assert!(d.scheduled.is_empty(), "{d:?}");
         // Half way through the pass (an operator restart in between): the rest is due; what was
         // done at 03:20 is recent, so the size trigger leaves it alone too.
         let rec = record(None, "a", DefragTrigger::Schedule, 100, 50, at(3, 20));
-        let d = due(Some(&daily), at(1, 0), Some(&rec), &members, at(3, 25));
+        let d = due(Some(&daily), None, at(1, 0), Some(&rec), &members, at(3, 25));
         assert_eq!(d.scheduled, names(&["b", "c"]));
         assert_eq!(d.recent, names(&["a"]));
         // Without a schedule nothing is scheduled; the cooldown passes.
-        let d = due(None, at(1, 0), Some(&rec), &members, at(3, 40));
+        let d = due(None, None, at(1, 0), Some(&rec), &members, at(3, 40));
         assert_eq!(d, DefragDue::default());
+    }
+
+    #[test]
+    fn a_request_wants_every_member_not_defragmented_since_its_time_and_only_once_it_has_come() {
+        let members = names(&["a", "b", "c"]);
+        let rec = record(None, "a", DefragTrigger::Schedule, 100, 50, at(3, 20));
+        // Asked at 03:10: a (done at 03:20) is not due, b and c (never done) are.
+        let d = due(None, Some(at(3, 10)), at(1, 0), Some(&rec), &members, at(3, 30));
+        assert_eq!(d.requested, names(&["b", "c"]));
+        assert!(d.scheduled.is_empty());
+        // Asked at 03:25: everyone, the member done before included.
+        let d = due(None, Some(at(3, 25)), at(1, 0), Some(&rec), &members, at(3, 30));
+        assert_eq!(d.requested, members);
+        // A time still to come asks for nothing yet.
+        let d = due(None, Some(at(4, 0)), at(1, 0), Some(&rec), &members, at(3, 30));
+        assert!(d.requested.is_empty());
+        // Recorded as Requested, and done once the member is defragmented after the time.
+        let done = record(Some(&rec), "b", DefragTrigger::Requested, 10, 5, at(3, 31));
+        let b = done.defragmentations.iter().find(|d| d.member == "b").unwrap();
+        assert_eq!(b.trigger, Some(DefragmentationTrigger::Requested));
+        let d = due(None, Some(at(3, 10)), at(1, 0), Some(&done), &members, at(3, 32));
+        assert_eq!(d.requested, names(&["c"]));
+    }
+
+    #[test]
+    fn a_leader_transfer_is_recorded_and_kept_by_merges() {
+        let request = crate::validated::LeaderRequest {
+            request: "b@1".into(),
+            member: "b".into(),
+        };
+        let rec = record_leader_transfer(None, &request, at(3, 0));
+        let t = rec.last_leader_transfer.clone().unwrap();
+        assert_eq!((t.request.as_str(), t.leader.as_str()), ("b@1", "b"));
+        let other = record(None, "a", DefragTrigger::Schedule, 10, 5, at(3, 5));
+        assert_eq!(
+            merge(Some(&other), Some(&rec)).unwrap().last_leader_transfer,
+            Some(t.clone())
+        );
+        assert_eq!(
+            merge(Some(&rec), Some(&other)).unwrap().last_leader_transfer,
+            Some(t)
+        );
+        // The newer record wins, whichever side it comes from.
+        let newer = record_leader_transfer(
+            Some(&rec),
+            &crate::validated::LeaderRequest {
+                request: "c@2".into(),
+                member: "c".into(),
+            },
+            at(4, 0),
+        );
+        for merged in [merge(Some(&rec), Some(&newer)), merge(Some(&newer), Some(&rec))] {
+            assert_eq!(merged.unwrap().last_leader_transfer.unwrap().request, "c@2");
+        }
     }
 
     #[test]
     fn a_defragmentation_before_the_latest_time_does_not_count_for_it() {
         let daily = cron("0 3 * * *");
         let rec = record(None, "a", DefragTrigger::Fragmentation, 100, 50, at(2, 59));
-        let d = due(Some(&daily), at(1, 0), Some(&rec), &names(&["a"]), at(3, 1));
+        let d = due(Some(&daily), None, at(1, 0), Some(&rec), &names(&["a"]), at(3, 1));
         assert_eq!(d.scheduled, names(&["a"]));
         assert_eq!(until_next(&daily, at(3, 1)), Some(Duration::from_secs(86_340)));
     }

@@ -40,6 +40,8 @@ pub enum DefragTrigger {
     Schedule,
     /// Its database file is mostly free space.
     Fragmentation,
+    /// The defragment annotation asked for it.
+    Requested,
 }
 
 impl std::fmt::Display for DefragTrigger {
@@ -47,6 +49,7 @@ impl std::fmt::Display for DefragTrigger {
         f.write_str(match self {
             Self::Schedule => "scheduled",
             Self::Fragmentation => "its database file is mostly free space",
+            Self::Requested => "requested",
         })
     }
 }
@@ -78,6 +81,8 @@ pub struct Timing {
     pub defrag_scheduled: Vec<String>,
     /// Members (by name) defragmented so recently that the size trigger leaves them alone.
     pub defragmented_recently: Vec<String>,
+    /// Members (by name) the defragment annotation wants defragmented now.
+    pub defrag_requested: Vec<String>,
     /// How long since space was last reclaimed for NOSPACE (compacted, defragmented, disarmed),
     /// as `status.maintenance.lastSpaceReclaim` records it, if it was.
     pub since_reclaim: Option<Duration>,
@@ -1062,6 +1067,9 @@ pub fn plan(
     if let Some(step) = plan_authority(desired, etcd, observed, thresholds) {
         return step;
     }
+    if let Some(step) = plan_leader_request(desired, etcd) {
+        return step;
+    }
     if let Some(step) = plan_defragmentation(desired, etcd, observed) {
         return step;
     }
@@ -1729,7 +1737,9 @@ fn plan_defragmentation(desired: &ValidatedCluster, etcd: &EtcdView, observed: &
         .voters()
         .filter_map(|m| {
             let r = runtime_for(observed, m)?;
-            let trigger = if timing.defrag_scheduled.contains(&r.name) {
+            let trigger = if timing.defrag_requested.contains(&r.name) {
+                DefragTrigger::Requested
+            } else if timing.defrag_scheduled.contains(&r.name) {
                 DefragTrigger::Schedule
             } else if !timing.defragmented_recently.contains(&r.name)
                 && m.status
@@ -1768,6 +1778,34 @@ fn plan_defragmentation(desired: &ValidatedCluster, etcd: &EtcdView, observed: &
         db_size: health.db_size,
         db_size_in_use: health.db_size_in_use,
     })
+}
+
+/// A leadership move the move-leader annotation asks for: to the named voting member, when it
+/// does not lead yet and every voter is healthy (the move is a raft leadership transfer, which
+/// needs the new leader caught up). A name that is no voter asks for nothing; the request is
+/// recorded as answered by the reconcile once the member leads.
+fn plan_leader_request(desired: &ValidatedCluster, etcd: &EtcdView) -> Option<Step> {
+    let request = desired.move_leader.as_ref()?;
+    let to = etcd.voters().find(|m| m.name == request.member)?;
+    if to.id == etcd.leader || etcd.leader == 0 || etcd.healthy_voters() < etcd.voters().count() {
+        return None;
+    }
+    Some(Step::MoveLeader {
+        from: etcd.leader,
+        to: to.id,
+    })
+}
+
+/// Whether a move-leader request is answered: the member it names leads.
+pub fn leader_request_answered(desired: &ValidatedCluster, etcd: Option<&EtcdView>) -> bool {
+    let (Some(request), Some(etcd)) = (desired.move_leader.as_ref(), etcd) else {
+        return false;
+    };
+    etcd.leader != 0
+        && etcd
+            .members
+            .iter()
+            .any(|m| m.id == etcd.leader && m.name == request.member)
 }
 
 /// Whether the cluster has a leader and a healthy quorum of voters.
@@ -3593,6 +3631,71 @@ mod tests {
         // caller only lists members not defragmented since the scheduled time.
         o.timing.defragmented_recently = vec!["c".into()];
         assert_eq!(run(&d, &o), defrag("c", 3, DefragTrigger::Schedule, small));
+    }
+
+    #[test]
+    fn a_requested_defragmentation_takes_every_member_asked_for_followers_first_leader_last() {
+        let d = desired(3);
+        let small = (1 << 20, 1 << 20);
+        let mut o = sized(small);
+        o.timing.defrag_requested = vec!["a".into(), "b".into(), "c".into()];
+        // Followers first, whatever the sizes.
+        assert_eq!(run(&d, &o), defrag("b", 2, DefragTrigger::Requested, small));
+        // A request goes before the schedule for the same member.
+        o.timing.defrag_requested = vec!["a".into(), "c".into()];
+        o.timing.defrag_scheduled = vec!["c".into()];
+        assert_eq!(run(&d, &o), defrag("c", 3, DefragTrigger::Requested, small));
+        // Only the leader left: leadership is handed over first.
+        o.timing.defrag_requested = vec!["a".into()];
+        o.timing.defrag_scheduled.clear();
+        assert_eq!(run(&d, &o), Step::MoveLeader { from: 1, to: 2 });
+        // With an unhealthy voter it waits, as every defragmentation does.
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[1].status = None;
+        }
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::UnhealthyBeforeDefragmentation { .. }
+            }
+        ));
+    }
+
+    #[test]
+    fn a_requested_leader_gets_leadership_when_every_voter_is_healthy_and_only_a_voter() {
+        let mut d = desired(3);
+        let mut o = sized((1 << 20, 1 << 20));
+        let ask = |member: &str| {
+            Some(crate::validated::LeaderRequest {
+                request: format!("{member}@1"),
+                member: member.into(),
+            })
+        };
+        d.move_leader = ask("b");
+        assert_eq!(run(&d, &o), Step::MoveLeader { from: 1, to: 2 });
+        assert!(!leader_request_answered(&d, o.etcd.as_ref()));
+        // Once b leads: answered, nothing more to do.
+        if let Some(v) = o.etcd.as_mut() {
+            v.leader = 2;
+        }
+        assert!(leader_request_answered(&d, o.etcd.as_ref()));
+        assert_eq!(run(&d, &o), Step::Idle);
+        // A name that is no member asks for nothing.
+        d.move_leader = ask("zz");
+        assert_eq!(run(&d, &o), Step::Idle);
+        assert!(!leader_request_answered(&d, o.etcd.as_ref()));
+        // An unhealthy voter: no move (the cluster waits for it as usual).
+        d.move_leader = ask("c");
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0].status = None;
+        }
+        assert!(matches!(run(&d, &o), Step::Wait { .. }));
+        // Scaling comes first.
+        if let Some(v) = o.etcd.as_mut() {
+            v.members[0].status = v.members[1].status.clone();
+        }
+        d.replicas = 5;
+        assert!(matches!(run(&d, &o), Step::ReserveForJoin { .. }));
     }
 
     #[test]

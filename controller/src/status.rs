@@ -570,7 +570,9 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
         .as_ref()
         .filter(|r| r.phase == Some(UpgradePhase::Halted))
         .map(|r| r.message.clone().unwrap_or_default());
-    if let Some(error) = &outcome.error {
+    // A step under way (a process stopping, a certificate being issued) is progress, not a
+    // degradation: the Progressing condition says what it waits for.
+    if let Some(error) = outcome.error.as_ref().filter(|e| !e.is_waiting()) {
         degraded = Some((error.reason(), etcd_operator_api::report::chain(error)));
     } else if let Some(message) = halted {
         degraded = Some((
@@ -1042,6 +1044,31 @@ mod tests {
             },
         );
         assert_eq!(get(&failed, "Degraded").reason, "StepFailed");
+        // A member's process stopping during a roll is progress, not a failure.
+        let under_way = compute(
+            &cluster(),
+            &observed,
+            &Outcome {
+                step: Step::RollTemplate {
+                    name: "m".into(),
+                    from: None,
+                    to: "h".into(),
+                },
+                error: Some(crate::outcome::StepError::Runtime(
+                    crate::runtime::RuntimeError::Waiting {
+                        member: "m".into(),
+                        detail: "its etcd process (pid 7) is stopping".into(),
+                    },
+                )),
+                roll: None,
+                rollout: None,
+                maintenance: None,
+            },
+        );
+        // Degraded says what is observed (two members down here), not the step's wait.
+        assert_eq!(get(&under_way, "Degraded").reason, "MembersUnhealthy");
+        assert!(!get(&under_way, "Degraded").message.contains("stopping"));
+        assert_eq!(get(&under_way, "Progressing").status, "True");
         let restore = crate::runtime::RuntimeError::Restore {
             member: "m".into(),
             source: Box::new(crate::restore::RestoreError::Source(

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use etcd_operator_api::defaults::EffectiveReplacement;
 use etcd_operator_api::status::{EtcdClusterStatus, UpgradePhase};
 use etcd_operator_api::v1alpha2::{
-    BackupSpec, DEFAULT_REPLICAS, DEFAULT_REPOSITORY, EtcdCluster, PodTemplateSpec,
-    RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION, ROTATE_CA_ANNOTATION,
-    ROTATE_CERTIFICATES_ANNOTATION, RestoreSpec, StorageSpec,
+    BackupSpec, DEFAULT_REPLICAS, DEFAULT_REPOSITORY, DEFRAGMENT_ANNOTATION, EtcdCluster,
+    MOVE_LEADER_ANNOTATION, PodTemplateSpec, RECOVER_QUORUM_ANNOTATION, REPLACE_MEMBER_ANNOTATION,
+    ROTATE_CA_ANNOTATION, ROTATE_CERTIFICATES_ANNOTATION, RestoreSpec, StorageSpec,
 };
 use etcd_operator_api::versions::DEFAULT_ETCD_VERSION;
 
@@ -36,6 +36,12 @@ pub enum ValidationError {
         schedule: String,
         /// The parser's complaint.
         detail: String,
+    },
+    /// The defragment annotation's value is not an RFC 3339 time (it is ignored).
+    #[error("annotation {DEFRAGMENT_ANNOTATION}={value:?} is not an RFC 3339 time")]
+    DefragmentRequest {
+        /// The value as stored.
+        value: String,
     },
 }
 
@@ -214,10 +220,38 @@ pub struct ValidatedCluster {
     pub replacement: EffectiveReplacement,
     /// The value of the [`REPLACE_MEMBER_ANNOTATION`]: the member to replace now.
     pub replace_member: Option<String>,
+    /// The time the [`DEFRAGMENT_ANNOTATION`] names: members not defragmented since are due.
+    pub defragment_request: Option<chrono::DateTime<chrono::Utc>>,
+    /// The [`MOVE_LEADER_ANNOTATION`] when not answered yet (`status.maintenance
+    /// .lastLeaderTransfer` records the last request done).
+    pub move_leader: Option<LeaderRequest>,
     /// The [`KEEP_DATA_ANNOTATION`]: member data is kept when the cluster is deleted.
     pub keep_data_on_delete: bool,
     /// What was ignored because it cannot be resolved (logged by the reconcile).
     pub ignored: Vec<ValidationError>,
+}
+
+/// A leadership move asked for with the [`MOVE_LEADER_ANNOTATION`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderRequest {
+    /// The annotation's value (recorded once answered).
+    pub request: String,
+    /// The member to lead: the value up to an `@`.
+    pub member: String,
+}
+
+impl LeaderRequest {
+    /// The request a value makes, unless `answered` (the value recorded last) is the same.
+    pub fn of(value: &str, answered: Option<&str>) -> Option<Self> {
+        let member = value.split('@').next().unwrap_or_default().trim();
+        if member.is_empty() || answered == Some(value) {
+            return None;
+        }
+        Some(Self {
+            request: value.to_owned(),
+            member: member.to_owned(),
+        })
+    }
 }
 
 /// The bytes a persistent member volume of `storage` holds.
@@ -270,6 +304,24 @@ impl ValidatedCluster {
                 })
                 .ok()
         });
+        let defragment_request = annotation(DEFRAGMENT_ANNOTATION).and_then(|value| {
+            // To the second, as defragmentations are recorded: one done in the same second as
+            // the request counts for it.
+            chrono::DateTime::parse_from_rfc3339(&value)
+                .map(|t| {
+                    chrono::DateTime::from_timestamp(t.timestamp(), 0)
+                        .unwrap_or_else(|| t.with_timezone(&chrono::Utc))
+                })
+                .map_err(|_| ignored.push(ValidationError::DefragmentRequest { value }))
+                .ok()
+        });
+        let answered_leader_request = status
+            .as_ref()
+            .and_then(|s| s.maintenance.as_ref())
+            .and_then(|m| m.last_leader_transfer.as_ref())
+            .map(|t| t.request.as_str());
+        let move_leader = annotation(MOVE_LEADER_ANNOTATION)
+            .and_then(|value| LeaderRequest::of(&value, answered_leader_request));
         let template = spec.pod_template.clone().unwrap_or_default();
         let template_meta = template.metadata.unwrap_or_default();
         Ok(Self {
@@ -328,6 +380,8 @@ impl ValidatedCluster {
             }),
             replacement: etcd_operator_api::defaults::effective_replacement(spec),
             replace_member: annotation(REPLACE_MEMBER_ANNOTATION),
+            defragment_request,
+            move_leader,
             keep_data_on_delete: meta
                 .annotations
                 .as_ref()
@@ -409,6 +463,87 @@ mod tests {
         );
         c.metadata.annotations = Some([(ROTATE_CERTIFICATES_ANNOTATION.to_owned(), String::new())].into());
         assert_eq!(ValidatedCluster::for_test(c).certificate_rotation, None);
+    }
+
+    #[test]
+    fn the_defragment_annotation_is_a_time_and_anything_else_is_ignored_with_a_reason() {
+        let mut c = EtcdCluster::default();
+        c.metadata.annotations = Some(
+            [(
+                DEFRAGMENT_ANNOTATION.to_owned(),
+                "2026-11-27T01:00:00+01:00".to_owned(),
+            )]
+            .into(),
+        );
+        let view = ValidatedCluster::for_test(c.clone());
+        assert_eq!(
+            view.defragment_request.map(|t| t.to_rfc3339()),
+            Some("2026-11-27T00:00:00+00:00".to_owned())
+        );
+        assert!(view.ignored.is_empty());
+        // Fractions of a second are dropped (defragmentations are recorded to the second).
+        c.metadata.annotations = Some(
+            [(
+                DEFRAGMENT_ANNOTATION.to_owned(),
+                "2026-11-27T00:00:00.9Z".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            ValidatedCluster::for_test(c.clone())
+                .defragment_request
+                .map(|t| t.to_rfc3339()),
+            Some("2026-11-27T00:00:00+00:00".to_owned())
+        );
+        c.metadata.annotations = Some([(DEFRAGMENT_ANNOTATION.to_owned(), "now".to_owned())].into());
+        let view = ValidatedCluster::for_test(c);
+        assert_eq!(view.defragment_request, None);
+        assert_eq!(
+            view.ignored,
+            vec![ValidationError::DefragmentRequest { value: "now".into() }]
+        );
+    }
+
+    #[test]
+    fn the_move_leader_annotation_names_a_member_and_is_answered_once() {
+        let mut c = EtcdCluster::default();
+        c.metadata.annotations = Some(
+            [(
+                MOVE_LEADER_ANNOTATION.to_owned(),
+                " c-abcde@1764200000 ".to_owned(),
+            )]
+            .into(),
+        );
+        let asked = ValidatedCluster::for_test(c.clone()).move_leader;
+        assert_eq!(
+            asked,
+            Some(LeaderRequest {
+                request: "c-abcde@1764200000".into(),
+                member: "c-abcde".into()
+            })
+        );
+        // Recorded as answered: nothing more; another value asks again.
+        c.status = Some(EtcdClusterStatus {
+            maintenance: Some(etcd_operator_api::status::MaintenanceStatus {
+                last_leader_transfer: Some(etcd_operator_api::status::LeaderTransferStatus {
+                    request: "c-abcde@1764200000".into(),
+                    leader: "c-abcde".into(),
+                    time: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(ValidatedCluster::for_test(c.clone()).move_leader, None);
+        c.metadata.annotations = Some([(MOVE_LEADER_ANNOTATION.to_owned(), "c-abcde".to_owned())].into());
+        assert_eq!(
+            ValidatedCluster::for_test(c.clone())
+                .move_leader
+                .map(|r| r.member),
+            Some("c-abcde".to_owned())
+        );
+        c.metadata.annotations = Some([(MOVE_LEADER_ANNOTATION.to_owned(), "@1".to_owned())].into());
+        assert_eq!(ValidatedCluster::for_test(c).move_leader, None);
     }
 
     #[test]

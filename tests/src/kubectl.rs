@@ -234,3 +234,41 @@ pub fn client_endpoints(status: &Value) -> Vec<String> {
         .map(|eps| eps.iter().filter_map(|e| e.as_str().map(str::to_owned)).collect())
         .unwrap_or_default()
 }
+
+/// How many reconciles the operator has finished (`etcd_operator_reconcile_duration_seconds_count`
+/// from `/metrics`), if it answers.
+pub fn reconciles(op: &LocalOperator) -> Option<u64> {
+    let text = kubectl(op, &["get", "--raw", "/metrics"], None).ok()?;
+    text.lines()
+        .filter(|l| l.starts_with("etcd_operator_reconcile_duration_seconds_count"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .reduce(|a, b| a + b)
+}
+
+/// Waits until the operator has finished `more` reconciles after this call: a check that nothing
+/// happens (no restart, no retry) then rests on the operator having looked again, not on a fixed
+/// sleep. Fails with `what` when `timeout` passes first.
+pub async fn wait_reconciles(
+    op: &LocalOperator,
+    more: u64,
+    what: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let began = std::time::Instant::now();
+    let mut start = None;
+    loop {
+        let now = reconciles(op);
+        match (start, now) {
+            (None, Some(n)) => start = Some(n),
+            (Some(s), Some(n)) if n >= s + more => return Ok(()),
+            _ => {}
+        }
+        if began.elapsed() > timeout {
+            return Err(format!(
+                "{what}: the operator did not reconcile {more} more times within {timeout:?} (from {start:?}, now {now:?})"
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

@@ -920,3 +920,79 @@ mod tests {
         );
     }
 }
+
+/// The operator's image as the member Pods name it; the node agent runs this workspace's binary
+/// for it.
+pub const OPERATOR_IMAGE: &str = "ghcr.io/etcd-operator/etcd-operator:e2e";
+
+/// The kubernetes runtime without kube-apiserver: the in-memory Kubernetes API, this node agent
+/// on it, and `etcd-operator local --member-kubeconfig` running its members there (the test runs
+/// in a private mount namespace, see [`crate::private_hosts`]).
+#[derive(Debug)]
+pub struct KubeRuntime {
+    /// The in-memory Kubernetes API.
+    pub kube_api: crate::fake_kube::FakeKube,
+    /// The node agent running the Pods.
+    pub agent: NodeAgent,
+    /// The operator.
+    pub op: crate::LocalOperator,
+    /// The agent's volumes and the members' kubeconfig (removed when dropped).
+    pub dir: tempfile::TempDir,
+}
+
+/// The kubernetes runtime could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeRuntimeError {
+    /// The agent's directory could not be made.
+    #[error("create the node agent's directory")]
+    Dir(#[from] std::io::Error),
+    /// The in-memory API did not start or write its kubeconfig.
+    #[error("start the in-memory Kubernetes API")]
+    Api(#[from] crate::fake_kube::FakeKubeError),
+    /// No client of the in-memory API.
+    #[error("connect to the in-memory Kubernetes API")]
+    Client(#[from] kube::Error),
+    /// The operator did not build or start.
+    #[error("start the operator")]
+    Operator(#[from] crate::operator::OperatorError),
+}
+
+impl KubeRuntime {
+    /// Starts the API, the agent on `hosts` and the operator.
+    pub async fn start(hosts: PathBuf) -> Result<Self, KubeRuntimeError> {
+        Self::start_with(hosts, Vec::new()).await
+    }
+
+    /// With extra environment for the operator (S3 keys, its snapshot directory); the node agent
+    /// runs the operator's image as this workspace's binary.
+    pub async fn start_with(hosts: PathBuf, env: Vec<(String, String)>) -> Result<Self, KubeRuntimeError> {
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-operator-node-agent-")
+            .tempdir()?;
+        let kube_api = crate::fake_kube::FakeKube::start().await?;
+        let kubeconfig = kube_api.write_kubeconfig(&dir.path().join("members.kubeconfig"))?;
+        let agent = NodeAgent::start(
+            kube_api.client()?,
+            NodeAgentOptions {
+                node: "node-1".into(),
+                root: dir.path().join("node"),
+                etcd_binaries: crate::tools::tools_dir().join("etcd"),
+                hosts,
+                operator: Some((OPERATOR_IMAGE.to_owned(), crate::operator::operator_binary()?)),
+            },
+        );
+        let mut env = env;
+        env.push(("ETCD_OPERATOR_IMAGE".to_owned(), OPERATOR_IMAGE.to_owned()));
+        let op = crate::LocalOperator::start_with(crate::operator::OperatorOptions {
+            env,
+            args: vec!["--member-kubeconfig".into(), kubeconfig.display().to_string()],
+        })
+        .await?;
+        Ok(Self {
+            kube_api,
+            agent,
+            op,
+            dir,
+        })
+    }
+}

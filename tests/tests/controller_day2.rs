@@ -222,7 +222,14 @@ async fn quorum_lost_with_two_members_destroyed_is_rebuilt_only_when_asked_and_r
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three looks at the cluster without quorum",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let mut dirs: Vec<String> = std::fs::read_dir(cluster_dir(&op, "lost"))
         .unwrap()
         .flatten()

@@ -148,8 +148,15 @@ async fn with_a_manual_policy_the_member_is_only_reported_until_the_annotation_a
         message.contains(&format!("etcd.operator.dev/replace-member={broken}")),
         "{message}"
     );
-    // Reported, not acted on: after a while the member is still there and still pending.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Reported, not acted on: after three more looks the member is still there and still pending.
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three looks at the pending replacement",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let s = etcd_operator_tests::kubectl::status(&op, "ec", "careful").unwrap();
     assert!(member_names(&s).contains(&broken), "{s}");
     assert!(

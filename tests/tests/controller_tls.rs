@@ -532,12 +532,116 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rot", n)))
         .collect();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three more looks at the cluster",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let again: Vec<u32> = names
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rot", n)))
         .collect();
     assert_eq!(pids, again, "members restarted without a new rotation");
+}
+
+/// The robustness suite's renewal case (issue 26: the operator killed in the middle of every step
+/// kind): one rotation on demand while the operator is SIGKILLed right after the 1st, 3rd and 5th
+/// step it logs (a member's process stopping, started again on its new certificates, leadership
+/// moved off the last one); every member still ends on new certificates, and a TLS writer loses
+/// no acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(clippy::print_stdout)]
+async fn a_rotation_survives_an_operator_killed_after_its_steps() {
+    use etcd_operator_tests::robustness::operations::LogCursor;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const STEPS: [&str; 3] = ["stopping etcd member", "started etcd member", "moved leadership"];
+    let mut op = LocalOperator::start().await.unwrap();
+    apply(&op, &tls_cluster("rk", 3, true)).unwrap();
+    let s = wait_available(&op, "rk", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
+    let eps = client_endpoints(&s);
+    let names: Vec<String> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    let before: Vec<_> = names
+        .iter()
+        .map(|n| member_certificates(&member_dir(&op, "rk", n)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tls = client_options(&op, "rk");
+    let writer = etcd_operator_tests::writer::start_writer(eps.clone(), Some(tls.clone()), stop.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let mut cursor = LogCursor::at_end(op.state_dir().to_path_buf());
+    kubectl(
+        &op,
+        &["annotate", "ec", "rk", "etcd.operator.dev/rotate-certificates=k1"],
+        None,
+    )
+    .unwrap();
+    let rotated = |op: &LocalOperator| {
+        names.iter().all(|n| {
+            std::fs::read_to_string(member_dir(op, "rk", n).join("tls").join("rotation"))
+                .ok()
+                .as_deref()
+                == Some("k1")
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut seen: Vec<String> = Vec::new();
+    let mut kills = Vec::new();
+    for kill_at in [1_usize, 3, 5] {
+        while seen.len() < kill_at && !rotated(&op) {
+            for line in cursor.new_lines() {
+                if let Some(step) = STEPS.iter().find(|s| line.contains(*s)) {
+                    seen.push((*step).to_owned());
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(180),
+                "only {seen:?} logged; operator log:\n{}",
+                op.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if seen.len() < kill_at {
+            break;
+        }
+        op.crash();
+        op.start_again().await.unwrap();
+        kills.push(format!("after step {kill_at} ({})", seen[kill_at - 1]));
+    }
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "rk"),
+        "every member restarted on new certificates",
+        Duration::from_secs(180),
+        |s| available(s, 3) && rotated(&op),
+    )
+    .await
+    .unwrap();
+    println!(
+        "rotation with the operator killed {kills:?}: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(kills.len(), 3, "the rotation ended before the 5th step: {seen:?}");
+    stop.store(true, Ordering::SeqCst);
+    let writes = writer.await.unwrap();
+    for (name, (server, peer, _)) in names.iter().zip(&before) {
+        let (new_server, new_peer, _) = member_certificates(&member_dir(&op, "rk", name));
+        assert_ne!(&new_server, server, "{name}: serving certificate not renewed");
+        assert_ne!(&new_peer, peer, "{name}: peer certificate not renewed");
+    }
+    assert_eq!(client_endpoints(&s), eps, "the same members serve");
+    assert!(writes.acknowledged.len() > 10, "the writer hardly wrote");
+    etcd_operator_tests::writer::assert_no_write_lost(&eps, Some(&tls), &writes).await;
 }
 
 /// Replaces a member's serving and peer certificates with ones from the cluster's own CAs that
@@ -841,7 +945,14 @@ async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_tr
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rca", n)))
         .collect();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three more looks at the cluster",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let again: Vec<u32> = names
         .iter()
         .map(|n| member_pid(&member_dir(&op, "rca", n)))

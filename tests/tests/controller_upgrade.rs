@@ -441,7 +441,14 @@ async fn a_target_that_cannot_start_halts_the_roll_degraded_while_the_cluster_se
     );
     // It stays halted across an operator restart: no retry until the spec changes.
     op.restart().await.unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three looks at the halted roll",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let s = status(&op, "ec", "halt").unwrap();
     assert_eq!(s["upgrade"]["phase"], "Halted");
     assert!(available_on(&s, "3.5.1"), "{s:#}");

@@ -5,7 +5,11 @@
 //! reads), and the wiring holds: APIService → Service → Deployment ports, selectors match Pod
 //! labels, the serving certificate covers `<service>.<namespace>.svc` and is signed by the
 //! APIServices' `caBundle`, the backing etcd's certificate covers every member's URL, bindings
-//! name the ServiceAccount the Pods run as. `manifests/etcd-operator.yaml` is the default
+//! name the ServiceAccount the Pods run as. `values.schema.json` holds every value: each value set
+//! passes it, and an unknown key or a wrong type fails `helm lint` and `helm template` with the
+//! key named. The dashboard ConfigMap and the `PrometheusRule` of `ci/monitoring-values.yaml` are
+//! checked here as objects; the metric names they use in tests/tests/monitoring_drift.rs.
+//! `manifests/etcd-operator.yaml` is the default
 //! rendering, committed: `UPDATE_MANIFESTS=1 cargo test -p etcd-operator-tests --test helm_chart`
 //! rewrites it.
 //!
@@ -22,7 +26,7 @@ use etcd_operator_tests::kube::{RunError, helm, run};
 use etcd_operator_tests::tools::workspace_root;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaim, PodSpec, Secret, Service, ServiceAccount,
+    ConfigMap, Container, PersistentVolumeClaim, PodSpec, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -158,6 +162,10 @@ struct Rendered {
     certificates: Vec<Value>,
     /// prometheus-operator `ServiceMonitor`s, as YAML.
     service_monitors: Vec<Value>,
+    /// ConfigMaps (the Grafana dashboards).
+    config_maps: Vec<ConfigMap>,
+    /// prometheus-operator `PrometheusRule`s, as YAML.
+    prometheus_rules: Vec<Value>,
 }
 
 fn parse_all(yaml: &str) -> Result<Rendered, String> {
@@ -188,6 +196,10 @@ fn parse_all(yaml: &str) -> Result<Rendered, String> {
             }
             ("monitoring.coreos.com/v1", "ServiceMonitor") => {
                 check_service_monitor(&doc).map(|()| r.service_monitors.push(doc.clone()))
+            }
+            ("v1", "ConfigMap") => strict(&doc).map(|o| r.config_maps.push(o)),
+            ("monitoring.coreos.com/v1", "PrometheusRule") => {
+                check_prometheus_rule(&doc).map(|()| r.prometheus_rules.push(doc.clone()))
             }
             _ => Err("a kind this test does not know: add it to parse_all".to_owned()),
         };
@@ -275,10 +287,14 @@ fn check_service_monitor(doc: &Value) -> Result<(), String> {
                 "interval",
                 "scrapeTimeout",
                 "bearerTokenFile",
+                "honorLabels",
                 "tlsConfig",
             ],
             "ServiceMonitor endpoint",
         )?;
+        if !e["honorLabels"].is_null() && !e["honorLabels"].is_boolean() {
+            return Err("ServiceMonitor endpoint honorLabels must be a boolean".into());
+        }
         only_keys(
             &e["tlsConfig"],
             &[
@@ -307,6 +323,78 @@ fn check_service_monitor(doc: &Value) -> Result<(), String> {
             let d = e[key].as_str().unwrap_or_default();
             if !d.ends_with(['h', 'm', 's']) || d.trim_end_matches(['h', 'm', 's']).parse::<u64>().is_err() {
                 return Err(format!("ServiceMonitor endpoint {key} {d:?} is not a duration"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A prometheus-operator `PrometheusRule` (monitoring.coreos.com/v1) with the fields of the CRD:
+/// groups of rules, each an alert or a recording rule with a string expression, a duration
+/// `for`, and string labels and annotations. (The expressions themselves are parsed, and their
+/// metric names checked, in tests/tests/monitoring_drift.rs.)
+fn check_prometheus_rule(doc: &Value) -> Result<(), String> {
+    only_keys(doc, &["apiVersion", "kind", "metadata", "spec"], "PrometheusRule")?;
+    only_keys(&doc["spec"], &["groups"], "PrometheusRule.spec")?;
+    let groups = doc["spec"]["groups"]
+        .as_array()
+        .filter(|g| !g.is_empty())
+        .ok_or("PrometheusRule.spec.groups must be a non-empty list")?;
+    for group in groups {
+        only_keys(group, &["name", "interval", "rules"], "PrometheusRule group")?;
+        let name = group["name"]
+            .as_str()
+            .ok_or("a PrometheusRule group needs a name")?;
+        let rules = group["rules"]
+            .as_array()
+            .filter(|r| !r.is_empty())
+            .ok_or(format!(
+                "PrometheusRule group {name}: rules must be a non-empty list"
+            ))?;
+        for rule in rules {
+            only_keys(
+                rule,
+                &[
+                    "alert",
+                    "record",
+                    "expr",
+                    "for",
+                    "keep_firing_for",
+                    "labels",
+                    "annotations",
+                ],
+                &format!("PrometheusRule group {name} rule"),
+            )?;
+            if rule["alert"].is_string() == rule["record"].is_string() {
+                return Err(format!(
+                    "PrometheusRule group {name}: a rule is an alert or a record: {rule}"
+                ));
+            }
+            if !rule["expr"].is_string() {
+                return Err(format!(
+                    "PrometheusRule group {name}: expr must be a string: {rule}"
+                ));
+            }
+            if let Some(d) = rule.get("for") {
+                let d = d.as_str().unwrap_or_default();
+                if !d.ends_with(['h', 'm', 's'])
+                    || d.trim_end_matches(['h', 'm', 's']).parse::<u64>().is_err()
+                {
+                    return Err(format!(
+                        "PrometheusRule group {name}: for {d:?} is not a duration"
+                    ));
+                }
+            }
+            for key in ["labels", "annotations"] {
+                if !rule[key].is_null()
+                    && !rule[key]
+                        .as_object()
+                        .is_some_and(|m| m.values().all(Value::is_string))
+                {
+                    return Err(format!(
+                        "PrometheusRule group {name}: {key} must be a string map: {rule}"
+                    ));
+                }
             }
         }
     }
@@ -1331,6 +1419,85 @@ fn value_sets_render_what_they_select() {
     assert!(args.contains(&"--shards=6".to_owned()), "{args:?}");
     assert!(args.contains(&"--leader-elect-lease-name=etcd-operator-controllers".to_owned()));
 
+    // Dashboards and alert rules are off by default; on, the dashboard is the chart's file in a
+    // ConfigMap the Grafana sidecar selects, and the rules carry the labels asked for.
+    assert!(defaults.config_maps.is_empty() && defaults.prometheus_rules.is_empty());
+    let monitoring = render("monitoring-values.yaml");
+    let [dashboards] = monitoring.config_maps.as_slice() else {
+        panic!("expected one ConfigMap");
+    };
+    assert_eq!(name_of(dashboards), "prod-etcd-operator-dashboards");
+    assert_eq!(namespace_of(dashboards), "monitoring");
+    let meta = &dashboards.metadata;
+    assert_eq!(
+        meta.labels
+            .as_ref()
+            .unwrap()
+            .get("grafana_dashboard")
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        meta.annotations
+            .as_ref()
+            .unwrap()
+            .get("grafana_folder")
+            .map(String::as_str),
+        Some("etcd")
+    );
+    let file = std::fs::read_to_string(chart().join("dashboards").join("etcd-operator.json")).unwrap();
+    assert_eq!(
+        dashboards.data.as_ref().unwrap().get("etcd-operator.json"),
+        Some(&file),
+        "the ConfigMap carries the chart's dashboard file as it is"
+    );
+    let [rules] = monitoring.prometheus_rules.as_slice() else {
+        panic!("expected one PrometheusRule");
+    };
+    assert_eq!(
+        rules["metadata"]["labels"]["release"].as_str(),
+        Some("kube-prometheus-stack")
+    );
+    let alert = |name: &str| {
+        rules["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap())
+            .find(|r| r["alert"] == name)
+            .unwrap_or_else(|| panic!("no alert {name}"))
+            .clone()
+    };
+    // The thresholds come from the values.
+    assert_eq!(alert("EtcdMemberDown")["for"].as_str(), Some("10m"));
+    assert_eq!(
+        alert("EtcdMemberDown")["labels"]["team"].as_str(),
+        Some("platform")
+    );
+    assert!(
+        alert("EtcdClusterDatabaseNearQuota")["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 0.8 * 2147483648"),
+        "{}",
+        alert("EtcdClusterDatabaseNearQuota")
+    );
+    assert!(
+        alert("EtcdClusterBackupTooOld")["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 2 * 3600"),
+        "{}",
+        alert("EtcdClusterBackupTooOld")
+    );
+    assert!(
+        alert("EtcdOperatorAPIServerErrors")["expr"]
+            .as_str()
+            .unwrap()
+            .contains(r#"job="prod-etcd-operator""#),
+        "the API alert counts the operator's job only (kube-apiserver serves the same name)"
+    );
+
     // Prometheus scraping is off by default and, when on, bound to the Prometheus named.
     assert!(defaults.service_monitors.is_empty());
     assert!(
@@ -1348,6 +1515,8 @@ fn value_sets_render_what_they_select() {
         Some("kube-prometheus-stack")
     );
     assert_eq!(sm["spec"]["endpoints"][0]["interval"].as_str(), Some("15s"));
+    // The series' own `namespace` label (the EtcdCluster's) is kept, not renamed.
+    assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"].as_bool(), Some(true));
     assert_eq!(
         sm["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerify"].as_bool(),
         Some(true)
@@ -1462,6 +1631,111 @@ fn watch_namespaces_render_roles_there_and_no_cluster_wide_write_to_member_objec
     );
 }
 
+/// `helm lint --strict` and `helm template` of the chart with `args`: the failure text of each
+/// (stdout and stderr), `None` where it passed.
+fn lint_and_template(args: &[&str]) -> [Option<String>; 2] {
+    let home = tempfile::tempdir().unwrap();
+    let mut lint = helm_cmd(home.path());
+    lint.args(["lint", "--strict", "--kube-version", "1.35"])
+        .arg(chart())
+        .args(args);
+    let mut template = helm_cmd(home.path());
+    template
+        .args(["template", "prod"])
+        .arg(chart())
+        .args(["--namespace", NAMESPACE, "--kube-version", "1.35"])
+        .args(args);
+    [lint, template].map(|mut cmd| match run(&mut cmd) {
+        Ok(_) => None,
+        Err(RunError::Failed { stdout, stderr, .. }) => Some(format!("{stdout}\n{stderr}")),
+        Err(e) => panic!("{e}"),
+    })
+}
+
+#[test]
+fn the_values_schema_covers_every_value_and_refuses_unknown_top_level_keys() {
+    let text = std::fs::read_to_string(chart().join("values.schema.json")).unwrap();
+    let schema: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        schema["$schema"].as_str(),
+        Some("http://json-schema.org/draft-07/schema#")
+    );
+    assert_eq!(schema["additionalProperties"], Value::Bool(false));
+    // Every value of values.yaml, at every depth, has its place in the schema: a value added
+    // without one fails here with its path (and helm lint fails on the defaults).
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap()).unwrap();
+    let values = serde_json::to_value(values).unwrap();
+    fn walk(value: &Value, schema: &Value, path: &str, missing: &mut Vec<String>) {
+        let Value::Object(map) = value else { return };
+        for (key, v) in map {
+            let here = format!("{path}.{key}");
+            match schema["properties"].get(key) {
+                Some(sub) => walk(v, sub, &here, missing),
+                // A free-form map (labels, resources, affinity) takes any key.
+                None if schema["additionalProperties"] != Value::Bool(false) => {}
+                None => missing.push(here),
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    walk(&values, &schema, "", &mut missing);
+    assert!(missing.is_empty(), "values without a schema: {missing:?}");
+}
+
+#[test]
+fn values_of_the_wrong_type_or_unknown_keys_fail_lint_and_template_naming_the_key() {
+    let typo = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(typo.path(), "replicaCount: 2\nreplicaCont: 3\n").unwrap();
+    let typo_path = typo.path().to_str().unwrap().to_owned();
+    let cases: [(Vec<&str>, &str); 6] = [
+        (
+            vec!["--set", "etcdd.replicas=3"],
+            "additional properties 'etcdd' not allowed",
+        ),
+        (
+            vec!["--values", &typo_path],
+            "additional properties 'replicaCont' not allowed",
+        ),
+        (
+            vec!["--set", "replicaCount=two"],
+            "at '/replicaCount': got string, want integer",
+        ),
+        (
+            vec!["--set", "metrics.prometheusRule.enabled=yes"],
+            "at '/metrics/prometheusRule/enabled': got string, want boolean",
+        ),
+        (
+            vec!["--set", "metrics.serviceMonitor.intervall=1m"],
+            "at '/metrics/serviceMonitor': additional properties 'intervall' not allowed",
+        ),
+        (
+            vec!["--set-json", r#"watchNamespaces="team-a""#],
+            "at '/watchNamespaces': got string, want array",
+        ),
+    ];
+    for (args, want) in &cases {
+        let [lint, template] = lint_and_template(args);
+        for (what, failure) in [("helm lint", lint), ("helm template", template)] {
+            let failure = failure.unwrap_or_else(|| panic!("{what} {args:?} passed"));
+            assert!(
+                failure.contains(want),
+                "{what} {args:?}: want {want:?} in\n{failure}"
+            );
+        }
+    }
+    // The same values, correct, pass both: the failures above come from the schema alone.
+    for args in [
+        vec!["--set", "replicaCount=3"],
+        vec!["--set", "metrics.prometheusRule.enabled=true"],
+        vec!["--set", "metrics.serviceMonitor.interval=1m"],
+        vec!["--set-json", r#"watchNamespaces=["team-a"]"#],
+    ] {
+        let [lint, template] = lint_and_template(&args);
+        assert_eq!((lint, template), (None, None), "{args:?}");
+    }
+}
+
 #[test]
 fn invalid_values_fail_to_render_with_the_reason() {
     let cases: [(&[&str], &str); 6] = [
@@ -1566,6 +1840,33 @@ fn the_checks_catch_unknown_fields_and_broken_wiring() {
         "{problems}"
     );
     assert!(problems.contains("is not from the caBundle"), "{problems}");
+
+    // A PrometheusRule with a misspelt field, a rule that is both alert and record, a bad `for`.
+    let values = chart().join("ci").join("monitoring-values.yaml");
+    let monitoring = template("prod", NAMESPACE, Some(&values), &[]).unwrap();
+    parse_all(&monitoring).unwrap();
+    for (from, to, want) in [
+        (
+            "          expr: etcd_operator_cluster_quorum == 0\n",
+            "          exp: etcd_operator_cluster_quorum == 0\n",
+            "exp",
+        ),
+        (
+            "        - alert: EtcdClusterCorruptAlarm\n",
+            "        - alert: EtcdClusterCorruptAlarm\n          record: x\n",
+            "an alert or a record",
+        ),
+        (
+            "          for: 2m\n",
+            "          for: two minutes\n",
+            "is not a duration",
+        ),
+    ] {
+        let broken = monitoring.replacen(from, to, 1);
+        assert_ne!(broken, monitoring, "{from:?}");
+        let err = parse_all(&broken).err().unwrap_or_default();
+        assert!(err.contains(want), "{to:?}: want {want:?} in {err:?}");
+    }
 
     // An unknown cert-manager field.
     let mut cert = serde_json::json!({

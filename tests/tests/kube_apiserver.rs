@@ -485,6 +485,7 @@ async fn every_object_the_chart_renders_passes_server_side_dry_run() -> anyhow::
         ("cert-manager.io", "Certificate", "certificates"),
         ("cert-manager.io", "Issuer", "issuers"),
         ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
     ] {
         let crd = json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -507,6 +508,8 @@ async fn every_object_the_chart_renders_passes_server_side_dry_run() -> anyhow::
         ],
         None,
     )?;
+    // ci/monitoring-values.yaml puts the dashboard ConfigMap where Grafana's sidecar looks.
+    ok(&plane, &["create", "namespace", "monitoring"], None)?;
     let chart = tools::workspace_root().join("charts").join("etcd-operator");
     let mut values: Vec<Option<std::path::PathBuf>> = vec![None];
     for entry in std::fs::read_dir(chart.join("ci"))? {

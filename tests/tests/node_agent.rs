@@ -17,16 +17,13 @@ use anyhow::Context as _;
 use etcd_operator_tests::fake_kube::FakeKube;
 use etcd_operator_tests::kubectl::{Watched, apply, kubectl, wait_for};
 use etcd_operator_tests::local_cluster::{available, etcdctl_ok, wait_available};
-use etcd_operator_tests::node_agent::{NodeAgent, NodeAgentOptions};
-use etcd_operator_tests::operator::OperatorOptions;
-use etcd_operator_tests::{EtcdVersion, LocalOperator, private_hosts, tools};
+use etcd_operator_tests::node_agent::{KubeRuntime as Cluster, NodeAgent};
+use etcd_operator_tests::{EtcdVersion, private_hosts, tools};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use serde_json::Value;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-/// The operator's image as the member Pods name it; the node agent runs this workspace's binary.
-const OPERATOR_IMAGE: &str = "ghcr.io/etcd-operator/etcd-operator:e2e";
 
 fn cluster_yaml(name: &str, replicas: u32, version: &str) -> String {
     format!(
@@ -122,56 +119,6 @@ impl Phase {
     }
 }
 
-/// The fake API, the node agent on it and the operator running members there.
-struct Cluster {
-    kube_api: FakeKube,
-    agent: NodeAgent,
-    op: LocalOperator,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start(hosts: std::path::PathBuf) -> anyhow::Result<Self> {
-        Self::start_with(hosts, Vec::new()).await
-    }
-
-    /// With extra environment for the operator (S3 keys, its image for restores); the node agent
-    /// runs the operator's image as this workspace's binary.
-    async fn start_with(hosts: std::path::PathBuf, env: Vec<(String, String)>) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("etcd-operator-node-agent-")
-            .tempdir()?;
-        let kube_api = FakeKube::start().await?;
-        let kubeconfig = kube_api.write_kubeconfig(&dir.path().join("members.kubeconfig"))?;
-        let agent = NodeAgent::start(
-            kube_api.client()?,
-            NodeAgentOptions {
-                node: "node-1".into(),
-                root: dir.path().join("node"),
-                etcd_binaries: tools::tools_dir().join("etcd"),
-                hosts,
-                operator: Some((
-                    OPERATOR_IMAGE.to_owned(),
-                    etcd_operator_tests::operator::operator_binary()?,
-                )),
-            },
-        );
-        let mut env = env;
-        env.push(("ETCD_OPERATOR_IMAGE".to_owned(), OPERATOR_IMAGE.to_owned()));
-        let op = LocalOperator::start_with(OperatorOptions {
-            env,
-            args: vec!["--member-kubeconfig".into(), kubeconfig.display().to_string()],
-        })
-        .await?;
-        Ok(Self {
-            kube_api,
-            agent,
-            op,
-            _dir: dir,
-        })
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Result<()> {
     let Some(hosts) = private_hosts::enter("kubernetes_runtime_runs_members_through_the_node_agent")? else {
@@ -187,7 +134,7 @@ async fn kubernetes_runtime_runs_members_through_the_node_agent() -> anyhow::Res
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start_with(
         hosts,
         vec![(
@@ -470,7 +417,7 @@ async fn kubernetes_runtime_rolls_a_changed_pod_template_under_a_writer() -> any
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let name = "tr";
     apply(&op, &cluster_yaml(name, 3, "3.5.34"))?;
@@ -626,7 +573,7 @@ async fn kubernetes_runtime_grows_member_volumes_when_the_storage_class_allows_i
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(kube_api.client()?);
     for (class, expandable) in [("expandable", true), ("fixed", false)] {
@@ -808,7 +755,7 @@ async fn a_namespace_scoped_controller_says_so_on_clusters_it_does_not_manage() 
         kube_api,
         agent: _agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start_with(
         hosts,
         vec![("ETCD_OPERATOR_WATCH_NAMESPACES".to_owned(), "default".to_owned())],
@@ -910,7 +857,7 @@ async fn kubernetes_runtime_restores_from_a_snapshot_on_a_volume_claim() -> anyh
         kube_api,
         agent: _agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     apply(&op, &cluster_yaml("src", 1, "3.5.16"))?;
     let src = wait_available(&op, "src", 1, "the source cluster", TIMEOUT).await;
@@ -1002,7 +949,7 @@ async fn kubernetes_runtime_serves_tls_members_from_secrets() -> anyhow::Result<
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let name = "secure";
     apply(
@@ -1126,7 +1073,7 @@ async fn kubernetes_runtime_downgrades_3_6_to_3_5_through_etcds_downgrade() -> a
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let name = "dg";
     apply(&op, &cluster_yaml(name, 3, "3.6.15"))?;
@@ -1270,7 +1217,7 @@ async fn kubernetes_runtime_rotates_the_cluster_cas_under_a_tls_writer() -> anyh
         kube_api,
         agent: _agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let name = "rca";
     apply(
@@ -1460,7 +1407,7 @@ async fn kubernetes_runtime_rebuilds_a_cluster_that_lost_quorum_when_asked() -> 
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let name = "lost";
     apply(&op, &cluster_yaml(name, 3, "3.5.34"))?;
@@ -1490,7 +1437,14 @@ async fn kubernetes_runtime_rebuilds_a_cluster_that_lost_quorum_when_asked() -> 
         |s| etcd_operator_tests::kubectl::condition(s, "Available").is_some_and(|c| c["status"] == "False"),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    etcd_operator_tests::kubectl::wait_reconciles(
+        &op,
+        3,
+        "three looks at the cluster without quorum",
+        TIMEOUT,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     assert_eq!(
         pods_of(&kube_api, name).len(),
         3,
@@ -1582,7 +1536,7 @@ async fn kubernetes_runtime_restores_from_s3_through_init_containers() -> anyhow
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start_with(hosts, keys).await?;
     // The member Pods' fetch step reads the keys from this Secret.
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
@@ -1752,7 +1706,7 @@ async fn kubernetes_runtime_replaces_a_member_whose_pod_cannot_start() -> anyhow
         kube_api,
         agent,
         op,
-        _dir,
+        dir: _dir,
     } = Cluster::start(hosts).await?;
     let name = "crashy";
     apply(

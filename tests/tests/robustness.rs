@@ -14,27 +14,42 @@
 // Test code: a failed unwrap is a test failure with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
+use etcd_operator_tests::private_hosts;
+use etcd_operator_tests::robustness::faults::FaultKind;
+use etcd_operator_tests::robustness::kube_scenario;
+use etcd_operator_tests::robustness::report::Report;
 use etcd_operator_tests::robustness::scenario::{self, ScenarioConfig};
 use etcd_operator_tests::tools::{self, EtcdVersion};
 
 fn require_etcd() {
-    // Fails with the make target that installs it.
+    // Fails with the make target that installs it (the rolls go between 3.5.1 and 3.5.16).
     tools::etcd(EtcdVersion::V3_5_1).unwrap();
+    tools::etcd(EtcdVersion::V3_5_16).unwrap();
 }
 
 async fn run_and_assert(mut config: ScenarioConfig) {
     require_etcd();
     config.kinds = scenario::kinds_from_env().unwrap();
+    if let Some(operations) = scenario::operations_from_env().unwrap() {
+        if operations.is_empty() {
+            config.operation_share = 0.0;
+        }
+        config.operations = operations;
+    }
     let seed = config.seed;
-    let faults = config.faults;
+    let rounds = config.faults;
     let report = scenario::run(config).await.unwrap_or_else(|e| {
         panic!(
             "robustness scenario (ROBUSTNESS_SEED={seed}) could not finish: {}",
             etcd_operator_api::report::chain(&e)
         )
     });
+    assert_report(&report, seed, rounds);
+}
+
+fn assert_report(report: &Report, seed: u64, rounds: usize) {
     println!("{}", report.figures());
-    assert_eq!(report.faults.len(), faults, "not every fault was injected");
+    assert_eq!(report.rounds, rounds, "not every round was run");
     assert!(
         report.acknowledged_writes > 0,
         "no write was acknowledged: {report:?}"
@@ -58,6 +73,50 @@ async fn run_and_assert(mut config: ScenarioConfig) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn short_seeded_faults_under_load_keep_every_guarantee() {
     run_and_assert(ScenarioConfig::short(scenario::seed_from_env())).await;
+}
+
+/// Spec changes under faults: a scale out and in, a roll, a template roll, a defragmentation and
+/// a backup, each phase overlapped by a member fault or by an operator kill after one of its
+/// steps (`ROBUSTNESS_OPERATIONS=scale,roll` limits them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn short_spec_changes_overlapped_by_faults_keep_every_guarantee() {
+    let config = ScenarioConfig::short_operations(scenario::seed_from_env(), 5);
+    run_and_assert(config).await;
+}
+
+/// The kubernetes runtime through the node agent: containers killed and frozen, Pods deleted,
+/// the operator killed, under the same load and checks (in a private mount namespace, for the
+/// members' `.svc` names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn short_faults_on_the_kubernetes_runtime_keep_every_guarantee() {
+    let Some(hosts) =
+        private_hosts::enter("short_faults_on_the_kubernetes_runtime_keep_every_guarantee").unwrap()
+    else {
+        return;
+    };
+    tools::etcd(EtcdVersion::V3_5_16).unwrap();
+    let mut config = ScenarioConfig::short(scenario::seed_from_env());
+    let from_env = scenario::kinds_from_env().unwrap();
+    config.kinds = FaultKind::KUBERNETES
+        .into_iter()
+        .filter(|k| from_env.contains(k) || std::env::var(scenario::KINDS_ENV).is_err())
+        .collect();
+    assert!(
+        !config.kinds.is_empty(),
+        "ROBUSTNESS_KINDS names no fault of the kubernetes runtime"
+    );
+    let seed = config.seed;
+    let rounds = config.faults;
+    let mut rt = kube_scenario::start(hosts).await.unwrap();
+    let report = Box::pin(kube_scenario::run(&mut rt, config))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "kubernetes runtime scenario (ROBUSTNESS_SEED={seed}) could not finish: {}",
+                etcd_operator_api::report::chain(&e)
+            )
+        });
+    assert_report(&report, seed, rounds);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

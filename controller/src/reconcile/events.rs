@@ -40,7 +40,9 @@ pub(super) fn warnings(
     error: Option<&StepError>,
 ) -> Vec<Warning> {
     let mut out = Vec::new();
-    if let Some(error) = error {
+    // A step under way (a member's process stopping before it starts again, a certificate
+    // being issued) has not failed: no Warning, as its Degraded condition is not set either.
+    if let Some(error) = error.filter(|e| !e.is_waiting()) {
         out.push(Warning {
             reason: error.code().to_owned(),
             action: step.code().to_owned(),
@@ -110,6 +112,24 @@ mod tests {
         assert!(got[0].note.starts_with("Promote failed: "), "{}", got[0].note);
         // It fails again: warned again (the recorder folds repeats into a series).
         assert_eq!(warnings(Some(&new), &new, &step, Some(&error)).len(), 1);
+    }
+
+    /// A roll stopping a member's process before starting it again is not a failure: nothing
+    /// to warn about (each member of every roll used to give one "RollTemplate failed").
+    #[test]
+    fn a_step_under_way_warns_nothing() {
+        let error = StepError::Runtime(crate::runtime::RuntimeError::Waiting {
+            member: "c-1".into(),
+            detail: "its etcd process (pid 7) is stopping".into(),
+        });
+        assert!(error.is_waiting());
+        let step = Step::RollTemplate {
+            name: "c-1".into(),
+            from: None,
+            to: "h".into(),
+        };
+        let healthy = status(None);
+        assert_eq!(warnings(Some(&healthy), &healthy, &step, Some(&error)), vec![]);
     }
 
     /// The Event says what failed and why, down to etcd's own words, each once.

@@ -87,7 +87,8 @@ impl ReconcileError {
         use kube::runtime::finalizer::Error as F;
         match self {
             Self::Invalid(ValidationError::MissingMetadata(_)) => "MissingMetadata",
-            Self::Invalid(ValidationError::DefragmentationSchedule { .. }) => "InvalidSpec",
+            Self::Invalid(ValidationError::DefragmentationSchedule { .. })
+            | Self::Invalid(ValidationError::DefragmentRequest { .. }) => "InvalidSpec",
             Self::Finalizer(e) => match e.as_ref() {
                 F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.code(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerPatchFailed",
@@ -695,6 +696,15 @@ async fn apply<R: Runtime, M: MemberOps>(
         view.status.as_ref().and_then(|s| s.maintenance.as_ref()),
         remembered.as_ref(),
     );
+    // A move-leader request this process answered already (its status write may not be back).
+    if let Some(done) = maintenance.as_ref().and_then(|m| m.last_leader_transfer.as_ref())
+        && view
+            .move_leader
+            .as_ref()
+            .is_some_and(|r| r.request == done.request)
+    {
+        view.move_leader = None;
+    }
     let created = view.created.unwrap_or_else(chrono::Utc::now);
     // The operator's identity toward TLS members; a cluster whose TLS cannot be had here is not
     // touched (nothing may start without the TLS it asks for).
@@ -783,8 +793,19 @@ async fn apply<R: Runtime, M: MemberOps>(
             }
             let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
             let now = chrono::Utc::now();
+            if plan::leader_request_answered(&view, observed.etcd.as_ref())
+                && let Some(request) = view.move_leader.take()
+            {
+                tracing::info!(cluster = %key, member = %request.member, "the requested member leads");
+                maintenance = Some(crate::maintenance::record_leader_transfer(
+                    maintenance.as_ref(),
+                    &request,
+                    now,
+                ));
+            }
             let due = crate::maintenance::due(
                 view.defrag_schedule.as_ref(),
+                view.defragment_request,
                 created,
                 maintenance.as_ref(),
                 &members,
@@ -792,6 +813,7 @@ async fn apply<R: Runtime, M: MemberOps>(
             );
             observed.timing.defrag_scheduled = due.scheduled;
             observed.timing.defragmented_recently = due.recent;
+            observed.timing.defrag_requested = due.requested;
             observed.timing.since_reclaim = crate::maintenance::since_reclaim(maintenance.as_ref(), now);
             let mut taken = Vec::new();
             let step = match ctx.recovering(&key, &view) {
@@ -859,9 +881,16 @@ async fn apply<R: Runtime, M: MemberOps>(
             }
         }
     };
-    if let Some(error) = &outcome.error {
-        tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(error), code = error.code(), "step failed");
-        ctx.metrics.reconcile_failed(error.code());
+    match &outcome.error {
+        // Under way, not failed: looked at again in a second, not counted as an error.
+        Some(error) if error.is_waiting() => {
+            tracing::debug!(cluster = %key, step = outcome.step.code(), detail = %etcd_operator_api::report::Chain(error), "step under way");
+        }
+        Some(error) => {
+            tracing::warn!(cluster = %key, error = %etcd_operator_api::report::Chain(error), code = error.code(), "step failed");
+            ctx.metrics.reconcile_failed(error.code());
+        }
+        None => {}
     }
     if observed_once {
         let sample = ClusterSample::of(view.replicas, &observed);

@@ -39,11 +39,19 @@ pub enum FaultKind {
     /// Cut the leader off for about one election (0.8–2 s): the partition heals while the others
     /// elect a new leader.
     IsolateLeaderBriefly,
+    /// Fill a follower's disk (its data on a tmpfs of its own, see [`super::disk`]), free it after
+    /// a while.
+    DiskFullFollower,
+    /// Fill the leader's disk, free it after a while.
+    DiskFullLeader,
+    /// Delete a member's Pod (the kubernetes runtime: the operator creates it again on the
+    /// member's PVC).
+    DeletePod,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         Self::FreezeFollower,
         Self::FreezeLeader,
         Self::KillFollower,
@@ -53,6 +61,19 @@ impl FaultKind {
         Self::IsolateFollower,
         Self::IsolateLeader,
         Self::IsolateLeaderBriefly,
+        Self::DiskFullFollower,
+        Self::DiskFullLeader,
+    ];
+
+    /// The kinds the kubernetes runtime scenario injects (through the node agent: a member's
+    /// container killed or frozen, its Pod deleted; the operator killed).
+    pub const KUBERNETES: [FaultKind; 6] = [
+        Self::FreezeFollower,
+        Self::FreezeLeader,
+        Self::KillFollower,
+        Self::KillLeader,
+        Self::KillOperator,
+        Self::DeletePod,
     ];
 
     /// A short name for figures.
@@ -67,11 +88,14 @@ impl FaultKind {
             Self::IsolateFollower => "isolate-follower",
             Self::IsolateLeader => "isolate-leader",
             Self::IsolateLeaderBriefly => "isolate-leader-brief",
+            Self::DiskFullFollower => "disk-full-follower",
+            Self::DiskFullLeader => "disk-full-leader",
+            Self::DeletePod => "delete-pod",
         }
     }
 
-    /// Whether the fault only pauses or cuts off a member (while the others keep quorum):
-    /// removing that member would be wrong.
+    /// Whether the fault only pauses, cuts off or fills the disk of a member (while the others
+    /// keep quorum): removing that member would be wrong.
     pub fn only_pauses(self) -> bool {
         matches!(
             self,
@@ -80,7 +104,14 @@ impl FaultKind {
                 | Self::IsolateFollower
                 | Self::IsolateLeader
                 | Self::IsolateLeaderBriefly
+                | Self::DiskFullFollower
+                | Self::DiskFullLeader
         )
+    }
+
+    /// Whether the fault needs every member's data on a tmpfs of its own first.
+    pub fn fills_a_disk(self) -> bool {
+        matches!(self, Self::DiskFullFollower | Self::DiskFullLeader)
     }
 }
 

@@ -8,16 +8,32 @@
 //! - [`history`]: the recorded client load;
 //! - [`watch`]: the watch-stream recorder;
 //! - [`checks`]: the checks run after a scenario;
+//! - [`recorded`]: the load and the watch of a scenario, and the checks of what they saw;
 //! - [`proxy`]: a fault-injecting TCP proxy (pass, blackhole, delay);
-//! - [`faults`]: the faults a local-mode cluster can be given (SIGSTOP, SIGKILL);
-//! - [`scenario`]: the seeded runner and its figures.
+//! - [`faults`]: the faults a local-mode cluster can be given (SIGSTOP, SIGKILL, isolation, a
+//!   full disk);
+//! - [`disk`]: members' data on small tmpfs mounts, filled and freed;
+//! - [`operations`]: spec changes (scale, roll, template roll, defragmentation, backup) made
+//!   under load, each overlapped by a fault or an operator kill at one of its steps;
+//! - [`status`]: what the EtcdCluster's status said during the run;
+//! - [`scenario`]: the seeded runner (local mode);
+//! - [`kube_scenario`]: the runner on the kubernetes runtime through the node agent;
+//! - [`spec_changes`]: one phase of a spec change under a fault;
+//! - [`report`]: what a run found and its figures.
 
 pub mod checks;
+pub mod disk;
 pub mod faults;
 pub mod history;
+pub mod kube_scenario;
 pub mod linearizability;
+pub mod operations;
 pub mod proxy;
+pub mod recorded;
+pub mod report;
 pub mod scenario;
+pub mod spec_changes;
+pub mod status;
 pub mod watch;
 
 use std::time::Duration;
@@ -82,6 +98,30 @@ pub enum RobustnessError {
     /// `ROBUSTNESS_KINDS` names a kind that does not exist.
     #[error("unknown fault kind {name:?} in ROBUSTNESS_KINDS (known: {})", crate::robustness::faults::FaultKind::ALL.map(|k| k.name()).join(", "))]
     UnknownKind { name: String },
+    /// A full-disk fault could not be set up or healed.
+    #[error("{what}: {detail}")]
+    Disk { what: &'static str, detail: String },
+    /// A spec change of an operation could not be made, or its object not read.
+    #[error("{what}")]
+    Operation {
+        what: String,
+        source: Box<crate::kubectl::KubectlError>,
+    },
+    /// An operation's phase ended in a state it must not (a backup that failed).
+    #[error("{what}: {detail}")]
+    PhaseFailed { what: String, detail: String },
+    /// The fault kind has no meaning in the runtime of the scenario (a Pod deletion in local
+    /// mode, a partition through the node agent).
+    #[error("{kind} is not a fault of this runtime")]
+    NotInThisRuntime {
+        kind: crate::robustness::faults::FaultKind,
+    },
+    /// A Pod could not be deleted.
+    #[error("delete Pod {pod}")]
+    DeletePod { pod: String, source: kube::Error },
+    /// The kubernetes runtime scenario could not start.
+    #[error("start the kubernetes runtime")]
+    KubeRuntime(#[from] Box<crate::node_agent::KubeRuntimeError>),
     /// The proxy could not listen or connect.
     #[error("proxy {what}")]
     Proxy {

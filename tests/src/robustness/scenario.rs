@@ -6,21 +6,20 @@
 //! each client's operations (the timing of a real cluster is not replayed).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::ops::Range;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
 use super::RobustnessError;
-use super::checks;
+use super::disk::SmallDisks;
 use super::faults::{self, FaultKind, Frozen, Membership, PeerProxies};
-use super::history::{self, KEY_PREFIX, LoadConfig, Request};
-use super::linearizability::Verdict;
-use super::watch;
+use super::history::LoadConfig;
+use super::operations::{self, OperationKind, SpecState};
+use super::recorded::Recorded;
+use super::report::{FaultRecord, Report};
+use super::spec_changes::{Rig, membership_as_expected, run_phase};
 use crate::LocalOperator;
 
 /// The environment variable that fixes the seed.
@@ -50,7 +49,11 @@ pub fn kinds_from_env() -> Result<Vec<FaultKind>, RobustnessError> {
     };
     let mut kinds = Vec::new();
     for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        match FaultKind::ALL.iter().find(|k| k.name() == name) {
+        match FaultKind::ALL
+            .iter()
+            .chain(&FaultKind::KUBERNETES)
+            .find(|k| k.name() == name)
+        {
             Some(kind) => kinds.push(*kind),
             None => {
                 return Err(RobustnessError::UnknownKind {
@@ -64,6 +67,33 @@ pub fn kinds_from_env() -> Result<Vec<FaultKind>, RobustnessError> {
     } else {
         kinds
     })
+}
+
+/// The environment variable that limits the operations (comma-separated names, e.g.
+/// `scale,roll`; `none` for none); unset: the variant's own.
+pub const OPERATIONS_ENV: &str = "ROBUSTNESS_OPERATIONS";
+
+/// The operations `ROBUSTNESS_OPERATIONS` names; `None` when unset.
+pub fn operations_from_env() -> Result<Option<Vec<OperationKind>>, RobustnessError> {
+    let Ok(names) = std::env::var(OPERATIONS_ENV) else {
+        return Ok(None);
+    };
+    let mut kinds = Vec::new();
+    for name in names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && *n != "none")
+    {
+        match OperationKind::ALL.iter().find(|k| k.name() == name) {
+            Some(kind) => kinds.push(*kind),
+            None => {
+                return Err(RobustnessError::UnknownKind {
+                    name: name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(Some(kinds))
 }
 
 /// What a scenario does.
@@ -85,6 +115,11 @@ pub struct ScenarioConfig {
     pub recovery_timeout: Duration,
     /// The client load.
     pub load: LoadConfig,
+    /// The spec changes to pick from.
+    pub operations: Vec<OperationKind>,
+    /// The share of the rounds that make a spec change (overlapped by a fault) instead of only a
+    /// fault, 0 to 1.
+    pub operation_share: f64,
 }
 
 impl ScenarioConfig {
@@ -102,6 +137,20 @@ impl ScenarioConfig {
                 seed,
                 ..LoadConfig::default()
             },
+            operations: Vec::new(),
+            operation_share: 0.0,
+        }
+    }
+
+    /// The short variant of spec changes under faults (`make test`): `rounds` spec changes, each
+    /// overlapped by a fault or an operator kill at one of its steps.
+    pub fn short_operations(seed: u64, rounds: usize) -> Self {
+        Self {
+            faults: rounds,
+            operations: OperationKind::ALL.to_vec(),
+            operation_share: 1.0,
+            recovery_timeout: Duration::from_secs(180),
+            ..Self::short(seed)
         }
     }
 
@@ -110,141 +159,18 @@ impl ScenarioConfig {
         Self {
             faults,
             freeze_ms: 1000..15_000,
-            recovery_timeout: Duration::from_secs(120),
+            recovery_timeout: Duration::from_secs(180),
+            operations: OperationKind::ALL.to_vec(),
+            operation_share: 0.25,
             ..Self::short(seed)
         }
     }
 }
 
-/// One fault and what followed.
-#[derive(Debug, Clone)]
-pub struct FaultRecord {
-    /// Its kind.
-    pub kind: FaultKind,
-    /// What it hit (a member name, `operator`, `backing-etcd`).
-    pub target: String,
-    /// How long the fault itself lasted (a freeze's length; zero for a kill).
-    pub held: Duration,
-    /// From the end of the fault (the kill, the thaw, the operator's restart) until the cluster
-    /// was back at its spec.
-    pub recovery: Duration,
-}
-
-/// What a scenario found and measured.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    /// The seed.
-    pub seed: u64,
-    /// Every fault, in order.
-    pub faults: Vec<FaultRecord>,
-    /// Operations the clients recorded.
-    pub operations: usize,
-    /// Writes etcd acknowledged.
-    pub acknowledged_writes: usize,
-    /// Operations with unknown outcome.
-    pub unknown_outcomes: usize,
-    /// Writes with unknown outcome the watch could not settle (they happened after the last
-    /// answer anyone got).
-    pub unknown_unsettled: usize,
-    /// Events the watch delivered.
-    pub watch_events: usize,
-    /// Re-established watches.
-    pub watch_reconnects: usize,
-    /// Keys checked for linearizability, and keys the checker could not decide.
-    pub keys_checked: usize,
-    /// Keys left undecided by the search budget.
-    pub keys_undecided: usize,
-    /// Members the operator removed although the fault only paused them.
-    pub wrongful_removals: usize,
-    /// The checker caught the stale read added to the recorded history as a control.
-    pub control_caught: bool,
-    /// What happened that no check forbids but a reader should know (a member restarted that no
-    /// fault killed).
-    pub notes: Vec<String>,
-    /// Every failed check, one line each.
-    pub findings: Vec<String>,
-    /// How long the run took.
-    pub elapsed: Duration,
-}
-
-/// p-th percentile (nearest rank) of sorted durations.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-impl Report {
-    /// Recovery times by kind, sorted.
-    pub fn recoveries(&self) -> BTreeMap<FaultKind, Vec<Duration>> {
-        let mut by: BTreeMap<FaultKind, Vec<Duration>> = BTreeMap::new();
-        for f in &self.faults {
-            by.entry(f.kind).or_default().push(f.recovery);
-        }
-        for v in by.values_mut() {
-            v.sort_unstable();
-        }
-        by
-    }
-
-    /// The figures, as printed after a run.
-    pub fn figures(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "robustness seed {} ({}={} replays it): {} faults in {:.0}s",
-            self.seed,
-            SEED_ENV,
-            self.seed,
-            self.faults.len(),
-            self.elapsed.as_secs_f64()
-        );
-        let _ = writeln!(
-            out,
-            "  operations {} (acknowledged writes {}, unknown outcome {}, {} of them unsettled by the watch), watch events {} ({} re-established), keys checked {} (undecided {}, stale-read control caught: {}), wrongful removals {}",
-            self.operations,
-            self.acknowledged_writes,
-            self.unknown_outcomes,
-            self.unknown_unsettled,
-            self.watch_events,
-            self.watch_reconnects,
-            self.keys_checked,
-            self.keys_undecided,
-            self.control_caught,
-            self.wrongful_removals
-        );
-        let _ = writeln!(
-            out,
-            "  {:<22} {:>6} {:>9} {:>9} {:>9}",
-            "recovery by kind", "count", "p50", "p99", "max"
-        );
-        for (kind, times) in self.recoveries() {
-            let _ = writeln!(
-                out,
-                "  {:<22} {:>6} {:>8.2}s {:>8.2}s {:>8.2}s",
-                kind.name(),
-                times.len(),
-                percentile(&times, 50.0).as_secs_f64(),
-                percentile(&times, 99.0).as_secs_f64(),
-                times.last().copied().unwrap_or_default().as_secs_f64()
-            );
-        }
-        for note in self.notes.iter().take(20) {
-            let _ = writeln!(out, "  note: {note}");
-        }
-        if self.findings.is_empty() {
-            let _ = writeln!(out, "  every check passed");
-        } else {
-            let _ = writeln!(out, "  {} findings:", self.findings.len());
-            for f in self.findings.iter().take(40) {
-                let _ = writeln!(out, "    {f}");
-            }
-        }
-        out
-    }
-}
+/// A freeze or isolation at least this long must show in the status: the operator looks at the
+/// members every few seconds, and the member is unhealthy (no answer, or no leader) for most of
+/// it.
+pub const STATUS_MUST_TELL: Duration = Duration::from_secs(7);
 
 /// The name of the cluster a scenario runs.
 pub const CLUSTER: &str = "robust";
@@ -256,9 +182,16 @@ fn cluster_status(op: &LocalOperator) -> Option<serde_json::Value> {
 
 /// Every member answers a status call, all name the same leader, none is a learner, there are
 /// `replicas` of them, and the EtcdCluster says it is available with them all healthy.
-async fn at_spec(op: &LocalOperator, endpoints: &[String], replicas: usize) -> bool {
+pub(super) async fn at_spec(op: &LocalOperator, replicas: usize) -> bool {
+    let Some(status) = cluster_status(op) else {
+        return false;
+    };
+    if !crate::local_cluster::available(&status, replicas as i64) {
+        return false;
+    }
+    let endpoints = crate::kubectl::client_endpoints(&status);
     let mut leaders = BTreeSet::new();
-    for endpoint in endpoints {
+    for endpoint in &endpoints {
         let options = super::client_options(Duration::from_secs(1));
         let answer = tokio::time::timeout(Duration::from_secs(2), async {
             let mut c = etcd_client::Client::connect([endpoint.as_str()], Some(options))
@@ -274,14 +207,11 @@ async fn at_spec(op: &LocalOperator, endpoints: &[String], replicas: usize) -> b
             _ => return false,
         }
     }
-    if leaders.len() != 1 || endpoints.len() != replicas {
-        return false;
-    }
-    cluster_status(op).is_some_and(|s| crate::local_cluster::available(&s, replicas as i64))
+    leaders.len() == 1 && endpoints.len() == replicas
 }
 
 /// The operator answers `/readyz` (its backing etcd serves again).
-fn operator_ready(op: &LocalOperator) -> bool {
+pub(super) fn operator_ready(op: &LocalOperator) -> bool {
     tokio::task::block_in_place(|| crate::kubectl::kubectl(op, &["get", "--raw", "/readyz"], None).is_ok())
 }
 
@@ -289,14 +219,13 @@ fn operator_ready(op: &LocalOperator) -> bool {
 /// the operator is ready); how long that took.
 async fn wait_at_spec(
     op: &LocalOperator,
-    endpoints: &[String],
     kind: FaultKind,
     timeout: Duration,
 ) -> Result<Duration, RobustnessError> {
     let began = Instant::now();
     let operator_fault = matches!(kind, FaultKind::KillOperator | FaultKind::KillBackingEtcd);
     while began.elapsed() < timeout {
-        if (!operator_fault || operator_ready(op)) && at_spec(op, endpoints, 3).await {
+        if (!operator_fault || operator_ready(op)) && at_spec(op, 3).await {
             return Ok(began.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -307,7 +236,7 @@ async fn wait_at_spec(
     })
 }
 
-fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
+pub(super) fn pick_ms(rng: &mut rand::rngs::StdRng, range: &Range<u64>) -> Duration {
     if range.is_empty() {
         Duration::from_millis(range.start)
     } else {
@@ -325,10 +254,12 @@ fn member_pids(op: &LocalOperator, membership: &Membership) -> BTreeMap<String, 
 }
 
 /// Injects one fault; what it hit and how long it was held.
-async fn inject(
+#[allow(clippy::print_stdout)]
+pub(super) async fn inject(
     kind: FaultKind,
     op: &mut LocalOperator,
     proxies: &PeerProxies,
+    disks: &SmallDisks,
     membership: &Membership,
     rng: &mut rand::rngs::StdRng,
     config: &ScenarioConfig,
@@ -409,7 +340,53 @@ async fn inject(
                 _ => Ok((member, held)),
             }
         }
+        FaultKind::DiskFullFollower | FaultKind::DiskFullLeader => {
+            let member = if kind == FaultKind::DiskFullLeader {
+                leader
+            } else {
+                follower
+            };
+            let held = pick_ms(rng, &config.freeze_ms);
+            let filled = disks.fill(&member);
+            if filled.is_ok() {
+                tokio::time::sleep(held).await;
+            }
+            disks.heal(&member)?;
+            let filled = filled?;
+            println!("robustness: filled {member}'s disk with {} MiB", filled >> 20);
+            Ok((member, held))
+        }
+        FaultKind::DeletePod => Err(RobustnessError::NotInThisRuntime { kind }),
     }
+}
+
+/// Puts every member's data on a tmpfs of its own (those not there yet), one at a time, each
+/// followed by a wait until the cluster is back at its spec; a note says what it took.
+async fn members_onto_tmpfs(
+    op: &LocalOperator,
+    disks: &SmallDisks,
+    endpoints: &[String],
+    config: &ScenarioConfig,
+    report: &mut Report,
+) -> Result<(), RobustnessError> {
+    let membership = faults::membership_retrying(endpoints, Duration::from_secs(10)).await?;
+    let began = Instant::now();
+    let mut moved = Vec::new();
+    for member in membership.members.values() {
+        if disks.has(member) {
+            continue;
+        }
+        disks.move_onto_tmpfs(op, CLUSTER, member).await?;
+        wait_at_spec(op, FaultKind::KillFollower, config.recovery_timeout).await?;
+        moved.push(member.clone());
+    }
+    if !moved.is_empty() {
+        report.notes.push(format!(
+            "moved {moved:?} onto tmpfs mounts of their own for the full-disk faults ({:.1}s, not counted as a fault)",
+            began.elapsed().as_secs_f64()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs a scenario on a fresh local-mode operator: brings up the cluster, runs the load and the
@@ -428,11 +405,18 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     );
     // Members advertise a peer port of their own, where a fault proxy forwards to the real one.
     let mut op = LocalOperator::start_with(crate::operator::OperatorOptions {
-        env: vec![("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into())],
+        env: vec![
+            ("ETCD_OPERATOR_PEER_PROXY_PORTS".into(), "1".into()),
+            // Each reconcile's plan in the kept logs of a failed run.
+            (
+                "RUST_LOG".into(),
+                "info,etcd_operator_controller::reconcile=debug".into(),
+            ),
+        ],
         args: Vec::new(),
     })
     .await?;
-    let outcome = drive(&mut op, &config, run_began).await;
+    let outcome = Box::pin(drive(&mut op, &config, run_began)).await;
     let failed = outcome.as_ref().map_or(true, |r| !r.findings.is_empty());
     if failed {
         match keep_logs(&op, config.seed) {
@@ -519,11 +503,8 @@ async fn drive(
         });
     }
 
-    let started = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = history::start_load(endpoints.clone(), config.load.clone(), started, stop.clone());
-    let (until, until_rx) = tokio::sync::watch::channel(None);
-    let watcher = watch::start_watch(endpoints.clone(), KEY_PREFIX.to_string(), until_rx);
+    let sampler = super::status::StatusSampler::start(op.kubeconfig(), CLUSTER);
+    let recorded = Recorded::start(&endpoints, config.load.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let mut report = Report {
@@ -533,10 +514,98 @@ async fn drive(
     let mut known = initial.clone();
     let mut pids_settled: Option<BTreeMap<String, u32>> = None;
     let mut failure = None;
-    for i in 0..config.faults {
+    let disks = SmallDisks::default();
+    let backup_dir = op.state_dir().join("backups");
+    let mut spec = SpecState::default();
+    // Every round a spec change: each kind in turn, in an order the seed shuffles.
+    let mut cycle = Vec::new();
+    if config.operation_share >= 1.0 {
+        cycle = config.operations.clone();
+        cycle.shuffle(&mut rng);
+    }
+    'rounds: for i in 0..config.faults {
+        // (No draw at all without operations, so the seeds of fault-only runs replay as before.)
+        let operation = if !cycle.is_empty() {
+            cycle.get(i % cycle.len()).copied()
+        } else if config.operation_share > 0.0 && rng.random_bool(config.operation_share.min(1.0)) {
+            config.operations.choose(&mut rng).copied()
+        } else {
+            None
+        };
+        if let Some(kind) = operation {
+            for phase in operations::phases(kind, &mut spec, CLUSTER, &backup_dir) {
+                let before = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                };
+                let mut rig = Rig {
+                    op: &mut *op,
+                    proxies: &proxies,
+                    disks: &disks,
+                    endpoints: &endpoints,
+                    config: &config,
+                };
+                let record = match run_phase(&mut rig, kind, &phase, &mut rng).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        report.findings.push(format!(
+                            "round {i} ({}, seed {}): {}",
+                            phase.what,
+                            config.seed,
+                            etcd_operator_api::report::chain(&e)
+                        ));
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                };
+                println!(
+                    "robustness: round {i}: {} overlapped by {}{}, done {:.1}s after the change, {:.2}s after the fault",
+                    record.phase,
+                    record.fault,
+                    record
+                        .after_step
+                        .map(|s| format!(" after {s}"))
+                        .unwrap_or_default(),
+                    record.took.as_secs_f64(),
+                    record.recovery.as_secs_f64()
+                );
+                report.spec_changes.push(record);
+                match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
+                    Ok(after) => {
+                        if !membership_as_expected(&before, &after, phase.replicas) {
+                            report.findings.push(format!(
+                                "round {i} ({}, seed {}): the members changed unexpectedly: {:?} -> {:?}",
+                                phase.what, config.seed, before.members, after.members
+                            ));
+                        }
+                        known = after;
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                }
+            }
+            report.rounds += 1;
+            // Spec changes restart members on purpose: no note about that.
+            pids_settled = None;
+            tokio::time::sleep(pick_ms(&mut rng, &config.pause_ms)).await;
+            continue;
+        }
         let Some(kind) = config.kinds.choose(&mut rng).copied() else {
             break;
         };
+        if kind.fills_a_disk() {
+            if let Err(e) = members_onto_tmpfs(op, &disks, &endpoints, &config, &mut report).await {
+                failure = Some(e);
+                break;
+            }
+            // Moving a member onto its tmpfs restarted it on purpose: no note about that.
+            pids_settled = None;
+        }
         let membership = match faults::membership_retrying(&endpoints, Duration::from_secs(10)).await {
             Ok(m) => m,
             Err(e) => {
@@ -554,14 +623,15 @@ async fn drive(
                 i.saturating_sub(1)
             ));
         }
-        let (target, held) = match inject(kind, op, &proxies, &membership, &mut rng, &config).await {
+        let fault_began = Instant::now();
+        let (target, held) = match inject(kind, op, &proxies, &disks, &membership, &mut rng, &config).await {
             Ok(t) => t,
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         };
-        let recovery = match wait_at_spec(op, &endpoints, kind, config.recovery_timeout).await {
+        let recovery = match wait_at_spec(op, kind, config.recovery_timeout).await {
             Ok(d) => d,
             Err(e) => {
                 report.findings.push(format!(
@@ -584,6 +654,38 @@ async fn drive(
             held,
             recovery,
         });
+        report.rounds += 1;
+        let samples = sampler.samples();
+        let window_end = Instant::now();
+        report
+            .degraded_reasons
+            .extend(super::status::degraded_reasons(&samples, fault_began, window_end));
+        let must_tell = matches!(
+            kind,
+            FaultKind::FreezeFollower
+                | FaultKind::FreezeLeader
+                | FaultKind::IsolateFollower
+                | FaultKind::IsolateLeader
+        ) && held >= STATUS_MUST_TELL;
+        if must_tell {
+            report.status_checked += 1;
+            if super::status::told(&samples, &target, fault_began, window_end) {
+                report.status_told += 1;
+            } else {
+                let window: Vec<_> = samples
+                    .iter()
+                    .filter(|s| s.at >= fault_began && s.at <= window_end)
+                    .collect();
+                report.findings.push(format!(
+                    "fault {i} ({kind} of {target} for {:.1}s, seed {}): the EtcdCluster's status never called {target} unhealthy ({} status samples in the {:.1}s from the fault to the recovery; unhealthy members they named: {:?})",
+                    held.as_secs_f64(),
+                    config.seed,
+                    window.len(),
+                    (window_end - fault_began).as_secs_f64(),
+                    window.iter().flat_map(|s| s.unhealthy.iter()).collect::<BTreeSet<_>>()
+                ));
+            }
+        }
         let pids_after = member_pids(op, &membership);
         let killed = matches!(kind, FaultKind::KillFollower | FaultKind::KillLeader);
         for (member, pid) in &pids_after {
@@ -617,128 +719,34 @@ async fn drive(
         tokio::time::sleep(pick_ms(&mut rng, &config.pause_ms)).await;
     }
 
-    stop.store(true, Ordering::SeqCst);
-    let mut history = load.await?;
-    history::final_reads(&mut history, &endpoints, &config.load, started).await?;
-    // A last write, so the watch knows the revision it must reach.
-    let mut client =
-        etcd_client::Client::connect(&endpoints, Some(super::client_options(Duration::from_secs(5))))
-            .await
-            .map_err(|source| RobustnessError::Connect {
-                endpoints: endpoints.clone(),
-                source,
-            })?;
-    let marker = history::record(
-        &mut client,
-        config.load.clients + 1,
-        &format!("{KEY_PREFIX}marker"),
-        Request::Put { value: "end".into() },
-        Duration::from_secs(10),
-        started,
-    )
-    .await;
-    history.ops.push(marker);
-    let revision = checks::current_revision(&endpoints).await?;
-    until.send_replace(Some(revision));
-    let log = watcher.await?;
-
-    report.operations = history.ops.len();
-    report.acknowledged_writes = history.acknowledged_writes().len();
-    report.unknown_outcomes = history.failed();
-    report.watch_events = log.events.len();
-    report.watch_reconnects = log.reconnects;
-    // Unknown outcomes settled by the watch when it is complete (else the search may not end).
-    let checked = if log.incomplete.is_none() {
-        history.settled_by_watch(&log.events)
-    } else {
-        history.clone()
-    };
-    report.unknown_unsettled = checked
-        .ops
-        .iter()
-        .filter(|op| op.request != Request::Get && matches!(op.response, history::Response::Failed { .. }))
-        .count();
-    for verdict in checked.check_linearizable(5_000_000) {
-        report.keys_checked += 1;
-        match &verdict.verdict {
-            Verdict::Linearizable => {}
-            Verdict::Undecided { steps } => {
-                report.keys_undecided += 1;
-                println!("robustness: key {} undecided after {steps} steps", verdict.key);
-            }
-            Verdict::NotLinearizable { longest, stuck } => {
-                let stuck_op = verdict.checked.get(*stuck);
-                report.findings.push(format!(
-                    "key {}: not linearizable (seed {}): {} of {} operations placed, then {:?} cannot be",
-                    verdict.key,
-                    config.seed,
-                    longest.len(),
-                    verdict.operations,
-                    stuck_op
-                ));
-            }
+    // The members now (a scale may have replaced one of the first three).
+    let endpoints = cluster_status(op)
+        .map(|s| crate::kubectl::client_endpoints(&s))
+        .filter(|e| !e.is_empty())
+        .unwrap_or(endpoints);
+    recorded.finish(&endpoints, &mut report).await?;
+    // What the status said shows in the operator's own record too: local mode has no Events, so
+    // each Degraded reason the status carried must be a warning with that reason in its log.
+    let samples = sampler.samples();
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        report.degraded_reasons = super::status::degraded_reasons(&samples, first.at, last.at);
+    }
+    let warnings: Vec<String> = operations::LogCursor::from_start(op.state_dir().to_path_buf())
+        .new_lines()
+        .into_iter()
+        .filter(|l| l.contains(" WARN "))
+        .collect();
+    for reason in &report.degraded_reasons {
+        if !warnings.iter().any(|l| l.contains(&format!("reason={reason} "))) {
+            report.findings.push(format!(
+                "the status said Degraded ({reason}) but the operator logged no warning with reason={reason}"
+            ));
         }
     }
-    // The checker must be able to fail on this very history: one stale read added must be caught.
-    match checked.stale_read_control(5_000_000) {
-        Some(v) if v.is_violation() => report.control_caught = true,
-        other => report.findings.push(format!(
-            "the checker's control (a stale read added to the recorded history) was not caught: {other:?}"
-        )),
-    }
-    report.findings.extend(checks::check_watch(&history, &log));
-    report
-        .findings
-        .extend(checks::check_writes_readable(&endpoints, &history).await?);
-    report
-        .findings
-        .extend(checks::check_hash_kv(&endpoints, revision).await);
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {
         println!("{}", report.figures());
         return Err(e);
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let d: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&d, 50.0), Duration::from_millis(50));
-        assert_eq!(percentile(&d, 99.0), Duration::from_millis(99));
-        assert_eq!(percentile(&d[..1], 99.0), Duration::from_millis(1));
-        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
-    }
-
-    #[test]
-    fn figures_name_the_seed_and_each_kind() {
-        let report = Report {
-            seed: 42,
-            faults: vec![
-                FaultRecord {
-                    kind: FaultKind::KillLeader,
-                    target: "a".into(),
-                    held: Duration::ZERO,
-                    recovery: Duration::from_millis(1500),
-                },
-                FaultRecord {
-                    kind: FaultKind::KillLeader,
-                    target: "b".into(),
-                    held: Duration::ZERO,
-                    recovery: Duration::from_millis(500),
-                },
-            ],
-            findings: vec!["key robust/0: not linearizable".into()],
-            ..Report::default()
-        };
-        let text = report.figures();
-        assert!(text.contains("ROBUSTNESS_SEED=42"), "{text}");
-        assert!(text.contains("kill-leader"), "{text}");
-        assert!(text.contains("1.50s"), "{text}");
-        assert!(text.contains("1 findings"), "{text}");
-    }
 }
