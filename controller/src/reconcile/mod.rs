@@ -127,6 +127,11 @@ struct Memory {
     /// A quorum recovery under way (its step answered that it waits, e.g. for the survivor's Pod
     /// to stop): carried on as planned, since its survivor may not answer meanwhile.
     recovering: Option<Step>,
+    /// The last quorum recovery this process carried out, as recorded in the status it wrote:
+    /// until that status comes back through the watch, a reconcile on the older object must
+    /// neither answer the same request again (rebuilding a cluster that was just rebuilt) nor
+    /// write the older status's record back over it.
+    recovered: Option<etcd_operator_api::status::RecoveryStatus>,
 }
 
 /// The template rollout after a step: started (or moved on) by a member re-created on the
@@ -305,6 +310,19 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
         all.get(key)?.recovering.clone().filter(|step| {
             matches!(step, Step::RecoverQuorum { request, .. } if view.recover_quorum.as_ref() == Some(request))
         })
+    }
+
+    /// Whether this process already answered the quorum recovery `view` asks for (its status
+    /// may not have come back through the watch yet).
+    fn recovery_answered(&self, key: &str, view: &ValidatedCluster) -> bool {
+        let Some(request) = view.recover_quorum.as_ref() else {
+            return false;
+        };
+        self.memory
+            .lock()
+            .ok()
+            .and_then(|all| all.get(key)?.recovered.as_ref().map(|r| &r.request == request))
+            .unwrap_or(false)
     }
 
     /// Reaches backup destinations with these credentials (default: the environment).
@@ -816,6 +834,9 @@ async fn apply<R: Runtime, M: MemberOps>(
             observed.timing.defrag_requested = due.requested;
             observed.timing.since_reclaim = crate::maintenance::since_reclaim(maintenance.as_ref(), now);
             let mut taken = Vec::new();
+            if ctx.recovery_answered(&key, &view) {
+                view.recover_quorum = None;
+            }
             let step = match ctx.recovering(&key, &view) {
                 Some(step) => step,
                 None => plan::plan(&view, &observed, &ctx.thresholds, &mut || {
@@ -907,9 +928,25 @@ async fn apply<R: Runtime, M: MemberOps>(
         let members: Vec<String> = observed.runtime.iter().map(|r| r.name.clone()).collect();
         crate::maintenance::retain_members(maintenance, &members)
     };
-    let new_status = status::compute(&view, &observed, &outcome);
+    let mut new_status = status::compute(&view, &observed, &outcome);
     if let Ok(mut all) = ctx.memory.lock() {
         let memory = all.entry(key.clone()).or_default();
+        // The recovery record: the one just made, else this process's last one when the watched
+        // status does not have it yet.
+        match (&outcome.step, &outcome.error) {
+            (Step::RecoverQuorum { .. }, None) => memory.recovered = new_status.recovery.clone(),
+            _ => {
+                if let Some(mine) = &memory.recovered
+                    && new_status
+                        .recovery
+                        .as_ref()
+                        .is_none_or(|r| r.request != mine.request)
+                    && new_status.recovery.as_ref().and_then(|r| r.time.as_ref()) <= mine.time.as_ref()
+                {
+                    new_status.recovery = Some(mine.clone());
+                }
+            }
+        }
         memory.roll = RollRecord::from_status(Some(&new_status));
         memory.rollout = RolloutRecord::from_status(Some(&new_status));
         memory.maintenance = new_status.maintenance.clone();
@@ -1004,6 +1041,33 @@ mod tests {
         view.recover_quorum = Some("auto".into());
         view.paused = true;
         assert_eq!(ctx.recovering(&key, &view), None);
+    }
+
+    /// A stale read after the recovery was done (its status not back through the watch yet)
+    /// must not rebuild the cluster a second time: the request counts as answered.
+    #[tokio::test]
+    async fn a_quorum_recovery_this_process_did_is_not_done_again_on_an_older_object() {
+        let ctx = idle_context();
+        let mut view = ValidatedCluster::for_test(EtcdCluster::default());
+        view.recover_quorum = Some("auto".into());
+        let key = view.cluster.key();
+        assert!(!ctx.recovery_answered(&key, &view));
+        ctx.memory
+            .lock()
+            .unwrap()
+            .entry(key.clone())
+            .or_default()
+            .recovered = Some(etcd_operator_api::status::RecoveryStatus {
+            request: "auto".into(),
+            survivor: "a".into(),
+            lost_members: vec!["b".into()],
+            survivor_applied_index: Some(7),
+            time: None,
+        });
+        assert!(ctx.recovery_answered(&key, &view));
+        // A new request is a new recovery.
+        view.recover_quorum = Some("b".into());
+        assert!(!ctx.recovery_answered(&key, &view));
     }
 
     #[test]
