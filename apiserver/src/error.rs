@@ -38,7 +38,10 @@ pub use etcd_operator_api::report::chain;
 
 /// The qualified resource of every error about EtcdClusters: `etcdclusters.etcd.operator.dev`.
 pub fn qualified_resource(resource: &str) -> String {
-    format!("{resource}.{}", etcd_operator_api::GROUP)
+    match crate::registry::kind::Kind::for_resource(resource).map(|k| k.info().group) {
+        Some("") => resource.to_owned(),
+        _ => format!("{resource}.{}", etcd_operator_api::GROUP),
+    }
 }
 
 impl ApiError {
@@ -153,7 +156,11 @@ impl ApiError {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
-            format!("{kind}.{group} \"{name}\" is invalid: {summary}"),
+            match group {
+                // The core group: `Event "x" is invalid`, as kube-apiserver words it.
+                "" => format!("{kind} \"{name}\" is invalid: {summary}"),
+                _ => format!("{kind}.{group} \"{name}\" is invalid: {summary}"),
+            },
         )
         .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
     }

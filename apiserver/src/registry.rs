@@ -5,7 +5,8 @@
 //!
 //! - [`strategy`]: the `Strategy` trait, the one generic `Store` that fixes the call order, and
 //!   the object-safe `Resource` the HTTP layer serves through;
-//! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups;
+//! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups; [`event`]:
+//!   core Events (local mode);
 //! - [`kind`]: the table of served resources (adding one is one entry there);
 //! - [`printers`]: `kubectl get` columns;
 //! - here: the metadata rules every resource shares (identity against the URL, server-owned
@@ -13,6 +14,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod event;
 pub mod fieldset;
 pub mod kind;
 pub mod printers;

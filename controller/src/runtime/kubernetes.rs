@@ -942,6 +942,16 @@ impl KubernetesRuntime {
             .await;
     }
 
+    /// Reports a [`super::events::Report`] (the content both runtimes share) on the EtcdCluster.
+    async fn report(&self, cluster: &ClusterRef, report: super::events::Report, related: Option<ObjectReference>) {
+        let type_ = match report.type_ {
+            super::events::EventType::Normal => EventType::Normal,
+            super::events::EventType::Warning => EventType::Warning,
+        };
+        self.record(cluster, type_, &report.reason, &report.action, report.note, related)
+            .await;
+    }
+
     async fn record(
         &self,
         cluster: &ClusterRef,
@@ -1470,18 +1480,12 @@ impl Runtime for KubernetesRuntime {
             name: Some(member.to_owned()),
             ..ObjectReference::default()
         };
-        self.publish_warning(
-            cluster,
-            super::MEMBER_REPLACING_REASON,
-            "ReplaceMember",
-            note.to_owned(),
-            Some(pod),
-        )
-        .await;
+        self.report(cluster, super::events::Report::member_replacing(note), Some(pod))
+            .await;
     }
 
     async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
-        self.publish_warning(cluster, reason, action, note.to_owned(), None)
+        self.report(cluster, super::events::Report::warning(reason, action, note), None)
             .await;
     }
 
@@ -1572,11 +1576,9 @@ impl Runtime for KubernetesRuntime {
         } else {
             String::new()
         };
-        self.publish(
+        self.report(
             cluster,
-            "MemberRemoved",
-            "DeletePod",
-            format!("Removed member {name}{kept}"),
+            super::events::Report::member_removed(name, "DeletePod", &kept),
             None,
         )
         .await;
