@@ -10,20 +10,32 @@ use std::time::{Duration, Instant};
 
 use etcd_operator_tests::LocalOperator;
 use etcd_operator_tests::kubectl::{apply, kubectl, output};
-use etcd_operator_tests::local_cluster::{cluster_yaml, kill_member, member_dir, member_names, wait_available};
+use etcd_operator_tests::local_cluster::{
+    cluster_yaml, kill_member, member_dir, member_names, wait_available,
+};
 use serde_json::Value;
 
 /// The Events about EtcdCluster `name`, as `kubectl get events --field-selector` lists them.
 fn events_of(op: &LocalOperator, name: &str) -> Vec<Value> {
     let selector = format!("involvedObject.name={name}");
-    let text = kubectl(op, &["get", "events", "--field-selector", &selector, "-o", "json"], None).unwrap();
+    let text = kubectl(
+        op,
+        &["get", "events", "--field-selector", &selector, "-o", "json"],
+        None,
+    )
+    .unwrap();
     let list: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(list["kind"], "List", "{list}");
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
 /// Polls [`events_of`] until `done` holds; the Events then. Fails with what was seen.
-async fn wait_events(op: &LocalOperator, name: &str, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+async fn wait_events(
+    op: &LocalOperator,
+    name: &str,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let events = events_of(op, name);
@@ -114,7 +126,12 @@ async fn describe_and_get_events_show_a_scale_and_a_killed_member_with_folding_a
     // The Table kubectl prints: the object as `etcdcluster/ev`.
     let table = kubectl(
         &op,
-        &["get", "events", "--field-selector", "involvedObject.name=ev,reason=MemberStarted"],
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=ev,reason=MemberStarted",
+        ],
         None,
     )
     .unwrap();

@@ -298,7 +298,10 @@ mod tests {
 
     #[test]
     fn core_group_paths_are_resource_requests_of_the_empty_group() {
-        let info = parse(Method::GET, "/api/v1/namespaces/ns/events?fieldSelector=involvedObject.name%3Da");
+        let info = parse(
+            Method::GET,
+            "/api/v1/namespaces/ns/events?fieldSelector=involvedObject.name%3Da",
+        );
         assert!(info.is_resource_request);
         assert_eq!((info.group.as_str(), info.version.as_str()), ("", "v1"));
         assert_eq!(info.resource, "events");

@@ -268,7 +268,11 @@ mod tests {
         b["involvedObject"]["namespace"] = json!("other");
         let e = refused(b);
         assert_eq!(fields(&e), ["involvedObject.namespace"]);
-        assert!(e.message.contains("does not match event.namespace"), "{}", e.message);
+        assert!(
+            e.message.contains("does not match event.namespace"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -260,7 +260,11 @@ mod tests {
         let mut unique = prefixes.clone();
         unique.dedup();
         assert_eq!(unique.len(), ALL.len());
-        assert!(GROUP_KINDS.iter().all(|k| k.info().group == etcd_operator_api::GROUP));
+        assert!(
+            GROUP_KINDS
+                .iter()
+                .all(|k| k.info().group == etcd_operator_api::GROUP)
+        );
         assert_eq!(Kind::EVENT.api_version("v1"), "v1");
         assert_eq!(Kind::BACKUP.api_version("v1alpha2"), "etcd.operator.dev/v1alpha2");
     }

@@ -34,16 +34,46 @@ pub static EVENTS: Printer = Printer {
 pub fn event_columns() -> Value {
     let col = |name: &str, ty: &str, format: &str, description: &str, priority: i32| json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority});
     json!([
-        col("Last Seen", "string", "", "Time since the event was last seen.", 0),
+        col(
+            "Last Seen",
+            "string",
+            "",
+            "Time since the event was last seen.",
+            0
+        ),
         col("Type", "string", "", "Type of this event (Normal, Warning).", 0),
         col("Reason", "string", "", "Why the action was taken.", 0),
         col("Object", "string", "", "The object this event is about.", 0),
-        col("Subobject", "string", "", "The part of the object this event is about.", 1),
+        col(
+            "Subobject",
+            "string",
+            "",
+            "The part of the object this event is about.",
+            1
+        ),
         col("Source", "string", "", "The component reporting this event.", 1),
-        col("Message", "string", "", "A description of the status of this operation.", 0),
-        col("First Seen", "string", "", "Time since the event was first seen.", 1),
+        col(
+            "Message",
+            "string",
+            "",
+            "A description of the status of this operation.",
+            0
+        ),
+        col(
+            "First Seen",
+            "string",
+            "",
+            "Time since the event was first seen.",
+            1
+        ),
         col("Count", "string", "", "How many times this event was seen.", 1),
-        col("Name", "string", "name", "Name must be unique within a namespace.", 1),
+        col(
+            "Name",
+            "string",
+            "name",
+            "Name must be unique within a namespace.",
+            1
+        ),
     ])
 }
 
@@ -75,11 +105,7 @@ pub fn event_cells(obj: &Value, now: jiff::Timestamp) -> Value {
         last
     };
     let involved = &obj["involvedObject"];
-    let object = format!(
-        "{}/{}",
-        s(&involved["kind"]).to_lowercase(),
-        s(&involved["name"])
-    );
+    let object = format!("{}/{}", s(&involved["kind"]).to_lowercase(), s(&involved["name"]));
     let source = match (
         obj["source"]["component"].as_str().filter(|c| !c.is_empty()),
         obj["reportingComponent"].as_str().filter(|c| !c.is_empty()),
@@ -291,7 +317,10 @@ mod tests {
         assert_eq!(cells[5], "etcd-operator");
         assert_eq!(cells[6], "replacing m-1");
         assert_eq!(cells[8], "3");
-        assert_eq!(cells.as_array().map(Vec::len), event_columns().as_array().map(Vec::len));
+        assert_eq!(
+            cells.as_array().map(Vec::len),
+            event_columns().as_array().map(Vec::len)
+        );
         // Seen once: the last time alone; no timestamps: the creation time.
         let once = json!({"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:59:00Z"},
             "involvedObject": {"kind": "EtcdCluster", "name": "b"}});

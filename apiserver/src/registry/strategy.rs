@@ -18,9 +18,7 @@ use serde_json::Value;
 
 use super::kind::KindInfo;
 use super::printers::Printer;
-use super::{
-    create_meta, delete_meta, deletes_now, stamp_created_meta, status_meta, update_meta,
-};
+use super::{create_meta, delete_meta, deletes_now, stamp_created_meta, status_meta, update_meta};
 use crate::error::ApiError;
 
 /// What differs per resource. Every hook but the metadata accessors has a fixed place in the

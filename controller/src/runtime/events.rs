@@ -170,14 +170,7 @@ impl Correlator {
                 self.seen.remove(&oldest);
             }
         }
-        self.seen.insert(
-            key,
-            Folded {
-                name,
-                count,
-                at: now,
-            },
-        );
+        self.seen.insert(key, Folded { name, count, at: now });
     }
 
     /// Forgets `key` (its Event is gone).
@@ -259,7 +252,9 @@ impl LocalEvents {
     }
 
     fn correlator(&self) -> std::sync::MutexGuard<'_, Correlator> {
-        self.correlator.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.correlator
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Writes `report` about `cluster`: a new Event, or a repeat folded into the last one.
@@ -372,7 +367,12 @@ mod tests {
         let now: jiff::Timestamp = "2026-01-01T00:00:00.5Z".parse().unwrap();
         let name = event_name(&cluster(), now);
         assert!(name.starts_with("a."), "{name}");
-        let e = new_event(&cluster(), &Report::member_removed("a-2", "StopProcess", ""), name, now);
+        let e = new_event(
+            &cluster(),
+            &Report::member_removed("a-2", "StopProcess", ""),
+            name,
+            now,
+        );
         assert_eq!(e.involved_object.kind.as_deref(), Some("EtcdCluster"));
         assert_eq!(e.involved_object.uid.as_deref(), Some("u-1"));
         assert_eq!(e.metadata.namespace.as_deref(), Some("ns"));

@@ -943,13 +943,25 @@ impl KubernetesRuntime {
     }
 
     /// Reports a [`super::events::Report`] (the content both runtimes share) on the EtcdCluster.
-    async fn report(&self, cluster: &ClusterRef, report: super::events::Report, related: Option<ObjectReference>) {
+    async fn report(
+        &self,
+        cluster: &ClusterRef,
+        report: super::events::Report,
+        related: Option<ObjectReference>,
+    ) {
         let type_ = match report.type_ {
             super::events::EventType::Normal => EventType::Normal,
             super::events::EventType::Warning => EventType::Warning,
         };
-        self.record(cluster, type_, &report.reason, &report.action, report.note, related)
-            .await;
+        self.record(
+            cluster,
+            type_,
+            &report.reason,
+            &report.action,
+            report.note,
+            related,
+        )
+        .await;
     }
 
     async fn record(
@@ -1485,8 +1497,12 @@ impl Runtime for KubernetesRuntime {
     }
 
     async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
-        self.report(cluster, super::events::Report::warning(reason, action, note), None)
-            .await;
+        self.report(
+            cluster,
+            super::events::Report::warning(reason, action, note),
+            None,
+        )
+        .await;
     }
 
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {

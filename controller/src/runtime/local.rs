@@ -250,7 +250,12 @@ impl LocalRuntime {
 
     /// [`Runtime::remove`] without the Event: what became of the member's data (for the Event's
     /// note), or `None` when there was no member.
-    fn remove_member(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<Option<String>, RuntimeError> {
+    fn remove_member(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        keep_data: bool,
+    ) -> Result<Option<String>, RuntimeError> {
         let dir = self.member_dir(cluster, name);
         if !dir.exists() {
             return Ok(None);
@@ -280,7 +285,6 @@ impl LocalRuntime {
             ", set its data directory aside (the newest {RETAINED_REMOVED_LIMIT} removed members' data stay until the cluster is deleted)"
         )))
     }
-
 
     /// Gives each new member a second peer port that its peer URL advertises, recorded as
     /// `advertisePeerPort` in its `member.json`, while it listens on `peerPort`. Nothing forwards

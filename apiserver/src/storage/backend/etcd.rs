@@ -64,7 +64,10 @@ fn first_kv(resp: &TxnOpResponse) -> Option<KeyValue> {
 
 impl EtcdBackend {
     /// Put options carrying a new lease of `ttl` (rounded up to whole seconds), or none.
-    async fn lease_options(&self, ttl: Option<std::time::Duration>) -> Result<Option<PutOptions>, BackendError> {
+    async fn lease_options(
+        &self,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<Option<PutOptions>, BackendError> {
         let Some(ttl) = ttl else {
             return Ok(None);
         };
