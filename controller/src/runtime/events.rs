@@ -74,6 +74,16 @@ impl Report {
         }
     }
 
+    /// The cluster was rebuilt from `survivor` with `--force-new-cluster`; `others` says what
+    /// became of the other members' data.
+    pub fn quorum_recovered(survivor: &str, others: &str) -> Self {
+        Self::warning(
+            "QuorumRecovered",
+            "ForceNewCluster",
+            &format!("Rebuilt the cluster from member {survivor} with --force-new-cluster; {others}"),
+        )
+    }
+
     /// Progress worth seeing.
     pub fn normal(reason: &str, action: &str, note: String) -> Self {
         Self {
@@ -360,6 +370,26 @@ mod tests {
         let mut other_action = base.clone();
         other_action.action = "Elsewhere".into();
         assert_eq!(key, FoldKey::of(&cluster(), &other_action));
+    }
+
+    #[test]
+    fn shared_reports_carry_the_reasons_both_runtimes_use() {
+        let r = Report::quorum_recovered("a-1", "the rest was kept");
+        assert_eq!(
+            (r.type_, r.reason.as_str()),
+            (EventType::Warning, "QuorumRecovered")
+        );
+        assert_eq!(
+            r.note,
+            "Rebuilt the cluster from member a-1 with --force-new-cluster; the rest was kept"
+        );
+        let r = Report::member_replacing("gone");
+        assert_eq!(
+            (r.type_, r.reason.as_str()),
+            (EventType::Warning, "MemberReplacing")
+        );
+        let r = Report::member_removed("a-2", "DeletePod", ", kept its volume claim c");
+        assert_eq!(r.note, "Removed member a-2, kept its volume claim c");
     }
 
     #[test]

@@ -1452,11 +1452,12 @@ impl Runtime for KubernetesRuntime {
         }
         self.ensure_member_tls(cluster, spec, survivor).await?;
         self.apply_pod(cluster, spec, survivor, &config, true).await?;
-        self.publish_warning(
+        self.report(
             cluster,
-            "QuorumRecovered",
-            "ForceNewCluster",
-            format!("Rebuilt the cluster from member {survivor} with --force-new-cluster; the other members' volume claims were released, not deleted"),
+            super::events::Report::quorum_recovered(
+                survivor,
+                "the other members' volume claims were released, not deleted",
+            ),
             None,
         )
         .await;

@@ -921,10 +921,20 @@ impl Runtime for LocalRuntime {
         if config.version != version {
             // Record first: an operator killed after this line restarts the member on the new
             // version (the planner sees a stopped member and starts it with this config).
-            config.previous_version = Some(std::mem::replace(&mut config.version, version.to_string()));
+            let from = std::mem::replace(&mut config.version, version.to_string());
+            config.previous_version = Some(from.clone());
             file.config = Some(config.clone());
             self.write_member(&dir, &file)?;
             self.stop_process(&dir, name)?;
+            self.record(
+                cluster,
+                Report::normal(
+                    "MemberVersionChanging",
+                    "RestartProcess",
+                    format!("Stopped member process {name} to start it on its data with etcd {version} (was {from})"),
+                ),
+            )
+            .await;
         } else if stale_version(&dir, &file).is_some() {
             self.stop_process(&dir, name)?;
         } else if running_pid(&dir).is_some() {
@@ -1076,7 +1086,16 @@ impl Runtime for LocalRuntime {
                 Runtime::remove(self, cluster, &member.name, true).await?;
             }
         }
-        self.launch(cluster, spec, &dir, &mut file, &config, true)
+        self.launch(cluster, spec, &dir, &mut file, &config, true)?;
+        self.record(
+            cluster,
+            Report::quorum_recovered(
+                survivor,
+                "the other members' data directories were kept under .retained/, not deleted",
+            ),
+        )
+        .await;
+        Ok(())
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
