@@ -266,6 +266,11 @@ mod tests {
                 .all(|k| k.info().group == etcd_operator_api::GROUP)
         );
         assert_eq!(Kind::EVENT.api_version("v1"), "v1");
+        for k in ALL {
+            let core = crate::error::CORE_RESOURCES.contains(&k.info().resource);
+            assert_eq!(core, k.info().group.is_empty(), "{k:?}");
+        }
+        assert_eq!(crate::error::qualified_resource("events"), "events");
         assert_eq!(Kind::BACKUP.api_version("v1alpha2"), "etcd.operator.dev/v1alpha2");
     }
 
