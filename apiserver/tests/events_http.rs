@@ -277,3 +277,44 @@ async fn invalid_events_are_422_with_field_paths_and_store_nothing() {
     let (_, list) = get(&app, EVENTS).await;
     assert!(names(&list).is_empty(), "{list}");
 }
+
+#[tokio::test]
+async fn a_watch_with_an_involved_object_selector_sees_only_that_objects_events() {
+    let app = serving(&kind::ALL).await;
+    for (name, cluster) in [("a.1", "a"), ("b.1", "b")] {
+        assert_eq!(
+            post(&app, EVENTS, &event(name, cluster, "MemberStarted")).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let req = Request::builder()
+        .uri(format!(
+            "{EVENTS}?watch=1&fieldSelector=involvedObject.name%3Da&timeoutSeconds=1"
+        ))
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .expect("the watch ends after its timeoutSeconds")
+        .unwrap()
+        .to_bytes();
+    let lines: Vec<Value> = String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["type"].as_str().unwrap(),
+                l["object"]["metadata"]["name"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("ADDED", "a.1")], "{lines:#?}");
+    assert_eq!(lines[0]["object"]["apiVersion"], "v1");
+    assert_eq!(lines[0]["object"]["kind"], "Event");
+}
