@@ -15,8 +15,8 @@
 //! Environment knobs: `BENCH_SCALE` (a factor on every operation count, default 1),
 //! `BENCH_OPERATOR_BINARY` (use this binary instead of building one), `BENCH_SERVER_ARGS`
 //! (extra arguments for `etcd-operator local`), `BENCH_WITH_CONTROLLER` (set: leave the
-//! controller on) and `BENCH_ONLY_LOAD` (set: stop once the 10,000 objects are stored, for a heap
-//! profile).
+//! controller on), `BENCH_ONLY_LOAD` (set: stop once the 10,000 objects are stored, for a heap
+//! profile) and `BENCH_ONLY_HUGE` (set: only the huge-label admission figures, issue 26 item 4).
 
 // A bench is test code: a failed unwrap is a bench failure with its location, and printing the
 // figures is its purpose.
@@ -1206,6 +1206,109 @@ fn progress(what: &str) {
     eprintln!("[bench {:6.1} s] {what}", t.as_secs_f64());
 }
 
+/// Labels on each object of the huge-label phase: about 1.4 MB of request body and, with
+/// `managedFields` naming every label again, about 2.7 MB stored (the local backing etcd takes
+/// writes of up to 4 MiB).
+const HUGE_LABELS: usize = 40_000;
+
+/// An EtcdCluster like [`cluster`] with `HUGE_LABELS` labels.
+fn huge_cluster(name: &str) -> Value {
+    let mut obj = cluster(name);
+    let labels: serde_json::Map<String, Value> = (0..HUGE_LABELS)
+        .map(|i| (format!("example.com/k{i:05}"), json!(format!("v{i}"))))
+        .collect();
+    obj["metadata"]["labels"] = Value::Object(labels);
+    obj
+}
+
+/// Issue 26 item 4: what admitting an object with a huge label map costs next to a normal one
+/// (one client, one object at a time), and how a small GET fares while two such objects are
+/// being admitted at once. The lines to print.
+async fn huge_labels_phase(ctx: &Ctx, meter: CpuMeter) -> anyhow::Result<String> {
+    let reps = scaled(6).max(3);
+    let ns = "bench-huge";
+    let huge_len = huge_cluster("x").to_string().len();
+    let normal_len = cluster("x").to_string().len();
+    progress(&format!(
+        "huge labels: {reps} creates of {HUGE_LABELS} labels ({huge_len} B), {reps} normal"
+    ));
+    let api = ctx.api(ns);
+    let create = |api: Api<DynamicObject>, body: Value| async move {
+        let obj: DynamicObject = serde_json::from_value(body)?;
+        api.create(&PostParams::default(), &obj).await?;
+        anyhow::Ok(())
+    };
+    let ((normal, _), normal_cpu) = meter
+        .measure(run_ops(1, reps, {
+            let api = api.clone();
+            move |i| create(api.clone(), cluster(&format!("normal-{i}")))
+        }))
+        .await?;
+    let ((huge, _), huge_cpu) = meter
+        .measure(run_ops(1, reps, {
+            let api = api.clone();
+            move |i| create(api.clone(), huge_cluster(&format!("huge-{i}")))
+        }))
+        .await?;
+    // A GET of a normal object, again and again, while two huge objects are created at once.
+    let done = Arc::new(AtomicBool::new(false));
+    let getter = {
+        let (api, done) = (api.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let t0 = Instant::now();
+                api.get("normal-0").await?;
+                latencies.push(t0.elapsed());
+            }
+            anyhow::Ok(Stats::new(latencies.len(), Duration::ZERO, latencies))
+        })
+    };
+    let (both, _) = run_ops(2, 2, {
+        let api = api.clone();
+        move |i| create(api.clone(), huge_cluster(&format!("huge-pair-{i}")))
+    })
+    .await?;
+    done.store(true, Ordering::SeqCst);
+    let gets = getter.await??;
+    for (prefix, n) in [("normal", reps), ("huge", reps), ("huge-pair", 2)] {
+        for i in 0..n {
+            api.delete(&format!("{prefix}-{i}"), &Default::default()).await?;
+        }
+    }
+    let per = |cpu: &CpuUse, n: usize| cpu.server as f64 / n as f64 / 1e6;
+    let (huge_ms, normal_ms) = (ms(huge.wall) / reps as f64, ms(normal.wall) / reps as f64);
+    let (huge_cpu_ms, normal_cpu_ms) = (per(&huge_cpu, reps), per(&normal_cpu, reps));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nadmission of a huge label map (issue 26 item 4): {HUGE_LABELS} labels, {huge_len} B body vs a normal {normal_len} B object; 1 client, {reps} creates each"
+    );
+    let _ = writeln!(
+        out,
+        "  create latency: huge {huge_ms:.1} ms, normal {normal_ms:.2} ms ({:.0}x); server CPU per create: huge {huge_cpu_ms:.1} ms, normal {normal_cpu_ms:.2} ms ({:.0}x); body size {:.0}x",
+        huge_ms / normal_ms.max(1e-9),
+        huge_cpu_ms / normal_cpu_ms.max(1e-9),
+        huge_len as f64 / normal_len as f64
+    );
+    let _ = writeln!(
+        out,
+        "  server CPU per label: {:.2} us; per KB of body: {:.2} ms",
+        huge_cpu_ms * 1000.0 / HUGE_LABELS as f64,
+        huge_cpu_ms / (huge_len as f64 / 1000.0)
+    );
+    let _ = writeln!(
+        out,
+        "  two huge creates at once took {:.0} ms; meanwhile {} GETs of a normal object: p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms",
+        ms(both.wall),
+        gets.ops,
+        ms(gets.pct(0.5)),
+        ms(gets.pct(0.99)),
+        ms(gets.max())
+    );
+    Ok(out)
+}
+
 #[allow(clippy::large_futures)]
 async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Client) -> anyhow::Result<()> {
     let pid = server.pid();
@@ -1299,6 +1402,14 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         header,
         "etcd client: etcd-client (tonic: one HTTP/2 connection multiplexing every request and watch)"
     );
+
+    // ---- Huge label maps (issue 26 item 4).
+    let huge = huge_labels_phase(&ctx, meter).await?;
+    settle(&etcd).await?;
+    if std::env::var_os("BENCH_ONLY_HUGE").is_some() {
+        print!("{header}{huge}");
+        return Ok(());
+    }
 
     // ---- 10,000 objects: memory, list from the cache and consistent, 32 concurrent lists.
     let big = scaled(BIG_LIST);
@@ -1596,7 +1707,7 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     server.check_alive()?;
 
     println!();
-    print!("{header}");
+    print!("{header}{huge}");
     println!("\n== throughput and latency (cl = concurrent clients; ratio = server ops/s ÷ etcd ops/s)");
     print!("{}", table(&rows));
     println!(

@@ -1,11 +1,14 @@
 //! Request bodies and options: the 3 MiB limit, JSON and YAML decoding, patch types, and the
 //! `dryRun` / `fieldValidation` / `fieldManager` query parameters.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+
 use axum::body::Body;
 use serde_json::Value;
 
 use super::error::{ApiError, Cause};
 use super::request_info::query_value;
+use crate::registry::work;
 
 /// kube-apiserver's default `MaxRequestBodyBytes`.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -241,13 +244,21 @@ fn smp_at(target: Option<&Value>, patch: &Value, names: &mut Vec<String>) -> Res
         }
     }
     if let Some(Value::Array(keep)) = p.get("$retainKeys") {
-        let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
-        out.retain(|k, _| keep.contains(&k.as_str()));
+        let keep: HashSet<&str> = keep.iter().filter_map(Value::as_str).collect();
+        out.retain(|k, _| {
+            work::step();
+            keep.contains(k.as_str())
+        });
     }
     for (k, pv) in p {
         if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
             if let (Some(Value::Array(items)), Value::Array(gone)) = (out.get_mut(field), pv) {
-                items.retain(|i| !gone.contains(i));
+                // Values told apart by their JSON text (maps are sorted): one lookup per item.
+                let gone: HashSet<String> = gone.iter().map(Value::to_string).collect();
+                items.retain(|i| {
+                    work::step();
+                    !gone.contains(&i.to_string())
+                });
             }
             continue;
         }
@@ -265,33 +276,16 @@ fn smp_at(target: Option<&Value>, patch: &Value, names: &mut Vec<String>) -> Res
                 ListType::Atomic => Value::Array(items.clone()),
                 ListType::Set => {
                     let mut all = current.clone();
+                    let mut seen: HashSet<String> = all.iter().map(Value::to_string).collect();
                     for i in items {
-                        if !all.contains(i) {
+                        work::step();
+                        if seen.insert(i.to_string()) {
                             all.push(i.clone());
                         }
                     }
                     Value::Array(all)
                 }
-                ListType::Map(keys) => {
-                    let mut all = current.clone();
-                    for item in items {
-                        if item.get("$patch").and_then(Value::as_str) == Some("replace") {
-                            all.clear();
-                            continue;
-                        }
-                        let same = |o: &Value| keys.iter().all(|key| o.get(key) == item.get(key));
-                        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
-                        match all.iter().position(same) {
-                            Some(i) if delete => {
-                                all.remove(i);
-                            }
-                            Some(i) => all[i] = smp_at(Some(&all[i]), item, &mut Vec::new())?,
-                            None if delete => {}
-                            None => all.push(smp_at(None, item, &mut Vec::new())?),
-                        }
-                    }
-                    Value::Array(all)
-                }
+                ListType::Map(keys) => merge_keyed(current, items, keys)?,
             },
             (current, Value::Object(_)) => smp_at(current, pv, names)?,
             (_, other) => other.clone(),
@@ -304,6 +298,64 @@ fn smp_at(target: Option<&Value>, patch: &Value, names: &mut Vec<String>) -> Res
         }
     }
     Ok(Value::Object(out))
+}
+
+/// The item key of a keyed list as text: each key field's value, or its absence, in the order
+/// of `keys`. Two items are the same item when their key texts are equal.
+fn item_key(item: &Value, keys: &[&str]) -> String {
+    let fields: Vec<(bool, &Value)> = keys
+        .iter()
+        .map(|k| item.get(*k).map_or((false, &Value::Null), |v| (true, v)))
+        .collect();
+    serde_json::to_string(&fields).unwrap_or_default()
+}
+
+/// A keyed list patched item by item: each patch item merges into the first current item with
+/// its key (or is appended), `$patch: delete` removes that item, `$patch: replace` empties the
+/// list. Items are found through an index of their keys, not by a scan per patch item.
+fn merge_keyed(current: &[Value], items: &[Value], keys: &[&str]) -> Result<Value, ApiError> {
+    // Merged items by position; a removed one is `None` (positions stay valid for the index).
+    let mut all: Vec<Option<Value>> = current.iter().cloned().map(Some).collect();
+    // Per key, the positions of its items in order; removed ones leave from the front.
+    let mut index: HashMap<String, VecDeque<usize>> = HashMap::new();
+    for (i, item) in current.iter().enumerate() {
+        index.entry(item_key(item, keys)).or_default().push_back(i);
+    }
+    for item in items {
+        work::step();
+        let directive = item.get("$patch").and_then(Value::as_str);
+        if directive == Some("replace") {
+            all.clear();
+            index.clear();
+            continue;
+        }
+        let key = item_key(item, keys);
+        // The first item with this key that is still there.
+        let first = index.get_mut(&key).and_then(|at| {
+            while at
+                .front()
+                .is_some_and(|&i| all.get(i).is_none_or(Option::is_none))
+            {
+                at.pop_front();
+            }
+            at.front().copied()
+        });
+        match first {
+            Some(i) if directive == Some("delete") => {
+                all[i] = None;
+            }
+            Some(i) => {
+                let merged = smp_at(all[i].as_ref(), item, &mut Vec::new())?;
+                all[i] = Some(merged);
+            }
+            None if directive == Some("delete") => {}
+            None => {
+                index.entry(key).or_default().push_back(all.len());
+                all.push(Some(smp_at(None, item, &mut Vec::new())?));
+            }
+        }
+    }
+    Ok(Value::Array(all.into_iter().flatten().collect()))
 }
 
 /// Applies a patch to the object `name`; a malformed patch (400) or one that cannot apply (422)
@@ -490,6 +542,104 @@ mod tests {
                 .code,
             400
         );
+    }
+
+    /// A keyed list patched as it was: a scan of the list for every patch item.
+    fn keyed_by_scans(current: &[Value], items: &[Value], keys: &[&str]) -> Vec<Value> {
+        let mut all = current.to_vec();
+        for item in items {
+            if item.get("$patch").and_then(Value::as_str) == Some("replace") {
+                all.clear();
+                continue;
+            }
+            let same = |o: &Value| keys.iter().all(|key| o.get(key) == item.get(key));
+            let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+            match all.iter().position(same) {
+                Some(i) if delete => {
+                    all.remove(i);
+                }
+                Some(i) => all[i] = smp_at(Some(&all[i]), item, &mut Vec::new()).unwrap(),
+                None if delete => {}
+                None => all.push(smp_at(None, item, &mut Vec::new()).unwrap()),
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn keyed_lists_are_patched_through_an_index_with_the_same_result() {
+        let current = vec![
+            json!({"uid": "a", "n": 1}),
+            json!({"uid": "a", "n": "second a"}),
+            json!({"n": "no uid"}),
+            json!({"uid": null, "n": "null uid"}),
+            json!({"uid": "b"}),
+        ];
+        let cases = [
+            vec![json!({"uid": "a", "m": 1}), json!({"uid": "a", "m": 2})],
+            vec![
+                json!({"uid": "a", "$patch": "delete"}),
+                json!({"uid": "a", "m": "into the second"}),
+            ],
+            vec![
+                json!({"uid": "a", "$patch": "delete"}),
+                json!({"uid": "a", "$patch": "delete"}),
+                json!({"uid": "a", "$patch": "delete"}),
+                json!({"uid": "a", "m": "new a"}),
+                json!({"uid": "a", "m2": "merged into the new a"}),
+            ],
+            vec![json!({"m": "no uid either"}), json!({"uid": null, "m": "null"})],
+            vec![
+                json!({"uid": "c"}),
+                json!({"$patch": "replace"}),
+                json!({"uid": "b", "m": 1}),
+            ],
+            vec![
+                json!({"uid": "x", "$patch": "delete"}),
+                json!({"uid": "b", "$patch": "delete"}),
+            ],
+        ];
+        for items in cases {
+            let target = json!({"metadata": {"ownerReferences": current.clone()}});
+            let patch = json!({"metadata": {"ownerReferences": items.clone()}});
+            assert_eq!(
+                strategic_merge(&target, &patch).unwrap()["metadata"]["ownerReferences"],
+                json!(keyed_by_scans(&current, &items, &["uid"])),
+                "{items:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_lists_and_maps_are_patched_in_one_pass() {
+        let names = |from: usize, n: usize| (from..from + n).map(|i| format!("f{i}")).collect::<Vec<_>>();
+        let owners = |from: usize, n: usize| {
+            (from..from + n)
+                .map(|i| json!({"uid": format!("u{i}")}))
+                .collect::<Vec<_>>()
+        };
+        let labels = |n: usize| {
+            (0..n)
+                .map(|i| (format!("k{i}"), json!("v")))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        crate::registry::work::assert_linear(1_000, |n| {
+            let target = json!({"metadata": {"finalizers": names(0, n), "ownerReferences": owners(0, n),
+                "labels": labels(n)}});
+            let patch = json!({"metadata": {"finalizers": names(n / 2, n),
+                "$deleteFromPrimitiveList/finalizers": names(0, n / 4),
+                "ownerReferences": owners(n / 2, n),
+                "labels": {"$retainKeys": names(0, n)}}});
+            let out = strategic_merge(&target, &patch).unwrap();
+            assert_eq!(
+                out["metadata"]["finalizers"].as_array().map(Vec::len),
+                Some(n + n / 4)
+            );
+            assert_eq!(
+                out["metadata"]["ownerReferences"].as_array().map(Vec::len),
+                Some(n + n / 2)
+            );
+        });
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::error::{ApiError, Cause};
 use crate::registry::fieldset::{
-    self, Change, Conflict, Entry, FieldSet, Operation, Scope, Writer, decode_entries, encode_entries,
+    self, Change, Conflict, Entry, FieldSet, Operation, Scope, Writer, decode_entries,
 };
 use crate::registry::kind::Kind;
 
@@ -136,6 +136,29 @@ pub fn track(
     applied: Option<&FieldSet>,
     force: bool,
 ) -> Result<(), ApiError> {
+    track_at(ctx, name, (old, new), applied, force, &now(), Reuse::StoredItems)
+}
+
+/// Whether [`track_at`] keeps the stored JSON of the entries a write leaves as they were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reuse {
+    /// Keep it (what [`track`] does).
+    StoredItems,
+    /// Encode every entry again (what it did before; the tests compare the two).
+    #[cfg(test)]
+    Nothing,
+}
+
+/// [`track`] at the time `time`.
+fn track_at(
+    ctx: &WriteContext,
+    name: &str,
+    (old, new): (Option<&Value>, &mut Value),
+    applied: Option<&FieldSet>,
+    force: bool,
+    time: &str,
+    reuse: Reuse,
+) -> Result<(), ApiError> {
     let entries = base_entries(old, new, ctx);
     let own_version = ctx.api_version();
     let mut changes = BTreeMap::new();
@@ -151,7 +174,6 @@ pub fn track(
             changes.insert(v, c);
         }
     }
-    let time = now();
     let writer = Writer {
         manager: &ctx.manager,
         operation: if applied.is_some() {
@@ -161,18 +183,55 @@ pub fn track(
         },
         api_version: &own_version,
         subresource: ctx.subresource.as_deref(),
-        time: &time,
+        time,
     };
-    let entries = fieldset::record(entries, &writer, applied, &changes, force)
+    let (entries, origin) = fieldset::record_tracked(entries, &writer, applied, &changes, force)
         .map_err(|c| conflict_error(ctx, name, &c))?;
+    let mut stored = match reuse {
+        Reuse::StoredItems => stored_items(old, new),
+        #[cfg(test)]
+        Reuse::Nothing => None,
+    };
     if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
         if entries.is_empty() {
             meta.remove("managedFields");
         } else {
-            meta.insert("managedFields".into(), encode_entries(&entries));
+            let items = entries
+                .iter()
+                .zip(&origin)
+                .map(|(entry, from)| {
+                    match (from, stored.as_mut()) {
+                        // Left as it was: its stored JSON, not encoded again.
+                        (Some(i), Some(items)) if *i < items.len() => std::mem::take(&mut items[*i]),
+                        _ => entry.to_json(),
+                    }
+                })
+                .collect();
+            meta.insert("managedFields".into(), Value::Array(items));
         }
     }
     Ok(())
+}
+
+/// The items of `new`'s `metadata.managedFields`, taken out of it, when they are the stored
+/// object's (every write through a subresource, a patch or a PUT that leaves them alone): the
+/// entries [`track`] started from were decoded from them, one per non-empty item, and the
+/// server encoded them itself, so an entry the write leaves as it was is its item.
+fn stored_items(old: Option<&Value>, new: &mut Value) -> Option<Vec<Value>> {
+    let stored = old?.pointer("/metadata/managedFields")?;
+    let carried = new.pointer_mut("/metadata/managedFields")?;
+    if !stored.is_array() || *carried != *stored {
+        return None;
+    }
+    match std::mem::take(carried) {
+        Value::Array(items) => Some(
+            items
+                .into_iter()
+                .filter(|i| i.as_object().is_some_and(|m| !m.is_empty()))
+                .collect(),
+        ),
+        _ => None,
+    }
 }
 
 /// An applied configuration, checked as kube-apiserver checks it: a YAML or JSON object of
@@ -276,6 +335,136 @@ mod tests {
             manager: manager.into(),
             subresource: None,
         }
+    }
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+    const T1: &str = "2026-01-01T00:00:01Z";
+
+    fn sub(manager: &str, subresource: &str) -> WriteContext {
+        WriteContext {
+            subresource: Some(subresource.into()),
+            ..ctx(manager)
+        }
+    }
+
+    /// `new` tracked against `old` both ways: keeping unchanged entries' stored JSON, and
+    /// encoding every entry again. Both results, as bytes.
+    fn both_ways(
+        c: &WriteContext,
+        old: Option<&Value>,
+        new: &Value,
+        applied: Option<&FieldSet>,
+    ) -> (String, String) {
+        let (mut kept, mut encoded) = (new.clone(), new.clone());
+        track_at(c, "a", (old, &mut kept), applied, false, T1, Reuse::StoredItems).unwrap();
+        track_at(c, "a", (old, &mut encoded), applied, false, T1, Reuse::Nothing).unwrap();
+        (kept.to_string(), encoded.to_string())
+    }
+
+    /// A stored object: a creator owning `labels` labels and the spec, the controller owning
+    /// its status.
+    fn stored_object(labels: usize) -> Value {
+        let labels: serde_json::Map<String, Value> =
+            (0..labels).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let mut obj = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
+            "metadata": {"name": "a", "labels": labels}, "spec": {"replicas": 3}});
+        track_at(
+            &ctx("creator"),
+            "a",
+            (None, &mut obj),
+            None,
+            false,
+            T0,
+            Reuse::StoredItems,
+        )
+        .unwrap();
+        let before = obj.clone();
+        obj["status"] = json!({"phase": "Creating", "conditions": [{"type": "Ready", "status": "False"}]});
+        track_at(
+            &sub("controller", "status"),
+            "a",
+            (Some(&before), &mut obj),
+            None,
+            false,
+            T0,
+            Reuse::StoredItems,
+        )
+        .unwrap();
+        obj
+    }
+
+    #[test]
+    fn entries_a_write_leaves_as_they_were_keep_their_stored_json_byte_for_byte() {
+        let stored = stored_object(50);
+        assert_eq!(
+            stored["metadata"]["managedFields"].as_array().map(Vec::len),
+            Some(2)
+        );
+        let mut writes: Vec<(WriteContext, Value, Option<FieldSet>)> = Vec::new();
+        // The controller's next status write (its entry changes, the creator's does not).
+        let mut w = stored.clone();
+        w["status"]["phase"] = json!("Running");
+        writes.push((sub("controller", "status"), w, None));
+        // A status write that changes nothing.
+        writes.push((sub("controller", "status"), stored.clone(), None));
+        // Another manager takes one label (the creator's entry changes too).
+        let mut w = stored.clone();
+        w["metadata"]["labels"]["k1"] = json!("w");
+        writes.push((ctx("patcher"), w, None));
+        // A new label only: the creator's entry is left as it was.
+        let mut w = stored.clone();
+        w["metadata"]["labels"]["new"] = json!("x");
+        writes.push((ctx("patcher"), w, None));
+        // The request rewrites managedFields itself (nothing is reused from it).
+        let mut w = stored.clone();
+        w["metadata"]["managedFields"][0]["manager"] = json!("renamed");
+        writes.push((ctx("patcher"), w, None));
+        // An apply of a spec field nobody owns yet.
+        let applied = json!({"spec": {"paused": true}});
+        let mut w = stored.clone();
+        w["spec"]["paused"] = json!(true);
+        writes.push((
+            ctx("applier"),
+            w,
+            Some(fieldset::fields_of(&applied, Scope::Main)),
+        ));
+        for (c, new, applied) in &writes {
+            let (kept, encoded) = both_ways(c, Some(&stored), new, applied.as_ref());
+            assert_eq!(kept, encoded, "{} {:?}", c.manager, c.subresource);
+        }
+        // Nothing stored before: nothing to keep.
+        let fresh = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
+            "metadata": {"name": "a"}, "spec": {}});
+        let (kept, encoded) = both_ways(&ctx("creator"), None, &fresh, None);
+        assert_eq!(kept, encoded);
+    }
+
+    #[test]
+    fn a_status_write_does_not_encode_the_entry_of_thousands_of_labels_again() {
+        let stored = stored_object(5_000);
+        let mut new = stored.clone();
+        new["status"]["phase"] = json!("Running");
+        let c = sub("controller", "status");
+        let (_, kept) = crate::registry::work::counted(|| {
+            let mut v = new.clone();
+            track_at(
+                &c,
+                "a",
+                (Some(&stored), &mut v),
+                None,
+                false,
+                T1,
+                Reuse::StoredItems,
+            )
+            .unwrap();
+        });
+        let (_, encoded) = crate::registry::work::counted(|| {
+            let mut v = new.clone();
+            track_at(&c, "a", (Some(&stored), &mut v), None, false, T1, Reuse::Nothing).unwrap();
+        });
+        // Encoding a field set counts a step per field: the creator's 5,000 labels again.
+        assert!(encoded >= 5_000, "{encoded}");
+        assert!(kept < 100, "{kept} steps: the creator's entry was encoded again");
     }
 
     #[test]

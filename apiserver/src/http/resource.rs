@@ -244,6 +244,48 @@ impl Target {
     }
 }
 
+/// A write whose body is at least this large is admitted off the async workers (see [`offload`]).
+const HEAVY_BODY_BYTES: usize = 256 * 1024;
+/// A write to a stored object with at least this many metadata entries (labels, annotations,
+/// finalizers, owner references) is admitted off the async workers too.
+const HEAVY_META_ENTRIES: usize = 4096;
+
+/// Whether admitting a write of `body_len` bytes to `current` (if any) is heavy enough for
+/// [`offload`]: a cheap look at sizes, not a walk.
+fn is_heavy(body_len: usize, current: Option<&Value>) -> bool {
+    let entries = |field: &str| {
+        current
+            .and_then(|c| c.get("metadata"))
+            .and_then(|m| m.get(field))
+            .map_or(0, |v| match v {
+                Value::Object(m) => m.len(),
+                Value::Array(a) => a.len(),
+                _ => 0,
+            })
+    };
+    body_len >= HEAVY_BODY_BYTES
+        || ["labels", "annotations", "finalizers", "ownerReferences"]
+            .iter()
+            .map(|f| entries(f))
+            .sum::<usize>()
+            >= HEAVY_META_ENTRIES
+}
+
+/// Runs the CPU-bound admission of a large object (decode, validation, managedFields, encode)
+/// with tokio's `block_in_place` when `heavy` on a multi-threaded runtime: the worker hands its
+/// other tasks (health checks, other requests) to a fresh thread while this one works, so a
+/// few huge writes at once cannot hold every worker. Everything else runs inline (a
+/// single-threaded runtime cannot hand its tasks over).
+fn offload<T>(heavy: bool, f: impl FnOnce() -> T) -> T {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if heavy && multi_thread {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
 /// Records an update's fields in the object it writes.
 fn tracked(
     ctx: &WriteContext,
@@ -260,8 +302,47 @@ fn tracked(
     }
 }
 
+/// kube-apiserver's bound on the `Warning` headers of one response: 4 Ki characters of
+/// warning text in all (`truncateAtTotalRunes`)...
+const WARNINGS_TOTAL_CHARS: usize = 4 * 1024;
+/// ...and, once over it, each warning cut to 256 characters (`truncateItemRunes`).
+const WARNING_ITEM_CHARS: usize = 256;
+
+/// The warnings a response carries, as kube-apiserver's warning recorder keeps them: each once,
+/// in order; all of them when their text fits in [`WARNINGS_TOTAL_CHARS`], else each cut to
+/// [`WARNING_ITEM_CHARS`] and as many as fit. An object with many unknown fields gets a few KiB
+/// of headers, not one header per field (clients refuse responses with too many headers).
+fn bounded_warnings(warnings: &[String]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<&String> = warnings.iter().filter(|w| seen.insert(w.as_str())).collect();
+    let mut total = 0usize;
+    for w in &unique {
+        total += w.chars().count();
+        if total > WARNINGS_TOTAL_CHARS {
+            break;
+        }
+    }
+    if total <= WARNINGS_TOTAL_CHARS {
+        return unique.into_iter().cloned().collect();
+    }
+    let mut written = 0;
+    let mut kept = Vec::new();
+    for w in unique {
+        if written >= WARNINGS_TOTAL_CHARS {
+            break;
+        }
+        let cut: String = w.chars().take(WARNING_ITEM_CHARS).collect();
+        let len = cut.chars().count();
+        if written + len <= WARNINGS_TOTAL_CHARS {
+            written += len;
+            kept.push(cut);
+        }
+    }
+    kept
+}
+
 fn add_warnings(response: &mut Response, warnings: &[String]) {
-    for w in warnings {
+    for w in &bounded_warnings(warnings) {
         let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
         if let Ok(v) = HeaderValue::from_str(&text) {
             response.headers_mut().append(header::WARNING, v);
@@ -702,7 +783,8 @@ async fn create(
         .ok_or_else(|| ApiError::method_not_allowed("create without a namespace"))?;
     let opts = WriteOptions::parse(t.query.as_deref(), "CreateOptions")?;
     let bytes = body::read(body).await?;
-    let value = body::decode_object(&bytes, content_type)?;
+    let heavy = is_heavy(bytes.len(), None);
+    let value = offload(heavy, || body::decode_object(&bytes, content_type))?;
     t.admit_namespace(
         value
             .pointer("/metadata/name")
@@ -711,17 +793,20 @@ async fn create(
         namespace,
     )
     .await?;
-    let (versioned, mut warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
-    let (mut stored, name, admitted_warnings) = t.kind.create(versioned, namespace)?;
-    warnings.extend(admitted_warnings);
-    managed::track(
-        &t.write_context(&opts, None),
-        &name,
-        None,
-        &mut stored,
-        None,
-        false,
-    )?;
+    let (stored, name, warnings) = offload(heavy, || {
+        let (versioned, mut warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
+        let (mut stored, name, admitted_warnings) = t.kind.create(versioned, namespace)?;
+        warnings.extend(admitted_warnings);
+        managed::track(
+            &t.write_context(&opts, None),
+            &name,
+            None,
+            &mut stored,
+            None,
+            false,
+        )?;
+        Ok::<_, ApiError>((stored, name, warnings))
+    })?;
     let result = if opts.dry_run {
         // As kube-apiserver's dry-run storage: everything but the write, including the check
         // that the name is free.
@@ -739,7 +824,9 @@ async fn create(
             .await
             .map_err(|e| t.storage_error(e, &name))?
     };
-    object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings)
+    offload(heavy, || {
+        object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings)
+    })
 }
 
 /// Runs an update closure: against storage (CAS, retried), or once on the current object for
@@ -812,7 +899,9 @@ async fn update(
     let (ns, name) = ns_and_name(t)?;
     let opts = WriteOptions::parse(t.query.as_deref(), "UpdateOptions")?;
     let bytes = body::read(body).await?;
-    let value = body::decode_object(&bytes, content_type)?;
+    let value = offload(is_heavy(bytes.len(), None), || {
+        body::decode_object(&bytes, content_type)
+    })?;
     let ctx = t.write_context(&opts, sub);
     if sub == Some("scale") {
         let mut warnings = Vec::new();
@@ -833,22 +922,29 @@ async fn update(
             &warnings,
         );
     }
-    let (versioned, base_warnings) = decode_request(t.kind, value, &t.version, opts.field_validation)?;
+    let (versioned, base_warnings) = offload(is_heavy(bytes.len(), None), || {
+        decode_request(t.kind, value, &t.version, opts.field_validation)
+    })?;
     let mut warnings = Vec::new();
     let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
-        warnings = base_warnings.clone();
-        let action = if sub == Some("status") {
-            UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, true)?)
-        } else {
-            write_to_action(
-                t.kind.update(&versioned, current.clone(), name, ns, true)?,
-                &mut warnings,
-            )
-        };
-        tracked(&ctx, name, &current, action)
+        offload(is_heavy(bytes.len(), Some(&current)), || {
+            warnings = base_warnings.clone();
+            let action = if sub == Some("status") {
+                UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, true)?)
+            } else {
+                write_to_action(
+                    t.kind.update(&versioned, current.clone(), name, ns, true)?,
+                    &mut warnings,
+                )
+            };
+            tracked(&ctx, name, &current, action)
+        })
     })
     .await?;
-    object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+    let heavy = is_heavy(bytes.len(), Some(&result));
+    offload(heavy, move || {
+        object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+    })
 }
 
 async fn patch(
@@ -869,26 +965,28 @@ async fn patch(
     }
     let mut warnings = Vec::new();
     let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
-        warnings.clear();
-        if sub == Some("scale") {
-            let old = registry::from_storage(current.clone())?;
-            let patched = body::apply_patch(&registry::scale_of(&old), name, &bytes, patch_type)?;
-            let action = decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings)?;
-            return tracked(&ctx, name, &current, action);
-        }
-        let original = t.in_version(current.clone())?;
-        let patched = body::apply_patch(&original, name, &bytes, patch_type)?;
-        let (versioned, unknown) = decode_request(t.kind, patched, &t.version, opts.field_validation)?;
-        warnings.extend(unknown);
-        let action = if sub == Some("status") {
-            UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, false)?)
-        } else {
-            write_to_action(
-                t.kind.update(&versioned, current.clone(), name, ns, false)?,
-                &mut warnings,
-            )
-        };
-        tracked(&ctx, name, &current, action)
+        offload(is_heavy(bytes.len(), Some(&current)), || {
+            warnings.clear();
+            if sub == Some("scale") {
+                let old = registry::from_storage(current.clone())?;
+                let patched = body::apply_patch(&registry::scale_of(&old), name, &bytes, patch_type)?;
+                let action = decision_to_action(registry::apply_scale(&patched, &old, name)?, &mut warnings)?;
+                return tracked(&ctx, name, &current, action);
+            }
+            let original = t.in_version(current.clone())?;
+            let patched = body::apply_patch(&original, name, &bytes, patch_type)?;
+            let (versioned, unknown) = decode_request(t.kind, patched, &t.version, opts.field_validation)?;
+            warnings.extend(unknown);
+            let action = if sub == Some("status") {
+                UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, false)?)
+            } else {
+                write_to_action(
+                    t.kind.update(&versioned, current.clone(), name, ns, false)?,
+                    &mut warnings,
+                )
+            };
+            tracked(&ctx, name, &current, action)
+        })
     })
     .await?;
     if sub == Some("scale") {
@@ -903,7 +1001,10 @@ async fn patch(
             &warnings,
         );
     }
-    object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+    let heavy = is_heavy(bytes.len(), Some(&result));
+    offload(heavy, move || {
+        object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+    })
 }
 
 /// Server-side apply (`application/apply-patch+yaml`) of the main resource or `/status`:
@@ -924,7 +1025,7 @@ async fn apply(
             &body::PATCH_MEDIA_TYPES[..3],
         ));
     }
-    let applied = managed::parse_applied(bytes, ctx)?;
+    let applied = offload(is_heavy(bytes.len(), None), || managed::parse_applied(bytes, ctx))?;
     let force = opts.force == Some(true);
     let existing = storage
         .get(ns, name, ReadConsistency::Consistent)
@@ -950,11 +1051,15 @@ async fn apply(
             }
         }
         t.admit_namespace(name, ns).await?;
-        let applied_set = crate::registry::fieldset::fields_of(&applied, ctx.scope());
-        let (versioned, mut warnings) = decode_request(t.kind, obj, &t.version, opts.field_validation)?;
-        let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
-        warnings.extend(admitted);
-        managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+        let heavy = is_heavy(bytes.len(), None);
+        let (stored, name, warnings) = offload(heavy, || {
+            let applied_set = crate::registry::fieldset::fields_of(&applied, ctx.scope());
+            let (versioned, mut warnings) = decode_request(t.kind, obj, &t.version, opts.field_validation)?;
+            let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
+            warnings.extend(admitted);
+            managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+            Ok::<_, ApiError>((stored, name, warnings))
+        })?;
         let result = if opts.dry_run {
             stored
         } else {
@@ -963,33 +1068,40 @@ async fn apply(
                 .await
                 .map_err(|e| t.storage_error(e, &name))?
         };
-        return object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings);
+        return offload(heavy, || {
+            object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings)
+        });
     }
     let mut warnings = Vec::new();
     let result = run_update(storage, t.resource(), ns, name, opts.dry_run, |current| {
-        warnings.clear();
-        let live = t.in_version(current.clone())?;
-        let (merged, applied_set) = managed::merge_for_apply(ctx, &live, &applied);
-        let (versioned, unknown) = decode_request(t.kind, merged, &t.version, opts.field_validation)?;
-        warnings.extend(unknown);
-        let action = if ctx.subresource.as_deref() == Some("status") {
-            UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, false)?)
-        } else {
-            write_to_action(
-                t.kind.update(&versioned, current.clone(), name, ns, false)?,
-                &mut warnings,
-            )
-        };
-        match action {
-            UpdateAction::Write(mut v) => {
-                managed::track(ctx, name, Some(&current), &mut v, Some(&applied_set), force)?;
-                Ok(UpdateAction::Write(v))
+        offload(is_heavy(bytes.len(), Some(&current)), || {
+            warnings.clear();
+            let live = t.in_version(current.clone())?;
+            let (merged, applied_set) = managed::merge_for_apply(ctx, &live, &applied);
+            let (versioned, unknown) = decode_request(t.kind, merged, &t.version, opts.field_validation)?;
+            warnings.extend(unknown);
+            let action = if ctx.subresource.as_deref() == Some("status") {
+                UpdateAction::Write(t.kind.update_status(&versioned, current.clone(), name, false)?)
+            } else {
+                write_to_action(
+                    t.kind.update(&versioned, current.clone(), name, ns, false)?,
+                    &mut warnings,
+                )
+            };
+            match action {
+                UpdateAction::Write(mut v) => {
+                    managed::track(ctx, name, Some(&current), &mut v, Some(&applied_set), force)?;
+                    Ok(UpdateAction::Write(v))
+                }
+                other => Ok(other),
             }
-            other => Ok(other),
-        }
+        })
     })
     .await?;
-    object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+    let heavy = is_heavy(bytes.len(), Some(&result));
+    offload(heavy, move || {
+        object_response(StatusCode::OK, &t.in_version(result)?, t, &warnings)
+    })
 }
 
 /// DeleteOptions, from the body when there is one, else from the query.
@@ -1253,6 +1365,79 @@ mod tests {
 
     fn fields(causes: &[Cause]) -> Vec<&str> {
         causes.iter().map(|c| c.field.as_str()).collect()
+    }
+
+    #[test]
+    fn large_bodies_and_objects_with_many_metadata_entries_are_heavy() {
+        assert!(!is_heavy(2_000, None));
+        assert!(is_heavy(HEAVY_BODY_BYTES, None));
+        let labels: serde_json::Map<String, Value> = (0..HEAVY_META_ENTRIES / 2)
+            .map(|i| (format!("k{i}"), json!("v")))
+            .collect();
+        let finalizers: Vec<String> = (0..HEAVY_META_ENTRIES / 2).map(|i| format!("f{i}")).collect();
+        let small = json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["x"]}, "spec": {}});
+        assert!(!is_heavy(100, Some(&small)));
+        let big = json!({"metadata": {"labels": labels, "finalizers": finalizers}});
+        assert!(is_heavy(100, Some(&big)));
+        assert!(!is_heavy(100, Some(&json!({"metadata": "not an object"}))));
+    }
+
+    /// Whether a task spawned next to one that runs `offload(heavy, ...)` on a one-worker
+    /// runtime gets to run while the offloaded work waits for it.
+    fn others_run_meanwhile(heavy: bool) -> bool {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        runtime.block_on(async move {
+            let work = tokio::spawn(async move {
+                // The "admission": it needs the other task to have run. A bound only on the
+                // failure path: when the other task cannot run, the wait ends empty.
+                offload(heavy, || {
+                    rx.recv_timeout(std::time::Duration::from_secs(3)).is_ok()
+                })
+            });
+            tokio::task::yield_now().await;
+            let other = tokio::spawn(async move {
+                let _ = tx.send(());
+            });
+            let ran = work.await.unwrap();
+            other.await.unwrap();
+            ran
+        })
+    }
+
+    #[test]
+    fn heavy_admission_leaves_the_workers_to_other_requests() {
+        assert!(others_run_meanwhile(true));
+        // Inline, the only worker is held: the other task runs only after the wait gave up.
+        assert!(!others_run_meanwhile(false));
+        // A single-threaded runtime runs it inline (it cannot hand its tasks over).
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert_eq!(runtime.block_on(async { offload(true, || 7) }), 7);
+    }
+
+    #[test]
+    fn warnings_are_kept_once_each_and_bounded_as_kube_apiserver_bounds_them() {
+        let few = vec!["a".to_string(), "b".into(), "a".into()];
+        assert_eq!(bounded_warnings(&few), ["a", "b"]);
+        // One warning per unknown field of a huge object: a few KiB of headers, the first ones.
+        let many: Vec<String> = (0..40_000)
+            .map(|i| format!("unknown field \"spec.u{i:06}\""))
+            .collect();
+        let kept = bounded_warnings(&many);
+        let total: usize = kept.iter().map(|w| w.chars().count()).sum();
+        assert!(total <= WARNINGS_TOTAL_CHARS, "{total}");
+        assert!(total > WARNINGS_TOTAL_CHARS - 30, "{total}: as many as fit");
+        assert_eq!(kept[..2], many[..2]);
+        // Over the bound, each warning is cut to 256 characters (on a character boundary).
+        let long = vec!["é".repeat(300), "x".repeat(5_000)];
+        assert_eq!(
+            bounded_warnings(&long),
+            ["é".repeat(WARNING_ITEM_CHARS), "x".repeat(WARNING_ITEM_CHARS)]
+        );
     }
 
     #[test]

@@ -576,6 +576,35 @@ mod tests {
     }
 
     #[test]
+    fn a_deleting_object_with_many_finalizers_is_checked_for_new_ones_in_one_pass() {
+        crate::registry::work::assert_linear(1_000, |n| {
+            let mut old = created();
+            old.metadata.finalizers = Some((0..n).map(|i| format!("example.com/f{i}")).collect());
+            let mut marked = prepare_delete(&old, None).unwrap();
+            marked.metadata.resource_version = Some("11".into());
+            // Half of them removed: allowed.
+            let mut fewer = marked.clone();
+            fewer.metadata.finalizers.as_mut().unwrap().truncate(n / 2);
+            assert!(prepare_update(VersionedCluster::V1alpha2(fewer), &marked, "a", "ns", true).is_ok());
+            // One new one among them all: refused, naming it.
+            let mut more = marked.clone();
+            more.metadata
+                .finalizers
+                .as_mut()
+                .unwrap()
+                .push("example.com/new".into());
+            let err = prepare_update(VersionedCluster::V1alpha2(more), &marked, "a", "ns", true).unwrap_err();
+            assert_eq!(err.code, 422);
+            assert!(
+                err.message
+                    .ends_with("found new finalizers []string{\"example.com/new\"}"),
+                "{}",
+                err.message
+            );
+        });
+    }
+
+    #[test]
     fn scale_reads_and_writes_replicas() {
         let old = created();
         let scale = scale_of(&old);

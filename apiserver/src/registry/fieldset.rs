@@ -12,9 +12,12 @@
 //! (`f:spec`, `k:{"type":"Ready"}`, `v:"x"`). Objects are handled as JSON in one version: the
 //! HTTP layer converts them into each manager's version before asking.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 
 use serde_json::{Map, Value, json};
+
+use super::work;
 
 /// One path: its elements in `fieldsV1` spelling.
 pub type Path = Vec<String>;
@@ -285,17 +288,28 @@ impl FieldSet {
         FieldSet(self.0.union(&other.0).cloned().collect())
     }
 
-    /// Whether a path of `self` is `path` or lies under it.
+    /// Whether a path of `self` is `path` or lies under it. The paths under `path` sort right
+    /// after it, so the first path not below `path` answers (a lookup, not a scan).
     pub fn has_under(&self, path: &Path) -> bool {
-        self.0.iter().any(|p| p.starts_with(path))
+        work::step();
+        self.0
+            .range::<[String], _>((Bound::Included(path.as_slice()), Bound::Unbounded))
+            .next()
+            .is_some_and(|p| p.starts_with(path))
     }
 
     /// The `fieldsV1` JSON: nested objects, `{}` for a leaf, `".": {}` for a node that is owned
-    /// itself and has owned children.
+    /// itself and has owned children. One pass in order: a path has owned children exactly
+    /// when the next path lies under it (the paths under a path sort right after it).
     pub fn to_fields_v1(&self) -> Value {
         let mut root = Map::new();
-        for path in &self.0 {
-            insert(&mut root, path, self);
+        let mut paths = self.0.iter().peekable();
+        while let Some(path) = paths.next() {
+            work::step();
+            let has_children = paths
+                .peek()
+                .is_some_and(|next| next.len() > path.len() && next.starts_with(path));
+            insert(&mut root, path, has_children);
         }
         Value::Object(root)
     }
@@ -325,26 +339,24 @@ impl FieldSet {
     }
 }
 
-fn insert(root: &mut Map<String, Value>, path: &Path, set: &FieldSet) {
+/// Adds `path` to the `fieldsV1` tree at `root`; `owned_with_children` marks its node with `"."`
+/// (owned itself, and owned children follow).
+fn insert(root: &mut Map<String, Value>, path: &Path, owned_with_children: bool) {
+    if path.is_empty() {
+        return;
+    }
     let mut node = root;
-    for (i, el) in path.iter().enumerate() {
-        let entry = node.entry(el.clone()).or_insert_with(|| json!({}));
-        let Value::Object(child) = entry else {
+    for el in path {
+        if !node.contains_key(el) {
+            node.insert(el.clone(), json!({}));
+        }
+        let Some(Value::Object(child)) = node.get_mut(el) else {
             return;
         };
-        let is_last = i + 1 == path.len();
-        let prefix: Path = path[..=i].to_vec();
-        // A node that is owned itself and also has owned children carries ".".
-        if (is_last
-            && set
-                .0
-                .iter()
-                .any(|p| p.len() > prefix.len() && p.starts_with(&prefix)))
-            || (!is_last && set.0.contains(&prefix))
-        {
-            child.insert(".".into(), json!({}));
-        }
         node = child;
+    }
+    if owned_with_children {
+        node.insert(".".into(), json!({}));
     }
 }
 
@@ -397,24 +409,38 @@ fn merge_at<'a>(live: &Value, applied: &'a Value, names: &mut Vec<&'a str>) -> V
         (Value::Array(l), Value::Array(a)) => match list_type(names) {
             ListType::Atomic => applied.clone(),
             ListType::Set => {
+                // Values are told apart by their JSON text (equal values, equal text: maps are
+                // sorted), so each is looked up once instead of compared with every other.
                 let mut out = l.clone();
+                let mut seen: HashSet<String> = out.iter().map(Value::to_string).collect();
                 for v in a {
-                    if !out.contains(v) {
+                    work::step();
+                    if seen.insert(v.to_string()) {
                         out.push(v.clone());
                     }
                 }
                 Value::Array(out)
             }
             ListType::Map(keys) => {
+                // The first item with each key, by index: an applied item merges into it.
                 let mut out = l.clone();
+                let mut index: HashMap<String, usize> = HashMap::new();
+                for (i, o) in out.iter().enumerate() {
+                    if let Some(k) = key_element(o, keys) {
+                        index.entry(k).or_insert(i);
+                    }
+                }
                 for item in a {
+                    work::step();
                     let key = key_element(item, keys);
-                    match out
-                        .iter_mut()
-                        .find(|o| key.is_some() && key_element(o, keys) == key)
-                    {
-                        Some(existing) => *existing = merge_at(existing, item, &mut Vec::new()),
-                        None => out.push(item.clone()),
+                    match key.as_ref().and_then(|k| index.get(k)).copied() {
+                        Some(i) => out[i] = merge_at(&out[i], item, &mut Vec::new()),
+                        None => {
+                            if let Some(k) = key {
+                                index.insert(k, out.len());
+                            }
+                            out.push(item.clone());
+                        }
                     }
                 }
                 Value::Array(out)
@@ -424,45 +450,127 @@ fn merge_at<'a>(live: &Value, applied: &'a Value, names: &mut Vec<&'a str>) -> V
     }
 }
 
-/// Removes the fields at `paths` from `obj` (fields an applier stopped applying).
+/// Removes the fields at `paths` from `obj` (fields an applier stopped applying). One walk of
+/// the object along the sorted paths: each list is gone through once for all the paths into it
+/// (a path per item, looked up by the item's own element), not once per path.
+///
+/// List items match as structured-merge-diff matches them: `v:` by value in any list, `k:` by
+/// the key fields of a keyed list ([`list_type`]), compared in their canonical spelling.
 pub fn remove_fields(obj: &mut Value, paths: &FieldSet) {
-    for path in &paths.0 {
-        remove_path(obj, path);
-    }
+    let paths: Vec<&[String]> = paths
+        .0
+        .iter()
+        .map(Vec::as_slice)
+        .filter(|p| !p.is_empty())
+        .collect();
+    remove_under(obj, &paths, &mut Vec::new());
 }
 
-fn remove_path(obj: &mut Value, path: &[String]) {
-    let Some((first, rest)) = path.split_first() else {
-        return;
-    };
-    if let Some(f) = first.strip_prefix("f:") {
-        let Value::Object(m) = obj else {
-            return;
+/// The paths that start with one element: whether that element itself goes, and the rest of the
+/// paths that go on below it.
+struct Group<'a> {
+    first: &'a str,
+    whole: bool,
+    below: Vec<&'a [String]>,
+}
+
+/// Groups sorted, non-empty paths by their first element (equal first elements are adjacent).
+fn group_by_first<'a>(paths: &[&'a [String]]) -> Vec<Group<'a>> {
+    let mut groups: Vec<Group<'a>> = Vec::new();
+    for path in paths {
+        work::step();
+        let Some((first, rest)) = path.split_first() else {
+            continue;
+        };
+        let group = match groups.last_mut() {
+            Some(g) if g.first == first.as_str() => g,
+            _ => {
+                groups.push(Group {
+                    first,
+                    whole: false,
+                    below: Vec::new(),
+                });
+                let last = groups.len() - 1;
+                &mut groups[last]
+            }
         };
         if rest.is_empty() {
-            m.remove(f);
-        } else if let Some(child) = m.get_mut(f) {
-            remove_path(child, rest);
-        }
-        return;
-    }
-    let Value::Array(items) = obj else {
-        return;
-    };
-    let matches = |item: &Value| -> bool {
-        if let Some(k) = first.strip_prefix("k:") {
-            let keys: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
-            !keys.is_empty() && keys.iter().all(|(k, v)| item.get(k) == Some(v))
-        } else if let Some(v) = first.strip_prefix("v:") {
-            serde_json::from_str::<Value>(v).is_ok_and(|v| *item == v)
+            group.whole = true;
         } else {
-            false
+            group.below.push(rest);
         }
-    };
-    if rest.is_empty() {
-        items.retain(|i| !matches(i));
-    } else if let Some(item) = items.iter_mut().find(|i| matches(i)) {
-        remove_path(item, rest);
+    }
+    groups
+}
+
+/// A `v:` or `k:` element in the spelling [`walk`] gives an item (`None`: it names no item).
+fn canonical_item_element(el: &str, keyed: bool) -> Option<String> {
+    if let Some(v) = el.strip_prefix("v:") {
+        return serde_json::from_str::<Value>(v).ok().map(|v| format!("v:{v}"));
+    }
+    let k = el.strip_prefix("k:").filter(|_| keyed)?;
+    let keys: Map<String, Value> = serde_json::from_str(k).ok()?;
+    (!keys.is_empty()).then(|| format!("k:{}", Value::Object(keys)))
+}
+
+fn remove_under(obj: &mut Value, paths: &[&[String]], names: &mut Vec<String>) {
+    let groups = group_by_first(paths);
+    match obj {
+        Value::Object(m) => {
+            for g in &groups {
+                let Some(f) = g.first.strip_prefix("f:") else {
+                    continue;
+                };
+                if g.whole {
+                    m.remove(f);
+                } else if let Some(child) = m.get_mut(f) {
+                    names.push(f.to_string());
+                    remove_under(child, &g.below, names);
+                    names.pop();
+                }
+            }
+        }
+        Value::Array(items) => {
+            let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let keys = match list_type(&name_refs) {
+                ListType::Map(keys) => Some(keys),
+                ListType::Atomic | ListType::Set => None,
+            };
+            let mut wanted: HashMap<String, Vec<usize>> = HashMap::new();
+            for (i, g) in groups.iter().enumerate() {
+                if let Some(el) = canonical_item_element(g.first, keys.is_some()) {
+                    wanted.entry(el).or_default().push(i);
+                }
+            }
+            if wanted.is_empty() {
+                return;
+            }
+            let by_value = wanted.keys().any(|el| el.starts_with("v:"));
+            let mut descended = vec![false; groups.len()];
+            let mut keep = Vec::with_capacity(items.len());
+            for item in items.iter_mut() {
+                work::step();
+                let own = [
+                    by_value.then(|| format!("v:{item}")),
+                    keys.and_then(|keys| key_element(item, keys)),
+                ];
+                let mut removed = false;
+                for group in own.iter().flatten().filter_map(|el| wanted.get(el)).flatten() {
+                    let g = &groups[*group];
+                    if g.whole {
+                        removed = true;
+                    } else if !descended[*group] {
+                        // As for a single path: into the first item it names.
+                        descended[*group] = true;
+                        remove_under(item, &g.below, &mut Vec::new());
+                    }
+                }
+                keep.push(!removed);
+            }
+            let mut keep = keep.into_iter();
+            items.retain(|_| keep.next().unwrap_or(true));
+        }
+        _ => {}
     }
 }
 
@@ -660,14 +768,32 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
 /// writer's entry becomes `applied` (apply) or gains the modified fields (update). Empty entries
 /// are dropped; an entry's time moves only when its fields change.
 pub fn record(
-    mut entries: Vec<Entry>,
+    entries: Vec<Entry>,
     writer: &Writer<'_>,
     applied: Option<&FieldSet>,
     changes: &BTreeMap<String, Change>,
     force: bool,
 ) -> Result<Vec<Entry>, Vec<Conflict>> {
+    record_tracked(entries, writer, applied, changes, force).map(|(entries, _)| entries)
+}
+
+/// The entries after a write, and for each the index of the entry it was when the write left it
+/// exactly as it was ([`record_tracked`]).
+pub type Recorded = (Vec<Entry>, Vec<Option<usize>>);
+
+/// [`record`], also telling for each resulting entry the index of the given entry it is, when
+/// the write left that entry exactly as it was (`None`: new or changed). An unchanged entry's
+/// stored JSON can be kept as it is instead of being encoded again.
+pub fn record_tracked(
+    mut entries: Vec<Entry>,
+    writer: &Writer<'_>,
+    applied: Option<&FieldSet>,
+    changes: &BTreeMap<String, Change>,
+    force: bool,
+) -> Result<Recorded, Vec<Conflict>> {
+    let mut origin: Vec<Option<usize>> = (0..entries.len()).map(Some).collect();
     let mut conflicts = Vec::new();
-    for e in entries.iter_mut().filter(|e| !e.is_of(writer)) {
+    for (i, e) in entries.iter_mut().enumerate().filter(|(_, e)| !e.is_of(writer)) {
         let Some(change) = changes.get(&e.api_version) else {
             continue;
         };
@@ -681,6 +807,7 @@ pub fn record(
         let kept = e.fields.difference(&taken).difference(&change.removed);
         if kept != e.fields {
             e.fields = kept;
+            origin[i] = None;
         }
     }
     if !conflicts.is_empty() {
@@ -710,11 +837,23 @@ pub fn record(
         fields,
     };
     match position {
-        Some(i) => entries[i] = entry,
-        None => entries.push(entry),
+        Some(i) => {
+            if previous.as_ref() != Some(&entry) {
+                origin[i] = None;
+            }
+            entries[i] = entry;
+        }
+        None => {
+            entries.push(entry);
+            origin.push(None);
+        }
     }
-    entries.retain(|e| !e.fields.is_empty());
-    Ok(entries)
+    let (entries, origin) = entries
+        .into_iter()
+        .zip(origin)
+        .filter(|(e, _)| !e.fields.is_empty())
+        .unzip();
+    Ok((entries, origin))
 }
 
 /// The fields an applier stopped applying and nobody else owns: what apply removes from the
@@ -1095,6 +1234,238 @@ mod tests {
         let previous = set(&[&["f:status", "f:conditions", "k:{\"type\":\"A\"}"]]);
         let others = set(&[&["f:status", "f:conditions", "k:{\"type\":\"A\"}", "f:reason"]]);
         assert!(dropped_fields(&previous, &FieldSet::default(), &others).is_empty());
+    }
+
+    /// [`FieldSet::to_fields_v1`] as it was: a scan of the whole set for every path.
+    fn fields_v1_by_scans(set: &FieldSet) -> Value {
+        let mut root = Map::new();
+        for path in &set.0 {
+            let mut node = &mut root;
+            for (i, el) in path.iter().enumerate() {
+                let entry = node.entry(el.clone()).or_insert_with(|| json!({}));
+                let Value::Object(child) = entry else {
+                    break;
+                };
+                let prefix: Path = path[..=i].to_vec();
+                let is_last = i + 1 == path.len();
+                if (is_last
+                    && set
+                        .0
+                        .iter()
+                        .any(|p| p.len() > prefix.len() && p.starts_with(&prefix)))
+                    || (!is_last && set.0.contains(&prefix))
+                {
+                    child.insert(".".into(), json!({}));
+                }
+                node = child;
+            }
+        }
+        Value::Object(root)
+    }
+
+    /// A deterministic pseudo-random field set: paths of 1 to 4 elements over a small alphabet,
+    /// so that many paths are prefixes of others.
+    fn scrambled_set(seed: u64, n: usize) -> FieldSet {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as usize
+        };
+        let elements = ["f:a", "f:b", "f:c", "k:{\"name\":\"m\"}", "v:\"x\"", "f:spec"];
+        FieldSet(
+            (0..n)
+                .map(|_| {
+                    let len = 1 + next() % 4;
+                    (0..len)
+                        .map(|_| elements[next() % elements.len()].to_string())
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// `metadata.labels` of `n` labels, plus `spec.replicas`, as field paths.
+    fn labels_set(n: usize, from: usize) -> FieldSet {
+        let mut set: BTreeSet<Path> = (from..from + n)
+            .map(|i| vec!["f:metadata".into(), "f:labels".into(), format!("f:k{i:07}")])
+            .collect();
+        set.insert(vec!["f:spec".into(), "f:replicas".into()]);
+        FieldSet(set)
+    }
+
+    #[test]
+    fn fields_v1_is_built_in_one_pass_with_the_same_result() {
+        for seed in 0..50 {
+            let set = scrambled_set(seed, 40);
+            assert_eq!(set.to_fields_v1(), fields_v1_by_scans(&set), "{:?}", set.0);
+            assert_eq!(FieldSet::from_fields_v1(&set.to_fields_v1()).unwrap(), set);
+        }
+        work::assert_linear(2_000, |n| {
+            labels_set(n, 0).to_fields_v1();
+        });
+    }
+
+    #[test]
+    fn has_under_is_a_lookup_with_the_same_answer_as_a_scan() {
+        for seed in 0..50 {
+            let set = scrambled_set(seed, 30);
+            for probe in scrambled_set(seed + 1_000, 30).0.iter().chain(&set.0) {
+                assert_eq!(
+                    set.has_under(probe),
+                    set.0.iter().any(|p| p.starts_with(probe)),
+                    "{probe:?} in {:?}",
+                    set.0
+                );
+            }
+        }
+        // An applier that stopped applying half of many labels another manager owns a quarter of.
+        work::assert_linear(2_000, |n| {
+            let previous = labels_set(n, 0);
+            let applied = labels_set(n / 2, 0);
+            let others = labels_set(n / 4, n / 2);
+            let dropped = dropped_fields(&previous, &applied, &others);
+            assert_eq!(dropped.0.len(), n - n / 2 - n / 4);
+        });
+    }
+
+    /// [`merge_applied`]'s lists as they were: a scan of the list for every applied item.
+    fn merge_lists_by_scans(l: &[Value], a: &[Value], keys: Option<&[&str]>) -> Vec<Value> {
+        let mut out = l.to_vec();
+        for item in a {
+            match keys {
+                None if !out.contains(item) => out.push(item.clone()),
+                None => {}
+                Some(keys) => {
+                    let key = key_element(item, keys);
+                    match out
+                        .iter_mut()
+                        .find(|o| key.is_some() && key_element(o, keys) == key)
+                    {
+                        Some(existing) => *existing = merge_applied(existing, item),
+                        None => out.push(item.clone()),
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn huge_lists(n: usize) -> (Value, Value) {
+        let live = json!({"metadata": {
+                "finalizers": (0..n).map(|i| format!("f{i}")).collect::<Vec<_>>(),
+                "ownerReferences": (0..n).map(|i| json!({"uid": format!("u{i}"), "name": "a"})).collect::<Vec<_>>()}});
+        let applied = json!({"metadata": {
+                "finalizers": (n / 2..n + n / 2).map(|i| format!("f{i}")).collect::<Vec<_>>(),
+                "ownerReferences": (n / 2..n + n / 2).map(|i| json!({"uid": format!("u{i}"), "name": "b"})).collect::<Vec<_>>()}});
+        (live, applied)
+    }
+
+    #[test]
+    fn applied_sets_and_keyed_lists_merge_through_an_index_with_the_same_result() {
+        let l = vec![json!("a"), json!("b"), json!("a"), json!(1), json!({"x": [1]})];
+        let a = vec![
+            json!("c"),
+            json!("a"),
+            json!("c"),
+            json!(1.0),
+            json!({"x": [1]}),
+            json!(1),
+        ];
+        let live = json!({"metadata": {"finalizers": l.clone()}});
+        let applied = json!({"metadata": {"finalizers": a.clone()}});
+        assert_eq!(
+            merge_applied(&live, &applied)["metadata"]["finalizers"],
+            json!(merge_lists_by_scans(&l, &a, None))
+        );
+        let keys: &[&str] = &["type"];
+        let l = vec![
+            json!({"type": "A", "status": "1"}),
+            json!({"status": "no key"}),
+            json!({"type": "A", "status": "second A"}),
+            json!({"type": null, "status": "null key"}),
+        ];
+        let a = vec![
+            json!({"type": "A", "reason": "r"}),
+            json!({"type": "B", "status": "new"}),
+            json!({"type": "B", "reason": "merged into the new B"}),
+            json!({"status": "no key either"}),
+            json!({"type": null, "reason": "n"}),
+        ];
+        let live = json!({"status": {"conditions": l.clone()}});
+        let applied = json!({"status": {"conditions": a.clone()}});
+        assert_eq!(
+            merge_applied(&live, &applied)["status"]["conditions"],
+            json!(merge_lists_by_scans(&l, &a, Some(keys)))
+        );
+        work::assert_linear(1_000, |n| {
+            let (live, applied) = huge_lists(n);
+            let merged = merge_applied(&live, &applied);
+            assert_eq!(
+                merged["metadata"]["finalizers"].as_array().map(Vec::len),
+                Some(n + n / 2)
+            );
+        });
+    }
+
+    #[test]
+    fn removing_many_list_items_is_one_pass_over_the_list() {
+        // Items named in their canonical spelling or not, an item kept because the path goes
+        // below it, a `k:` that is not this list's key (it names no item, as in
+        // structured-merge-diff), and duplicates (all go).
+        let mut obj = json!({"metadata": {"finalizers": ["a", "b", "a", "c"],
+                "ownerReferences": [{"uid": "1", "name": "x"}, {"uid": "2", "name": "y", "kind": "K"},
+                    {"uid": "3"}]},
+            "status": {"conditions": [{"type": "A", "reason": "r"}, {"type": "B", "reason": "r"}]}});
+        remove_fields(
+            &mut obj,
+            &set(&[
+                &["f:metadata", "f:finalizers", "v:\"a\""],
+                &["f:metadata", "f:finalizers", "v: \"c\""],
+                &["f:metadata", "f:ownerReferences", "k:{\"uid\":\"1\"}"],
+                &[
+                    "f:metadata",
+                    "f:ownerReferences",
+                    "k:{ \"uid\": \"2\" }",
+                    "f:kind",
+                ],
+                &["f:metadata", "f:ownerReferences", "k:{\"name\":\"y\"}"],
+                &["f:status", "f:conditions", "k:{\"type\":\"B\"}"],
+                &["f:status", "f:conditions", "k:{\"type\":\"B\"}", "f:reason"],
+                &["f:status", "f:conditions", "k:{\"type\":\"A\"}", "f:reason"],
+                &["f:status", "f:missing", "f:x"],
+            ]),
+        );
+        assert_eq!(
+            obj,
+            json!({"metadata": {"finalizers": ["b"],
+                    "ownerReferences": [{"uid": "2", "name": "y"}, {"uid": "3"}]},
+                "status": {"conditions": [{"type": "A"}]}})
+        );
+        work::assert_linear(1_000, |n| {
+            let (mut live, _) = huge_lists(n);
+            let gone = FieldSet(
+                (0..n)
+                    .step_by(2)
+                    .flat_map(|i| {
+                        [
+                            vec!["f:metadata".into(), "f:finalizers".into(), format!("v:\"f{i}\"")],
+                            vec![
+                                "f:metadata".into(),
+                                "f:ownerReferences".into(),
+                                format!("k:{{\"uid\":\"u{i}\"}}"),
+                            ],
+                        ]
+                    })
+                    .collect(),
+            );
+            remove_fields(&mut live, &gone);
+            assert_eq!(
+                live["metadata"]["finalizers"].as_array().map(Vec::len),
+                Some(n / 2)
+            );
+        });
     }
 
     #[test]
