@@ -36,10 +36,19 @@ pub struct ApiError {
 
 pub use etcd_operator_api::report::chain;
 
-/// The qualified resource of every error about EtcdClusters: `etcdclusters.etcd.operator.dev`.
+/// The qualified resource of an error: `etcdclusters.etcd.operator.dev`, or `events` for a
+/// resource of the core group.
 pub fn qualified_resource(resource: &str) -> String {
-    format!("{resource}.{}", etcd_operator_api::GROUP)
+    if CORE_RESOURCES.contains(&resource) {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{}", etcd_operator_api::GROUP)
+    }
 }
+
+/// The served resources of the core group, named without a group in errors (kube-apiserver:
+/// `events "x" not found`). The resource table checks that it lists each of its core kinds.
+pub const CORE_RESOURCES: &[&str] = &["events"];
 
 impl ApiError {
     fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
@@ -153,7 +162,11 @@ impl ApiError {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
-            format!("{kind}.{group} \"{name}\" is invalid: {summary}"),
+            match group {
+                // The core group: `Event "x" is invalid`, as kube-apiserver words it.
+                "" => format!("{kind} \"{name}\" is invalid: {summary}"),
+                _ => format!("{kind}.{group} \"{name}\" is invalid: {summary}"),
+            },
         )
         .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
     }

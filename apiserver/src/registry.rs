@@ -5,7 +5,8 @@
 //!
 //! - [`strategy`]: the `Strategy` trait, the one generic `Store` that fixes the call order, and
 //!   the object-safe `Resource` the HTTP layer serves through;
-//! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups;
+//! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups; [`event`]:
+//!   core Events (local mode);
 //! - [`kind`]: the table of served resources (adding one is one entry there);
 //! - [`printers`]: `kubectl get` columns;
 //! - `work`: a step count in test builds, for the tests that prove a pass linear;
@@ -14,6 +15,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod event;
 pub mod fieldset;
 pub mod kind;
 pub mod printers;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use etcd_operator::flags::{ControllerArgs, OverloadArgs, parse_duration};
 use etcd_operator::local;
 use etcd_operator_apiserver::http::{self, AppState, Stores, auth, openapi};
+use etcd_operator_apiserver::registry::kind;
 use etcd_operator_apiserver::serve;
 use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions};
 
@@ -166,6 +167,10 @@ async fn finish_restore(
     Ok(())
 }
 
+/// How long an Event lives after its last write in local mode: kube-apiserver's default
+/// `--event-ttl`.
+const EVENT_TTL: Duration = Duration::from_secs(3600);
+
 /// Where Kubernetes reads a container's termination message (the Pod's default path).
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
@@ -309,8 +314,20 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         consistency: ConsistencyMode::SingleWriter,
         ..StorageOptions::default()
     };
-    let stores =
-        Stores::open(|prefix| Storage::new(env.etcd_client.clone(), prefix, options.clone())).await?;
+    // Local mode also serves core Events (there is no kube-apiserver to hold the controller's):
+    // they expire an hour after their last write, kube-apiserver's default `--event-ttl`.
+    let stores = Stores::open_kinds(&kind::ALL, |prefix| {
+        let options = if prefix == kind::Kind::EVENT.info().storage_prefix {
+            StorageOptions {
+                ttl: Some(EVENT_TTL),
+                ..options.clone()
+            }
+        } else {
+            options.clone()
+        };
+        Storage::new(env.etcd_client.clone(), prefix, options)
+    })
+    .await?;
     // Compaction is of the whole backing etcd: one compactor, on any resource's storage.
     let compactor = stores
         .all()
@@ -378,7 +395,9 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
             {
                 let runtime =
                     etcd_operator_controller::runtime::local::LocalRuntime::new(members_dir, binaries)
-                        .with_restore_credentials(credentials.clone());
+                        .with_restore_credentials(credentials.clone())
+                        // Events go to this server, which serves core Events in local mode.
+                        .with_events(controller_client.clone());
                 if peer_proxy_ports {
                     tracing::warn!(
                         "members advertise separate peer ports (--peer-proxy-ports): a test proxy must forward them"

@@ -1030,7 +1030,7 @@ fn a_call_without_a_rule_is_denied() {
 /// this test covers it: driven above, or calling only our own API (`etcd.operator.dev`, served
 /// by this process, authorized by its own SubjectAccessReviews, no RBAC rule for the
 /// ServiceAccount needed).
-const KUBE_CALLERS: [(&str, &str); 18] = [
+const KUBE_CALLERS: [(&str, &str); 19] = [
     (
         "operator/src/serve_mode/mod.rs",
         "own API: EtcdClusters (the controllers' shared watch)",
@@ -1040,6 +1040,10 @@ const KUBE_CALLERS: [(&str, &str); 18] = [
         "driven: drive_serve_mode (Namespace lifecycle)",
     ),
     ("controller/src/runtime/kubernetes.rs", "driven: drive_runtime"),
+    (
+        "controller/src/runtime/events.rs",
+        "own API: core Events, served by this process in local mode only",
+    ),
     (
         "controller/src/runtime/kubernetes/cache.rs",
         "driven: drive_runtime (watch_children: the watches of Pods and PVCs)",

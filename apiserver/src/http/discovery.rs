@@ -58,9 +58,32 @@ const SUB_VERBS: [&str; 3] = ["get", "patch", "update"];
 /// Verbs on `snapshot` (read-only).
 const SNAPSHOT_VERBS: [&str; 1] = ["get"];
 
-/// The resources a version serves.
+/// The resources a version of the group serves.
 fn kinds_in(version: &str) -> impl Iterator<Item = Kind> + '_ {
-    kind::ALL.into_iter().filter(move |k| k.serves(version))
+    kind::GROUP_KINDS.into_iter().filter(move |k| k.serves(version))
+}
+
+/// `GET /api` (local mode): the legacy core group, which serves Events only.
+pub fn core_api_versions() -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+    })
+}
+
+/// `GET /api/v1` (local mode): `events` and nothing else.
+pub fn core_resource_list() -> Value {
+    let info = Kind::EVENT.info();
+    json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [{
+            "name": info.resource, "singularName": info.singular, "namespaced": true,
+            "kind": info.kind, "verbs": VERBS, "shortNames": info.short_names,
+            "storageVersionHash": storage_version_hash("", info.storage_version, info.kind),
+        }],
+    })
 }
 
 /// `base64(sha256("group/version/kind")[:8])`, as k8s.io/apiserver computes it.

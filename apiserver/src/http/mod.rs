@@ -38,17 +38,33 @@ use error::ApiError;
 pub struct Stores(Arc<Vec<(Kind, Storage)>>);
 
 impl Stores {
-    /// Opens the storage of every resource in [`kind::ALL`] with `open(storage_prefix)`.
-    pub async fn open<F, Fut, E>(mut open: F) -> Result<Self, E>
+    /// Opens the storage of every resource of the group ([`kind::GROUP_KINDS`]) with
+    /// `open(storage_prefix)`.
+    pub async fn open<F, Fut, E>(open: F) -> Result<Self, E>
     where
         F: FnMut(&'static str) -> Fut,
         Fut: std::future::Future<Output = Result<Storage, E>>,
     {
-        let mut stores = Vec::with_capacity(kind::ALL.len());
-        for kind in kind::ALL {
-            stores.push((kind, open(kind.info().storage_prefix).await?));
+        Self::open_kinds(&kind::GROUP_KINDS, open).await
+    }
+
+    /// Opens the storage of `kinds` with `open(storage_prefix)`; only those are served (local
+    /// mode adds core Events, [`kind::ALL`]).
+    pub async fn open_kinds<F, Fut, E>(kinds: &[Kind], mut open: F) -> Result<Self, E>
+    where
+        F: FnMut(&'static str) -> Fut,
+        Fut: std::future::Future<Output = Result<Storage, E>>,
+    {
+        let mut stores = Vec::with_capacity(kinds.len());
+        for kind in kinds {
+            stores.push((*kind, open(kind.info().storage_prefix).await?));
         }
         Ok(Self(Arc::new(stores)))
+    }
+
+    /// Whether `kind` is served (has storage).
+    pub fn serves(&self, kind: Kind) -> bool {
+        self.0.iter().any(|(k, _)| *k == kind)
     }
 
     /// The storage of `kind`.
@@ -117,6 +133,8 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/version", get(version))
         .route("/metrics", get(metrics::serve))
         .route("/apis", get(apis))
+        .route("/api", get(core_api))
+        .route("/api/v1", get(core_v1))
         .route(
             &format!("/apis/{}", etcd_operator_api::GROUP),
             get(|| async { json_response(&discovery::api_group()) }),
@@ -219,6 +237,22 @@ async fn apis(headers: HeaderMap) -> Response {
         h.insert(header::ETAG, v);
     }
     response
+}
+
+/// `GET /api`: the core group where Events are served (local mode), else 404.
+async fn core_api(State(state): State<AppState>) -> Response {
+    if !state.stores.serves(Kind::EVENT) {
+        return ApiError::path_not_found("/api").into_response();
+    }
+    json_response(&discovery::core_api_versions())
+}
+
+/// `GET /api/v1`: see [`core_api`].
+async fn core_v1(State(state): State<AppState>) -> Response {
+    if !state.stores.serves(Kind::EVENT) {
+        return ApiError::path_not_found("/api/v1").into_response();
+    }
+    json_response(&discovery::core_resource_list())
 }
 
 async fn group_version(axum::extract::Path(version): axum::extract::Path<String>) -> Response {

@@ -47,12 +47,12 @@ impl RequestInfo {
             .split('/')
             .filter(|p| !p.is_empty())
             .collect();
-        // /apis/<group>/<version>/<rest...>
-        if parts.len() < 4 || parts[0] != "apis" {
-            return non_resource(path);
-        }
-        let (group, version) = (parts[1], parts[2]);
-        let mut rest = &parts[3..];
+        // /apis/<group>/<version>/<rest...>, or /api/<version>/<rest...> for the core group.
+        let (group, version, mut rest) = match parts.first() {
+            Some(&"apis") if parts.len() >= 4 => (parts[1], parts[2], &parts[3..]),
+            Some(&"api") if parts.len() >= 3 => ("", parts[1], &parts[2..]),
+            _ => return non_resource(path),
+        };
         let mut watch_prefix = false;
         if rest.first() == Some(&"watch") {
             watch_prefix = true;
@@ -294,6 +294,27 @@ mod tests {
             parse(Method::GET, &format!("{base}/etcdclusters")).namespace,
             None
         );
+    }
+
+    #[test]
+    fn core_group_paths_are_resource_requests_of_the_empty_group() {
+        let info = parse(
+            Method::GET,
+            "/api/v1/namespaces/ns/events?fieldSelector=involvedObject.name%3Da",
+        );
+        assert!(info.is_resource_request);
+        assert_eq!((info.group.as_str(), info.version.as_str()), ("", "v1"));
+        assert_eq!(info.resource, "events");
+        assert_eq!(info.namespace.as_deref(), Some("ns"));
+        assert_eq!(info.verb, "list");
+        assert_eq!(info.name, None);
+        let info = parse(Method::GET, "/api/v1/watch/events");
+        assert_eq!((info.verb.as_str(), info.namespace.as_deref()), ("watch", None));
+        let info = parse(Method::PATCH, "/api/v1/namespaces/ns/events/a.1");
+        assert_eq!((info.verb.as_str(), info.name.as_deref()), ("patch", Some("a.1")));
+        for path in ["/api", "/api/v1"] {
+            assert!(!parse(Method::GET, path).is_resource_request, "{path}");
+        }
     }
 
     #[test]

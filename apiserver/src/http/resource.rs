@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use etcd_operator_api::GROUP;
 use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -55,9 +54,13 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
     let query = parts.uri.query().map(str::to_string);
     let info = RequestInfo::parse(&parts.method, &path, query.as_deref());
     let kind = Kind::for_resource(&info.resource);
-    let Some(kind) =
-        kind.filter(|k| info.is_resource_request && info.group == GROUP && k.serves(&info.version))
-    else {
+    // A kind this server opened no storage for (Events outside local mode) is not served.
+    let Some(kind) = kind.filter(|k| {
+        info.is_resource_request
+            && info.group == k.info().group
+            && k.serves(&info.version)
+            && state.stores.serves(*k)
+    }) else {
         return Err(ApiError::path_not_found(&path));
     };
     if let Some(sub) = info.subresource.as_deref()
@@ -426,9 +429,10 @@ fn json_bytes_response(body: axum::body::Body) -> Response {
 /// is never one document in memory).
 fn stream_stored_list(
     result: crate::storage::RawListResult,
-    list_kind: &str,
+    kind: Kind,
     version: &str,
 ) -> Result<Response, ApiError> {
+    let list_kind = kind.info().list_kind;
     let mut meta = serde_json::Map::new();
     meta.insert(
         "resourceVersion".into(),
@@ -440,7 +444,7 @@ fn stream_stored_list(
     if let Some(n) = result.remaining_item_count {
         meta.insert("remainingItemCount".into(), json!(n));
     }
-    let head = json!({"kind": list_kind, "apiVersion": format!("{GROUP}/{version}"), "metadata": meta});
+    let head = json!({"kind": list_kind, "apiVersion": kind.api_version(version), "metadata": meta});
     let mut head = serde_json::to_vec(&head).map_err(|e| ApiError::internal(format!("encode list: {e}")))?;
     // `{...}` → `{...,"items":[`: the items follow, then `]}`.
     head.pop();
@@ -494,20 +498,21 @@ pub struct Selectors {
 }
 
 impl Selectors {
-    fn parse(query: Option<&str>) -> Result<Self, ApiError> {
+    fn parse(query: Option<&str>, kind: Kind) -> Result<Self, ApiError> {
         let labels = LabelSelector::parse(&query_value(query, "labelSelector").unwrap_or_default())
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-        let fields = FieldSelector::parse(&query_value(query, "fieldSelector").unwrap_or_default())
-            .map_err(ApiError::from)?;
+        let fields = FieldSelector::parse_with(
+            &query_value(query, "fieldSelector").unwrap_or_default(),
+            kind.info().field_selectors,
+        )
+        .map_err(ApiError::from)?;
         Ok(Self { labels, fields })
     }
 
     /// Whether a stored object matches both selectors.
     pub fn matches(&self, obj: &Value) -> bool {
         let meta = &obj["metadata"];
-        let name = meta["name"].as_str().unwrap_or_default();
-        let namespace = meta["namespace"].as_str().unwrap_or_default();
-        if !self.fields.matches(name, namespace) {
+        if !self.fields.matches_object(obj) {
             return false;
         }
         if self.labels.is_empty() {
@@ -637,7 +642,7 @@ fn check_list_options(q: Option<&str>, watch: bool) -> Result<(), ApiError> {
 
 async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     let q = t.query.as_deref();
-    let selectors = Selectors::parse(q)?;
+    let selectors = Selectors::parse(q, t.kind)?;
     check_list_options(q, false)?;
     let resource_version = query_value(q, "resourceVersion").filter(|s| !s.is_empty());
     let rv_match = match query_value(q, "resourceVersionMatch").as_deref() {
@@ -670,7 +675,7 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         && selectors.fields.is_empty()
         && result.servable()
     {
-        return stream_stored_list(result, t.kind.info().list_kind, &t.version);
+        return stream_stored_list(result, t.kind, &t.version);
     }
     let result = result.decode().map_err(|e| t.storage_error(e, ""))?;
     let mut items = Vec::with_capacity(result.items.len());
@@ -708,7 +713,7 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         }
         Output::Json | Output::Yaml => {
             let mut list = json!({
-                "kind": t.kind.info().list_kind, "apiVersion": format!("{GROUP}/{}", t.version),
+                "kind": t.kind.info().list_kind, "apiVersion": t.kind.api_version(&t.version),
                 "metadata": {"resourceVersion": rv},
                 "items": items,
             });
@@ -1262,7 +1267,7 @@ async fn delete_collection(
     let ns = t.namespace.as_deref().unwrap_or_default();
     let bytes = body::read(body).await?;
     let opts = delete_options(&bytes, t.query.as_deref())?;
-    let selectors = Selectors::parse(t.query.as_deref())?;
+    let selectors = Selectors::parse(t.query.as_deref(), t.kind)?;
     let listed = storage
         .list(&ListOptions {
             namespace: Some(ns.to_string()),
@@ -1284,7 +1289,7 @@ async fn delete_collection(
         }
     }
     let list = json!({
-        "kind": t.kind.info().list_kind, "apiVersion": format!("{GROUP}/{}", t.version),
+        "kind": t.kind.info().list_kind, "apiVersion": t.kind.api_version(&t.version),
         "metadata": {"resourceVersion": storage.current_revision().to_string()},
         "items": items,
     });
@@ -1342,7 +1347,7 @@ fn target_watch(t: &Target) -> Result<WatchTarget, ApiError> {
             send_initial_events,
             allow_bookmarks,
         },
-        selectors: Selectors::parse(q)?,
+        selectors: Selectors::parse(q, t.kind)?,
         output: t.output,
         include,
         timeout,

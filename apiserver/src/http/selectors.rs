@@ -20,15 +20,18 @@ enum LabelRequirement {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSelector(Vec<LabelRequirement>);
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// A parsed field selector over `metadata.name`, `metadata.namespace`, and the fields a
+/// resource adds (Events: `involvedObject.name`, `reason`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector(Vec<(FieldName, bool, String)>);
 
-/// The fields a selector may use (the set CRDs support).
+/// The fields a selector may use: the set CRDs support, plus a resource's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FieldName {
     Name,
     Namespace,
+    /// A dotted path of string fields, e.g. `involvedObject.name`.
+    Path(&'static str),
 }
 
 /// Splits on commas that are not inside parentheses.
@@ -213,6 +216,11 @@ impl LabelSelector {
 impl FieldSelector {
     /// Parses `metadata.name=a,metadata.namespace!=b`; other fields are a 400 in the caller.
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
+        Self::parse_with(input, &[])
+    }
+
+    /// [`FieldSelector::parse`], also accepting the dotted paths of `extra`.
+    pub fn parse_with(input: &str, extra: &'static [&'static str]) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in split_top_level(input) {
             let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -225,20 +233,43 @@ impl FieldSelector {
             let field = match field.trim() {
                 "metadata.name" => FieldName::Name,
                 "metadata.namespace" => FieldName::Namespace,
-                other => return Err(SelectorError::FieldNotSupported(other.to_owned())),
+                other => match extra.iter().find(|f| **f == other) {
+                    Some(f) => FieldName::Path(f),
+                    None => return Err(SelectorError::FieldNotSupported(other.to_owned())),
+                },
             };
             reqs.push((field, equal, value.trim().to_string()));
         }
         Ok(Self(reqs))
     }
 
-    /// Whether an object with this name and namespace satisfies every requirement.
+    /// Whether an object with this name and namespace satisfies every requirement (a
+    /// requirement on another field sees it empty).
     pub fn matches(&self, name: &str, namespace: &str) -> bool {
         self.0.iter().all(|(field, equal, value)| {
             let actual = match field {
                 FieldName::Name => name,
                 FieldName::Namespace => namespace,
+                FieldName::Path(_) => "",
             };
+            (actual == value) == *equal
+        })
+    }
+
+    /// Whether an object satisfies every requirement; a missing field is the empty string, as
+    /// kube-apiserver's field sets have it.
+    pub fn matches_object(&self, obj: &serde_json::Value) -> bool {
+        self.0.iter().all(|(field, equal, value)| {
+            let path = match field {
+                FieldName::Name => "metadata.name",
+                FieldName::Namespace => "metadata.namespace",
+                FieldName::Path(p) => p,
+            };
+            let actual = path
+                .split('.')
+                .try_fold(obj, |v, key| v.get(key))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
             (actual == value) == *equal
         })
     }
@@ -252,6 +283,36 @@ impl FieldSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const EVENT_FIELDS: &[&str] = &["involvedObject.name", "involvedObject.kind", "reason", "type"];
+
+    #[test]
+    fn event_field_selectors_match_the_involved_object() {
+        let event = serde_json::json!({
+            "metadata": {"name": "a.1", "namespace": "ns"},
+            "involvedObject": {"kind": "EtcdCluster", "name": "a", "namespace": "ns"},
+            "reason": "MemberReplacing", "type": "Warning",
+        });
+        let sel = |s: &str| FieldSelector::parse_with(s, EVENT_FIELDS).unwrap();
+        assert!(sel("involvedObject.name=a,involvedObject.kind=EtcdCluster").matches_object(&event));
+        assert!(sel("metadata.namespace=ns,type==Warning").matches_object(&event));
+        assert!(!sel("involvedObject.name=b").matches_object(&event));
+        assert!(sel("reason!=Other").matches_object(&event));
+        assert!(!sel("reason!=MemberReplacing").matches_object(&event));
+        // A field the event lacks is the empty string.
+        let bare = serde_json::json!({"metadata": {"name": "x"}});
+        assert!(sel("involvedObject.name=").matches_object(&bare));
+        assert!(!sel("involvedObject.name=a").matches_object(&bare));
+        // Fields other resources do not have stay refused.
+        assert_eq!(
+            FieldSelector::parse("involvedObject.name=a"),
+            Err(SelectorError::FieldNotSupported("involvedObject.name".into()))
+        );
+        assert_eq!(
+            FieldSelector::parse_with("source=x", EVENT_FIELDS),
+            Err(SelectorError::FieldNotSupported("source".into()))
+        );
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -99,7 +99,7 @@ impl Encoder {
         match self.target.output {
             Output::Json | Output::Yaml => json!({
                 "kind": self.target.kind.info().kind,
-                "apiVersion": format!("{}/{}", etcd_operator_api::GROUP, self.target.version),
+                "apiVersion": self.target.kind.api_version(&self.target.version),
                 "metadata": meta,
             }),
             Output::Metadata => table::partial_metadata(&json!({ "metadata": meta })),

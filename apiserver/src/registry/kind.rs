@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::backup::BACKUPS;
 use super::cluster::CLUSTERS;
+use super::event::EVENTS;
 use super::printers::Printer;
 use super::strategy::{RequestObject, Resource, Write};
 use crate::error::ApiError;
@@ -14,6 +15,8 @@ use crate::error::ApiError;
 /// What discovery, OpenAPI and routing need to know about a resource.
 #[derive(Debug)]
 pub struct KindInfo {
+    /// API group: `etcd.operator.dev`, or `""` for the legacy core group at `/api`.
+    pub group: &'static str,
     /// Plural resource name (URL segment).
     pub resource: &'static str,
     /// Kind.
@@ -35,10 +38,13 @@ pub struct KindInfo {
     /// Where its objects live in the backing etcd:
     /// `/registry/etcd.operator.dev/<resource>/` (then `<namespace>/<name>`).
     pub storage_prefix: &'static str,
+    /// Field selector paths besides `metadata.name` and `metadata.namespace`.
+    pub field_selectors: &'static [&'static str],
 }
 
 /// `etcdclusters`: v1alpha1 and v1alpha2; status, scale and snapshot subresources.
 pub static CLUSTER_INFO: KindInfo = KindInfo {
+    group: etcd_operator_api::GROUP,
     resource: etcd_operator_api::RESOURCE,
     kind: etcd_operator_api::KIND,
     list_kind: etcd_operator_api::LIST_KIND,
@@ -49,10 +55,12 @@ pub static CLUSTER_INFO: KindInfo = KindInfo {
     storage_version: etcd_operator_api::HUB_VERSION,
     subresources: &["status", "scale", "snapshot"],
     storage_prefix: "/registry/etcd.operator.dev/etcdclusters/",
+    field_selectors: &[],
 };
 
 /// `etcdbackups`: v1alpha2; status subresource.
 pub static BACKUP_INFO: KindInfo = KindInfo {
+    group: etcd_operator_api::GROUP,
     resource: backup_api::RESOURCE,
     kind: backup_api::KIND,
     list_kind: backup_api::LIST_KIND,
@@ -63,6 +71,37 @@ pub static BACKUP_INFO: KindInfo = KindInfo {
     storage_version: backup_api::VERSION,
     subresources: &["status"],
     storage_prefix: "/registry/etcd.operator.dev/etcdbackups/",
+    field_selectors: &[],
+};
+
+/// `events` of the core group (`/api/v1`), served in local mode only: there is no
+/// kube-apiserver to hold the controller's Events. Stored where kube-apiserver keeps them.
+pub static EVENT_INFO: KindInfo = KindInfo {
+    group: "",
+    resource: "events",
+    kind: "Event",
+    list_kind: "EventList",
+    singular: "event",
+    short_names: &["ev"],
+    categories: &[],
+    versions: &["v1"],
+    storage_version: "v1",
+    subresources: &[],
+    storage_prefix: "/registry/events/",
+    // kube-apiserver's `EventToSelectableFields`, less `source` (nothing here writes it for
+    // selection) and with `metadata.*` handled for every kind.
+    field_selectors: &[
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "type",
+    ],
 };
 
 /// A served resource: a handle on its store in the table.
@@ -74,10 +113,16 @@ impl Kind {
     pub const CLUSTER: Kind = Kind(&CLUSTERS);
     /// `etcdbackups`.
     pub const BACKUP: Kind = Kind(&BACKUPS);
+    /// Core `events` (local mode).
+    pub const EVENT: Kind = Kind(&EVENTS);
 }
 
-/// Every served resource, in discovery order.
-pub const ALL: [Kind; 2] = [Kind::CLUSTER, Kind::BACKUP];
+/// Every resource this server can serve, in discovery order.
+pub const ALL: [Kind; 3] = [Kind::CLUSTER, Kind::BACKUP, Kind::EVENT];
+
+/// The resources of the `etcd.operator.dev` group: what `serve` mode (behind the aggregator)
+/// serves. Local mode serves [`ALL`].
+pub const GROUP_KINDS: [Kind; 2] = [Kind::CLUSTER, Kind::BACKUP];
 
 impl PartialEq for Kind {
     fn eq(&self, other: &Self) -> bool {
@@ -113,6 +158,14 @@ impl Kind {
     /// Its `kubectl get` columns.
     pub fn printer(self) -> &'static Printer {
         self.0.printer()
+    }
+
+    /// `apiVersion` of its objects in `version`: `<group>/<version>`, or `v1` in the core group.
+    pub fn api_version(self, version: &str) -> String {
+        match self.info().group {
+            "" => version.to_owned(),
+            group => format!("{group}/{version}"),
+        }
     }
 
     /// Whether `version` serves this resource.
@@ -199,11 +252,26 @@ mod tests {
     fn every_resource_has_its_own_storage_prefix_under_the_group() {
         let prefixes: Vec<&str> = ALL.iter().map(|k| k.info().storage_prefix).collect();
         for (k, p) in ALL.iter().zip(&prefixes) {
-            assert_eq!(*p, format!("/registry/etcd.operator.dev/{}/", k.info().resource));
+            match k.info().group {
+                "" => assert_eq!(*p, format!("/registry/{}/", k.info().resource)),
+                g => assert_eq!(*p, format!("/registry/{g}/{}/", k.info().resource)),
+            }
         }
         let mut unique = prefixes.clone();
         unique.dedup();
         assert_eq!(unique.len(), ALL.len());
+        assert!(
+            GROUP_KINDS
+                .iter()
+                .all(|k| k.info().group == etcd_operator_api::GROUP)
+        );
+        assert_eq!(Kind::EVENT.api_version("v1"), "v1");
+        for k in ALL {
+            let core = crate::error::CORE_RESOURCES.contains(&k.info().resource);
+            assert_eq!(core, k.info().group.is_empty(), "{k:?}");
+        }
+        assert_eq!(crate::error::qualified_resource("events"), "events");
+        assert_eq!(Kind::BACKUP.api_version("v1alpha2"), "etcd.operator.dev/v1alpha2");
     }
 
     #[test]

@@ -24,6 +24,112 @@ pub static BACKUPS: Printer = Printer {
     cells: backup_cells,
 };
 
+/// Core Events.
+pub static EVENTS: Printer = Printer {
+    columns: event_columns,
+    cells: event_cells,
+};
+
+/// kube-apiserver's Event columns.
+pub fn event_columns() -> Value {
+    let col = |name: &str, ty: &str, format: &str, description: &str, priority: i32| json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority});
+    json!([
+        col(
+            "Last Seen",
+            "string",
+            "",
+            "Time since the event was last seen.",
+            0
+        ),
+        col("Type", "string", "", "Type of this event (Normal, Warning).", 0),
+        col("Reason", "string", "", "Why the action was taken.", 0),
+        col("Object", "string", "", "The object this event is about.", 0),
+        col(
+            "Subobject",
+            "string",
+            "",
+            "The part of the object this event is about.",
+            1
+        ),
+        col("Source", "string", "", "The component reporting this event.", 1),
+        col(
+            "Message",
+            "string",
+            "",
+            "A description of the status of this operation.",
+            0
+        ),
+        col(
+            "First Seen",
+            "string",
+            "",
+            "Time since the event was first seen.",
+            1
+        ),
+        col("Count", "string", "", "How many times this event was seen.", 1),
+        col(
+            "Name",
+            "string",
+            "name",
+            "Name must be unique within a namespace.",
+            1
+        ),
+    ])
+}
+
+/// The time since `t` (an RFC 3339 timestamp), `<unknown>` when absent.
+fn since(t: &Value, now: jiff::Timestamp) -> Option<String> {
+    t.as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|at| human_duration(now.as_second() - at.as_second()))
+}
+
+/// The cells of one Event, as kube-apiserver prints them: the last time seen with
+/// `(x<count> over <first seen>)` once folded, and `<kind>/<name>` of the object.
+pub fn event_cells(obj: &Value, now: jiff::Timestamp) -> Value {
+    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_default();
+    let first = since(&obj["firstTimestamp"], now)
+        .or_else(|| since(&obj["eventTime"], now))
+        .or_else(|| since(&obj["metadata"]["creationTimestamp"], now))
+        .unwrap_or_else(|| "<unknown>".into());
+    let last = since(&obj["lastTimestamp"], now)
+        .or_else(|| since(&obj["series"]["lastObservedTime"], now))
+        .unwrap_or_else(|| first.clone());
+    let count = obj["count"]
+        .as_i64()
+        .or_else(|| obj["series"]["count"].as_i64())
+        .unwrap_or(1);
+    let last_seen = if count > 1 {
+        format!("{last} (x{count} over {first})")
+    } else {
+        last
+    };
+    let involved = &obj["involvedObject"];
+    let object = format!("{}/{}", s(&involved["kind"]).to_lowercase(), s(&involved["name"]));
+    let source = match (
+        obj["source"]["component"].as_str().filter(|c| !c.is_empty()),
+        obj["reportingComponent"].as_str().filter(|c| !c.is_empty()),
+    ) {
+        (Some(c), _) | (None, Some(c)) => match obj["source"]["host"].as_str().filter(|h| !h.is_empty()) {
+            Some(host) => format!("{c}, {host}"),
+            None => c.to_owned(),
+        },
+        (None, None) => String::new(),
+    };
+    json!([
+        last_seen,
+        s(&obj["type"]),
+        s(&obj["reason"]),
+        object,
+        s(&involved["fieldPath"]),
+        source,
+        s(&obj["message"]).trim(),
+        first,
+        count.to_string(),
+        s(&obj["metadata"]["name"]),
+    ])
+}
+
 /// The column definitions (`priority: 1` columns show with `-o wide`).
 pub fn cluster_columns() -> Value {
     let col = |name: &str, ty: &str, format: &str, description: &str, priority: i32| json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority});
@@ -192,6 +298,36 @@ pub fn human_duration(seconds: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_rows_show_the_object_and_the_folded_count() {
+        let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let event = json!({
+            "metadata": {"name": "a.1", "namespace": "ns", "creationTimestamp": "2026-01-01T00:50:00Z"},
+            "involvedObject": {"kind": "EtcdCluster", "name": "a"},
+            "reason": "MemberReplacing", "type": "Warning", "message": "replacing m-1\n",
+            "firstTimestamp": "2026-01-01T00:50:00Z", "lastTimestamp": "2026-01-01T00:58:00Z",
+            "count": 3, "source": {"component": "etcd-operator"},
+        });
+        let cells = event_cells(&event, now);
+        assert_eq!(cells[0], "2m (x3 over 10m)");
+        assert_eq!(cells[1], "Warning");
+        assert_eq!(cells[2], "MemberReplacing");
+        assert_eq!(cells[3], "etcdcluster/a");
+        assert_eq!(cells[5], "etcd-operator");
+        assert_eq!(cells[6], "replacing m-1");
+        assert_eq!(cells[8], "3");
+        assert_eq!(
+            cells.as_array().map(Vec::len),
+            event_columns().as_array().map(Vec::len)
+        );
+        // Seen once: the last time alone; no timestamps: the creation time.
+        let once = json!({"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:59:00Z"},
+            "involvedObject": {"kind": "EtcdCluster", "name": "b"}});
+        let cells = event_cells(&once, now);
+        assert_eq!(cells[0], "60s");
+        assert_eq!(cells[8], "1");
+    }
 
     #[test]
     fn human_durations() {

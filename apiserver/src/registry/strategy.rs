@@ -18,9 +18,7 @@ use serde_json::Value;
 
 use super::kind::KindInfo;
 use super::printers::Printer;
-use super::{
-    create_meta, delete_meta, deletes_now, invalid_of, stamp_created_meta, status_meta, update_meta,
-};
+use super::{create_meta, delete_meta, deletes_now, stamp_created_meta, status_meta, update_meta};
 use crate::error::ApiError;
 
 /// What differs per resource. Every hook but the metadata accessors has a fixed place in the
@@ -105,7 +103,13 @@ impl<S: Strategy> Store<S> {
         if outcome.is_valid() {
             Ok(outcome.warning_messages())
         } else {
-            Err(invalid_of(self.0.info().kind, name, &outcome.errors))
+            let info = self.0.info();
+            Err(ApiError::invalid_in(
+                info.group,
+                info.kind,
+                name,
+                super::causes(&outcome.errors),
+            ))
         }
     }
 

@@ -84,6 +84,9 @@ pub struct StorageOptions {
     pub ready_timeout: Duration,
     /// The etcd key coordinating compaction between servers (kube-apiserver: `compact_rev_key`).
     pub compact_key: String,
+    /// How long an object lives after its last write (kube-apiserver's `--event-ttl` for
+    /// Events: 1 h); `None`: for ever. Needs a backend with expiry (etcd leases).
+    pub ttl: Option<Duration>,
 }
 
 impl Default for StorageOptions {
@@ -98,6 +101,7 @@ impl Default for StorageOptions {
             max_update_attempts: 100,
             ready_timeout: Duration::from_secs(2),
             compact_key: "compact_rev_key".to_owned(),
+            ttl: None,
         }
     }
 }
@@ -549,7 +553,7 @@ impl Storage {
         let outcome = self
             .inner
             .backend
-            .create(key.clone().into_bytes(), bytes)
+            .create_with_ttl(key.clone().into_bytes(), bytes, self.inner.options.ttl)
             .await
             .map_err(|e| StorageError::backend("create", e))?;
         let rev = match outcome {
@@ -724,7 +728,12 @@ impl Storage {
             let outcome = self
                 .inner
                 .backend
-                .update(key.clone().into_bytes(), bytes, current.mod_rev)
+                .update_with_ttl(
+                    key.clone().into_bytes(),
+                    bytes,
+                    current.mod_rev,
+                    self.inner.options.ttl,
+                )
                 .await;
             match self.cas(outcome)? {
                 Ok(rev) => {

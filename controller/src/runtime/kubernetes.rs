@@ -942,6 +942,28 @@ impl KubernetesRuntime {
             .await;
     }
 
+    /// Reports a [`super::events::Report`] (the content both runtimes share) on the EtcdCluster.
+    async fn report(
+        &self,
+        cluster: &ClusterRef,
+        report: super::events::Report,
+        related: Option<ObjectReference>,
+    ) {
+        let type_ = match report.type_ {
+            super::events::EventType::Normal => EventType::Normal,
+            super::events::EventType::Warning => EventType::Warning,
+        };
+        self.record(
+            cluster,
+            type_,
+            &report.reason,
+            &report.action,
+            report.note,
+            related,
+        )
+        .await;
+    }
+
     async fn record(
         &self,
         cluster: &ClusterRef,
@@ -1430,11 +1452,12 @@ impl Runtime for KubernetesRuntime {
         }
         self.ensure_member_tls(cluster, spec, survivor).await?;
         self.apply_pod(cluster, spec, survivor, &config, true).await?;
-        self.publish_warning(
+        self.report(
             cluster,
-            "QuorumRecovered",
-            "ForceNewCluster",
-            format!("Rebuilt the cluster from member {survivor} with --force-new-cluster; the other members' volume claims were released, not deleted"),
+            super::events::Report::quorum_recovered(
+                survivor,
+                "the other members' volume claims were released, not deleted",
+            ),
             None,
         )
         .await;
@@ -1470,19 +1493,17 @@ impl Runtime for KubernetesRuntime {
             name: Some(member.to_owned()),
             ..ObjectReference::default()
         };
-        self.publish_warning(
-            cluster,
-            super::MEMBER_REPLACING_REASON,
-            "ReplaceMember",
-            note.to_owned(),
-            Some(pod),
-        )
-        .await;
+        self.report(cluster, super::events::Report::member_replacing(note), Some(pod))
+            .await;
     }
 
     async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
-        self.publish_warning(cluster, reason, action, note.to_owned(), None)
-            .await;
+        self.report(
+            cluster,
+            super::events::Report::warning(reason, action, note),
+            None,
+        )
+        .await;
     }
 
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
@@ -1572,11 +1593,9 @@ impl Runtime for KubernetesRuntime {
         } else {
             String::new()
         };
-        self.publish(
+        self.report(
             cluster,
-            "MemberRemoved",
-            "DeletePod",
-            format!("Removed member {name}{kept}"),
+            super::events::Report::member_removed(name, "DeletePod", &kept),
             None,
         )
         .await;

@@ -15,6 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use super::events::{LocalEvents, Report};
 use super::{RETAINED_REMOVED_LIMIT, Runtime, RuntimeError, ValidatedCluster};
 use crate::etcd_args::TlsFiles;
 use crate::model::{ClusterRef, Liveness, MemberConfig, RuntimeMember};
@@ -205,6 +206,8 @@ pub struct LocalRuntime {
     stopping: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, std::time::Instant>>>,
     /// New members advertise a peer port of their own, for a forwarder to listen on.
     separate_advertised_peer_port: bool,
+    /// Where Events go (the local API server); `None`: to the log only.
+    events: Option<std::sync::Arc<LocalEvents>>,
 }
 
 fn io<'a>(op: &'static str, member: &'a str) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
@@ -224,7 +227,63 @@ impl LocalRuntime {
             restore_credentials: crate::backup::Credentials::Environment { file: None },
             stopping: std::sync::Arc::default(),
             separate_advertised_peer_port: false,
+            events: None,
         }
+    }
+
+    /// Also writes its Events as core Events through `client` (the loopback client of local
+    /// mode, whose server serves them), as the Kubernetes runtime does to kube-apiserver.
+    pub fn with_events(mut self, client: kube::Client) -> Self {
+        self.events = Some(std::sync::Arc::new(LocalEvents::new(client)));
+        self
+    }
+
+    /// Writes `report` about `cluster` as an Event when Events are on; best effort (a failure
+    /// is logged).
+    async fn record(&self, cluster: &ClusterRef, report: Report) {
+        if let Some(events) = &self.events
+            && let Err(error) = events.record(cluster, &report).await
+        {
+            tracing::warn!(cluster = %cluster.key(), error = %chain(&error), reason = %report.reason, "could not record an Event");
+        }
+    }
+
+    /// [`Runtime::remove`] without the Event: what became of the member's data (for the Event's
+    /// note), or `None` when there was no member.
+    fn remove_member(
+        &self,
+        cluster: &ClusterRef,
+        name: &str,
+        keep_data: bool,
+    ) -> Result<Option<String>, RuntimeError> {
+        let dir = self.member_dir(cluster, name);
+        if !dir.exists() {
+            return Ok(None);
+        }
+        self.stop_process(&dir, name)?;
+        let retained = self.cluster_dir(cluster).join(".retained");
+        if keep_data {
+            std::fs::create_dir_all(&retained).map_err(io("retain member data", name))?;
+            std::fs::rename(&dir, unused_path(&retained, name)).map_err(io("retain member data", name))?;
+            return Ok(Some(", kept its data directory".to_owned()));
+        }
+        if !dir.join("data").exists() {
+            std::fs::remove_dir_all(&dir).map_err(io("delete member directory", name))?;
+            return Ok(Some(String::new()));
+        }
+        let removed = retained.join("removed");
+        std::fs::create_dir_all(&removed).map_err(io("set member data aside", name))?;
+        let target = unused_path(&removed, name);
+        std::fs::rename(&dir, &target).map_err(io("set member data aside", name))?;
+        // The move keeps the directory's own times: stamp it so pruning goes by removal time.
+        std::fs::File::open(&target)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+            .map_err(io("set member data aside", name))?;
+        tracing::info!(cluster = %cluster.key(), member = %name, path = %target.display(), "set the removed member's data aside");
+        prune_removed(&removed, RETAINED_REMOVED_LIMIT).map_err(io("prune set-aside member data", name))?;
+        Ok(Some(format!(
+            ", set its data directory aside (the newest {RETAINED_REMOVED_LIMIT} removed members' data stay until the cluster is deleted)"
+        )))
     }
 
     /// Gives each new member a second peer port that its peer URL advertises, recorded as
@@ -832,7 +891,17 @@ impl Runtime for LocalRuntime {
         {
             self.restore(cluster, &dir, &file, &config, plan).await?;
         }
-        self.launch(cluster, spec, &dir, &mut file, &config, false)
+        self.launch(cluster, spec, &dir, &mut file, &config, false)?;
+        self.record(
+            cluster,
+            Report::normal(
+                "MemberStarted",
+                "StartProcess",
+                format!("Started member process {name} (etcd {})", config.version),
+            ),
+        )
+        .await;
+        Ok(())
     }
 
     async fn change_version(
@@ -852,10 +921,20 @@ impl Runtime for LocalRuntime {
         if config.version != version {
             // Record first: an operator killed after this line restarts the member on the new
             // version (the planner sees a stopped member and starts it with this config).
-            config.previous_version = Some(std::mem::replace(&mut config.version, version.to_string()));
+            let from = std::mem::replace(&mut config.version, version.to_string());
+            config.previous_version = Some(from.clone());
             file.config = Some(config.clone());
             self.write_member(&dir, &file)?;
             self.stop_process(&dir, name)?;
+            self.record(
+                cluster,
+                Report::normal(
+                    "MemberVersionChanging",
+                    "RestartProcess",
+                    format!("Stopped member process {name} to start it on its data with etcd {version} (was {from})"),
+                ),
+            )
+            .await;
         } else if stale_version(&dir, &file).is_some() {
             self.stop_process(&dir, name)?;
         } else if running_pid(&dir).is_some() {
@@ -1007,7 +1086,16 @@ impl Runtime for LocalRuntime {
                 Runtime::remove(self, cluster, &member.name, true).await?;
             }
         }
-        self.launch(cluster, spec, &dir, &mut file, &config, true)
+        self.launch(cluster, spec, &dir, &mut file, &config, true)?;
+        self.record(
+            cluster,
+            Report::quorum_recovered(
+                survivor,
+                "the other members' data directories were kept under .retained/, not deleted",
+            ),
+        )
+        .await;
+        Ok(())
     }
 
     async fn stop(&self, cluster: &ClusterRef, name: &str) -> Result<(), RuntimeError> {
@@ -1024,14 +1112,16 @@ impl Runtime for LocalRuntime {
         Some(self.cluster_dir(cluster).join("snapshots"))
     }
 
-    /// No Events here: a warning in the operator's log (status carries the condition).
+    /// A warning in the operator's log, and a Warning Event when Events are on.
     async fn announce_replacement(&self, cluster: &ClusterRef, member: &str, note: &str) {
         tracing::warn!(cluster = %cluster.key(), %member, reason = super::MEMBER_REPLACING_REASON, "{note}");
+        self.record(cluster, Report::member_replacing(note)).await;
     }
 
-    /// No Events here: a warning in the operator's log (status carries the condition).
+    /// A warning in the operator's log, and a Warning Event when Events are on.
     async fn warn(&self, cluster: &ClusterRef, reason: &str, action: &str, note: &str) {
         tracing::warn!(cluster = %cluster.key(), %reason, %action, "{note}");
+        self.record(cluster, Report::warning(reason, action, note)).await;
     }
 
     /// With `keep_data` the member's directory moves to `<cluster>/.retained/<member>` (kept
@@ -1040,30 +1130,12 @@ impl Runtime for LocalRuntime {
     /// member removed by mistake can still be looked at, and repeated replacements do not fill
     /// the disk.
     async fn remove(&self, cluster: &ClusterRef, name: &str, keep_data: bool) -> Result<(), RuntimeError> {
-        let dir = self.member_dir(cluster, name);
-        if !dir.exists() {
+        let Some(kept) = self.remove_member(cluster, name, keep_data)? else {
             return Ok(());
-        }
-        self.stop_process(&dir, name)?;
-        let retained = self.cluster_dir(cluster).join(".retained");
-        if keep_data {
-            std::fs::create_dir_all(&retained).map_err(io("retain member data", name))?;
-            return std::fs::rename(&dir, unused_path(&retained, name))
-                .map_err(io("retain member data", name));
-        }
-        if !dir.join("data").exists() {
-            return std::fs::remove_dir_all(&dir).map_err(io("delete member directory", name));
-        }
-        let removed = retained.join("removed");
-        std::fs::create_dir_all(&removed).map_err(io("set member data aside", name))?;
-        let target = unused_path(&removed, name);
-        std::fs::rename(&dir, &target).map_err(io("set member data aside", name))?;
-        // The move keeps the directory's own times: stamp it so pruning goes by removal time.
-        std::fs::File::open(&target)
-            .and_then(|f| f.set_modified(std::time::SystemTime::now()))
-            .map_err(io("set member data aside", name))?;
-        tracing::info!(cluster = %cluster.key(), member = %name, path = %target.display(), "set the removed member's data aside");
-        prune_removed(&removed, RETAINED_REMOVED_LIMIT).map_err(io("prune set-aside member data", name))
+        };
+        self.record(cluster, Report::member_removed(name, "StopProcess", &kept))
+            .await;
+        Ok(())
     }
 
     /// The operator's client certificate from the cluster's client CA (`auto` TLS).

@@ -4,6 +4,7 @@
 //! returns: what takes time (a Pod stopping, a certificate being issued) is
 //! [`RuntimeError::Waiting`] and the next reconcile goes on. Every call is idempotent.
 
+pub mod events;
 pub mod fake;
 pub mod kubernetes;
 pub mod local;

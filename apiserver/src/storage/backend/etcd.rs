@@ -2,7 +2,7 @@
 //! version, ranges at a revision, a prefix watch with progress notifications.
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, EventType, GetOptions, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     WatchOptions as EtcdWatchOptions,
 };
 use futures::FutureExt;
@@ -63,6 +63,23 @@ fn first_kv(resp: &TxnOpResponse) -> Option<KeyValue> {
 }
 
 impl EtcdBackend {
+    /// Put options carrying a new lease of `ttl` (rounded up to whole seconds), or none.
+    async fn lease_options(
+        &self,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<Option<PutOptions>, BackendError> {
+        let Some(ttl) = ttl else {
+            return Ok(None);
+        };
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let lease = self
+            .client
+            .lease_client()
+            .grant(i64::try_from(seconds).unwrap_or(i64::MAX).max(1), None)
+            .await?;
+        Ok(Some(PutOptions::new().with_lease(lease.id())))
+    }
+
     /// Runs `If(compare) Then(op) Else(Get(key))`.
     async fn cas(&self, key: Vec<u8>, compare: Compare, op: TxnOp) -> Result<CasOutcome, BackendError> {
         let txn = Txn::new()
@@ -151,6 +168,37 @@ impl Backend for EtcdBackend {
         async move {
             let compare = Compare::mod_revision(key.clone(), CompareOp::Equal, mod_revision as i64);
             let op = TxnOp::put(key.clone(), value, None);
+            self.cas(key, compare, op).await
+        }
+        .boxed()
+    }
+
+    fn create_with_ttl(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        ttl: Option<std::time::Duration>,
+    ) -> BoxFuture<'_, Result<CasOutcome, BackendError>> {
+        async move {
+            let options = self.lease_options(ttl).await?;
+            let compare = Compare::mod_revision(key.clone(), CompareOp::Equal, 0);
+            let op = TxnOp::put(key.clone(), value, options);
+            self.cas(key, compare, op).await
+        }
+        .boxed()
+    }
+
+    fn update_with_ttl(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        mod_revision: u64,
+        ttl: Option<std::time::Duration>,
+    ) -> BoxFuture<'_, Result<CasOutcome, BackendError>> {
+        async move {
+            let options = self.lease_options(ttl).await?;
+            let compare = Compare::mod_revision(key.clone(), CompareOp::Equal, mod_revision as i64);
+            let op = TxnOp::put(key.clone(), value, options);
             self.cas(key, compare, op).await
         }
         .boxed()

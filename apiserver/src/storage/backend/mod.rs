@@ -154,6 +154,32 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Box<dyn BackendWatch>, BackendError>>;
     /// Forgets every revision before `revision`.
     fn compact(&self, revision: u64) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// [`Backend::create`] with the key expiring `ttl` after the write (etcd: a lease of its
+    /// own). Backends without expiry ignore `ttl`.
+    fn create_with_ttl(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        ttl: Option<std::time::Duration>,
+    ) -> BoxFuture<'_, Result<CasOutcome, BackendError>> {
+        let _ = ttl;
+        self.create(key, value)
+    }
+
+    /// [`Backend::update`] with the key expiring `ttl` after the write, as kube-apiserver
+    /// attaches a fresh lease on every write of a resource with a TTL. Backends without expiry
+    /// ignore `ttl`.
+    fn update_with_ttl(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        mod_revision: u64,
+        ttl: Option<std::time::Duration>,
+    ) -> BoxFuture<'_, Result<CasOutcome, BackendError>> {
+        let _ = ttl;
+        self.update(key, value, mod_revision)
+    }
 }
 
 /// A backend call failed.
