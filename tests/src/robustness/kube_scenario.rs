@@ -248,16 +248,26 @@ pub fn events_missing(
     reasons: &std::collections::BTreeSet<String>,
     events: &[serde_json::Value],
 ) -> Vec<String> {
-    let on_cluster = |e: &serde_json::Value| {
-        e["type"] == "Warning"
-            && (e["regarding"]["name"] == CLUSTER || e["involvedObject"]["name"] == CLUSTER)
-    };
-    reasons
+    let told: Vec<super::status::Told> = events
         .iter()
-        .filter(|reason| !events.iter().any(|e| on_cluster(e) && e["reason"] == reason.as_str()))
+        .filter(|e| {
+            e["type"] == "Warning"
+                && (e["regarding"]["name"] == CLUSTER || e["involvedObject"]["name"] == CLUSTER)
+        })
+        .map(|e| super::status::Told {
+            reason: e["reason"].as_str().unwrap_or_default().to_string(),
+            note: e["note"]
+                .as_str()
+                .or_else(|| e["message"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+        })
+        .collect();
+    super::status::untold(reasons, &told)
+        .into_iter()
         .map(|reason| {
             format!(
-                "the status said Degraded ({reason}) but no Warning Event {reason} was published on {CLUSTER} ({} Events in all)",
+                "the status said Degraded ({reason}) but no Warning Event told of it on {CLUSTER} ({} Events in all)",
                 events.len()
             )
         })

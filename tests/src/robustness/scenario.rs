@@ -725,23 +725,23 @@ async fn drive(
         .filter(|e| !e.is_empty())
         .unwrap_or(endpoints);
     recorded.finish(&endpoints, &mut report).await?;
-    // What the status said shows in the operator's own record too: local mode has no Events, so
-    // each Degraded reason the status carried must be a warning with that reason in its log.
+    // What the status said shows in the operator's own record too: each Degraded reason the
+    // status carried must be told by a warning in its log (local mode also writes them as Events
+    // now; the log is what every run has).
     let samples = sampler.samples();
     if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
         report.degraded_reasons = super::status::degraded_reasons(&samples, first.at, last.at);
     }
-    let warnings: Vec<String> = operations::LogCursor::from_start(op.state_dir().to_path_buf())
+    let warnings: Vec<super::status::Told> = operations::LogCursor::from_start(op.state_dir().to_path_buf())
         .new_lines()
         .into_iter()
         .filter(|l| l.contains(" WARN "))
+        .filter_map(|l| super::status::told_by_log_line(&l))
         .collect();
-    for reason in &report.degraded_reasons {
-        if !warnings.iter().any(|l| l.contains(&format!("reason={reason} "))) {
-            report.findings.push(format!(
-                "the status said Degraded ({reason}) but the operator logged no warning with reason={reason}"
-            ));
-        }
+    for reason in super::status::untold(&report.degraded_reasons, &warnings) {
+        report.findings.push(format!(
+            "the status said Degraded ({reason}) but the operator logged no warning telling of it"
+        ));
     }
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {

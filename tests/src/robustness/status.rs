@@ -57,6 +57,50 @@ pub fn degraded_reasons(samples: &[Sample], from: Instant, to: Instant) -> BTree
         .collect()
 }
 
+/// The `Degraded` reasons a failed step sets (the controller's `StepError::reason`): the
+/// Warning for such a failure carries the error's own code as its reason and says `<Step>
+/// failed: …`, so any failed-step warning tells of them.
+pub const STEP_FAILURE_REASONS: [&str; 5] = [
+    etcd_operator_controller::outcome::REASON_STEP_FAILED,
+    etcd_operator_controller::outcome::REASON_RESTORE_FAILED,
+    etcd_operator_controller::outcome::REASON_TLS_HANDSHAKE_FAILED,
+    etcd_operator_controller::outcome::REASON_CERTIFICATES_UNAVAILABLE,
+    etcd_operator_controller::outcome::REASON_VOLUME_EXPANSION_NOT_ALLOWED,
+];
+
+/// A warning as told to people: its reason and its note (an Event's, or a log line's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Told {
+    /// The reason.
+    pub reason: String,
+    /// The note or message.
+    pub note: String,
+}
+
+/// The `Degraded` reasons among `reasons` that no warning in `told` tells of: one with the same
+/// reason, or for a failed step's reason any failed-step warning.
+pub fn untold<'a>(reasons: &'a BTreeSet<String>, told: &[Told]) -> Vec<&'a String> {
+    reasons
+        .iter()
+        .filter(|reason| {
+            !told.iter().any(|t| {
+                t.reason == reason.as_str()
+                    || (STEP_FAILURE_REASONS.contains(&reason.as_str()) && t.note.contains(" failed: "))
+            })
+        })
+        .collect()
+}
+
+/// A warning line of the operator's log as [`Told`]: its `reason=` field and the whole line as
+/// the note (none for a line without a reason).
+pub fn told_by_log_line(line: &str) -> Option<Told> {
+    let reason = line.split(" reason=").nth(1)?.split_whitespace().next()?;
+    Some(Told {
+        reason: reason.trim_matches('"').to_string(),
+        note: line.to_string(),
+    })
+}
+
 /// Reads the status of one EtcdCluster every 300 ms on a thread of its own until dropped.
 #[derive(Debug)]
 pub struct StatusSampler {
@@ -133,6 +177,32 @@ mod tests {
             now,
         );
         assert!(healthy.unhealthy.is_empty() && healthy.degraded.is_none());
+    }
+
+    #[test]
+    fn a_degraded_reason_is_told_by_its_own_reason_or_for_a_failed_step_by_any_failure() {
+        let reasons: BTreeSet<String> = ["MembersUnhealthy".to_string(), "StepFailed".to_string()].into();
+        let unhealthy = Told {
+            reason: "MembersUnhealthy".into(),
+            note: "unhealthy members: a".into(),
+        };
+        let failed = Told {
+            reason: "EtcdTimeout".into(),
+            note: "Promote failed: timed out".into(),
+        };
+        assert!(untold(&reasons, &[unhealthy.clone(), failed.clone()]).is_empty());
+        assert_eq!(
+            untold(&reasons, std::slice::from_ref(&unhealthy)),
+            vec!["StepFailed"]
+        );
+        // A failed step does not tell of members being unhealthy.
+        assert_eq!(untold(&reasons, &[failed]), vec!["MembersUnhealthy"]);
+        let line = "2026-11-27T00:41:36Z  WARN x: ChangeVersion failed: boom cluster=default/r reason=EtcdTimeout action=ChangeVersion";
+        assert_eq!(
+            told_by_log_line(line).map(|t| t.reason).as_deref(),
+            Some("EtcdTimeout")
+        );
+        assert_eq!(told_by_log_line("INFO nothing here"), None);
     }
 
     #[test]
