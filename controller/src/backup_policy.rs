@@ -188,7 +188,15 @@ pub fn next_due(
     last: Option<chrono::DateTime<chrono::Utc>>,
     since: chrono::DateTime<chrono::Utc>,
 ) -> Option<chrono::DateTime<chrono::Utc>> {
-    cron.find_next_occurrence(&last.unwrap_or(since), false).ok()
+    cron.find_next_occurrence(&whole_second(last.unwrap_or(since)), false)
+        .ok()
+}
+
+/// `t` without its sub-second part. A schedule's times are whole seconds, as are the times
+/// status records; croner keeps the sub-second part of the time it searches from, so searches
+/// start from the whole second.
+pub fn whole_second(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
 }
 
 /// The delay before retry number `failures` (1 for the first failure): doubling from 2 s, at

@@ -32,6 +32,7 @@ pub mod ports;
 pub mod private_hosts;
 pub mod process;
 pub mod promql_refs;
+#[cfg(feature = "fleet")]
 pub mod robustness;
 pub mod s3;
 pub mod tools;

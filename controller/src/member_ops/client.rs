@@ -330,35 +330,38 @@ impl MemberOps for EtcdClient {
     }
 
     async fn observe(&self, endpoints: &[String]) -> Result<EtcdView, MemberOpError> {
-        // One endpoint at a time: a member that has just started and does not listen yet must not
-        // make the whole cluster look silent.
-        let mut last = MemberOpError::NoEndpoint { op: "member list" };
-        let mut list = None;
-        for endpoint in endpoints {
-            let one = std::slice::from_ref(endpoint);
-            let result = async {
-                let mut client = self.client(one, "member list").await?;
-                timed("member list", client.member_list()).await
-            }
-            .await;
-            match self.keep_or_forget(one, result) {
-                Ok(answer) => {
-                    list = Some((answer, endpoint));
-                    break;
+        // Any member answers the member list; they are asked in order, hedged: a member that
+        // has just started and does not listen yet, or a frozen one that never answers, costs a
+        // moment, not the call timeout (see `hedge`).
+        let answer = super::hedge::first_answer(endpoints.len(), super::hedge::HEDGE_AFTER, |i| {
+            let one = std::slice::from_ref(&endpoints[i]);
+            async move {
+                let result = async {
+                    let mut client = self.client(one, "member list").await?;
+                    timed("member list", client.member_list()).await
                 }
-                // A TLS failure says more than a later member's silence: keep it.
-                Err(e) if !matches!(last, MemberOpError::Tls { .. }) => last = e,
-                Err(_) => {}
+                .await;
+                self.keep_or_forget(one, result)
             }
-        }
-        let Some((list, answered)) = list else {
-            return Err(last);
+        })
+        .await;
+        let (list, answered) = match answer {
+            Ok((i, list)) => (list, &endpoints[i]),
+            // A TLS failure says more than another member's silence: it is the one reported.
+            Err(errors) => {
+                let mut errors: Vec<MemberOpError> = errors.into_iter().map(|(_, e)| e).collect();
+                let tls = errors.iter().position(|e| matches!(e, MemberOpError::Tls { .. }));
+                return Err(match tls {
+                    Some(i) => errors.swap_remove(i),
+                    None => errors
+                        .pop()
+                        .unwrap_or(MemberOpError::NoEndpoint { op: "member list" }),
+                });
+            }
         };
-        let mut view = EtcdView {
-            cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
-            alarms: self.alarms(answered).await,
-            ..Default::default()
-        };
+        // The alarms and every member's status are asked at once: a silent member costs one
+        // call timeout in all.
+        let alarms = self.alarms(answered);
         let statuses = futures::future::join_all(list.members().iter().map(|m| {
             let url = m.client_urls().first().cloned();
             async move {
@@ -367,8 +370,13 @@ impl MemberOps for EtcdClient {
                     None => None,
                 }
             }
-        }))
-        .await;
+        }));
+        let (alarms, statuses) = futures::future::join(alarms, statuses).await;
+        let mut view = EtcdView {
+            cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
+            alarms,
+            ..Default::default()
+        };
         for (m, health) in list.members().iter().zip(statuses) {
             if let Some(h) = &health
                 && h.leader != 0

@@ -7,6 +7,7 @@
 mod client;
 pub mod fake;
 pub mod file;
+pub mod hedge;
 pub mod stream;
 
 use std::future::Future;
