@@ -12,6 +12,7 @@
 //! `KUBEBUILDER_ASSETS` for `make test-kube` ([`envtest`]); for the fleet benchmark, a simulated
 //! etcd behind the controller's member operations and a kubelet that runs nothing ([`fleet`]).
 
+pub mod cargo_bin;
 pub mod envtest;
 pub mod error_messages;
 pub mod etcd;

@@ -50,33 +50,7 @@ pub enum OperatorError {
 pub fn operator_binary() -> Result<PathBuf, OperatorError> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .current_dir(tools::workspace_root())
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "etcd-operator",
-                    "--bin",
-                    "etcd-operator",
-                    "--message-format=json",
-                ])
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-            }
-            // The last compiler-artifact message for the binary names its path.
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "etcd-operator")
-                .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
-                .next_back()
-                .ok_or_else(|| "cargo build reported no etcd-operator executable".to_string())
-        })
+        .get_or_init(|| crate::cargo_bin::build("etcd-operator", "etcd-operator"))
         .clone()
         .map_err(OperatorError::Build)
 }

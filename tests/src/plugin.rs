@@ -1,6 +1,5 @@
 //! The `kubectl-etcd` plugin binary of this workspace, built once per test process with cargo
-//! (as [`crate::operator::operator_binary`] builds the operator) so a test never runs a stale
-//! one, and run against a [`LocalOperator`] with the kubeconfig it wrote.
+//! ([`crate::cargo_bin`]) so a test never runs a stale one, and run against a [`LocalOperator`] with the kubeconfig it wrote.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -8,7 +7,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use crate::operator::LocalOperator;
-use crate::tools;
 
 /// Why the plugin could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -25,32 +23,7 @@ pub enum PluginError {
 pub fn plugin_binary() -> Result<PathBuf, PluginError> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .current_dir(tools::workspace_root())
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "kubectl-etcd",
-                    "--bin",
-                    "kubectl-etcd",
-                    "--message-format=json",
-                ])
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-            }
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "kubectl-etcd")
-                .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
-                .next_back()
-                .ok_or_else(|| "cargo build reported no kubectl-etcd executable".to_string())
-        })
+        .get_or_init(|| crate::cargo_bin::build("kubectl-etcd", "kubectl-etcd"))
         .clone()
         .map_err(PluginError::Build)
 }

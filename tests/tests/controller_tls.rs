@@ -413,6 +413,49 @@ fn member_certificates(dir: &Path) -> (String, String, u32) {
     )
 }
 
+/// Every named member's certificates and process, as [`member_certificates`].
+fn certificates(op: &LocalOperator, cluster: &str, names: &[String]) -> Vec<(String, String, u32)> {
+    names
+        .iter()
+        .map(|n| member_certificates(&member_dir(op, cluster, n)))
+        .collect()
+}
+
+/// Every member has certificates other than `before`'s (and, when `restarted`, a new process).
+fn assert_renewed(
+    op: &LocalOperator,
+    cluster: &str,
+    names: &[String],
+    before: &[(String, String, u32)],
+    restarted: bool,
+) {
+    for (name, (server, peer, pid)) in names.iter().zip(before) {
+        let (new_server, new_peer, new_pid) = member_certificates(&member_dir(op, cluster, name));
+        assert_ne!(&new_server, server, "{name}: serving certificate not renewed");
+        assert_ne!(&new_peer, peer, "{name}: peer certificate not renewed");
+        if restarted {
+            assert_ne!(new_pid, *pid, "{name}: not restarted on its new certificates");
+        }
+    }
+}
+
+/// The names of the members in a status.
+fn member_names(status: &Value) -> Vec<String> {
+    status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Applies a 3-member cluster with TLS on both planes and waits until it is Available; returns
+/// its status.
+async fn three_tls_members(op: &LocalOperator, cluster: &str) -> Value {
+    apply(op, &tls_cluster(cluster, 3, true)).unwrap();
+    wait_available(op, cluster, 3, "3 healthy TLS members", Duration::from_secs(90)).await
+}
+
 #[tokio::test]
 #[allow(clippy::print_stdout)]
 async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_write() {
@@ -420,19 +463,10 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
     use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
     let op = LocalOperator::start().await.unwrap();
-    apply(&op, &tls_cluster("rot", 3, true)).unwrap();
-    let s = wait_available(&op, "rot", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
+    let s = three_tls_members(&op, "rot").await;
     let eps = client_endpoints(&s);
-    let names: Vec<String> = s["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap().to_owned())
-        .collect();
-    let before: Vec<_> = names
-        .iter()
-        .map(|n| member_certificates(&member_dir(&op, "rot", n)))
-        .collect();
+    let names = member_names(&s);
+    let before = certificates(&op, "rot", &names);
 
     // A continuous writer with the operator's identity, and a sampler asking every member for
     // its status every 100 ms: the most members that did not answer at the same moment.
@@ -518,12 +552,7 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
     );
     assert_eq!(condition(&s, "Degraded").unwrap()["status"], "False", "{s}");
     // Every member got new certificates and was restarted on them; same members, same data.
-    for (name, (server, peer, pid)) in names.iter().zip(&before) {
-        let (new_server, new_peer, new_pid) = member_certificates(&member_dir(&op, "rot", name));
-        assert_ne!(&new_server, server, "{name}: serving certificate not renewed");
-        assert_ne!(&new_peer, peer, "{name}: peer certificate not renewed");
-        assert_ne!(new_pid, *pid, "{name}: not restarted on its new certificates");
-    }
+    assert_renewed(&op, "rot", &names, &before, true);
     assert_eq!(client_endpoints(&s), eps, "the same members serve");
     etcd_operator_tests::writer::assert_no_write_lost(&eps, Some(&tls), &writes).await;
 
@@ -561,19 +590,10 @@ async fn a_rotation_survives_an_operator_killed_after_its_steps() {
 
     const STEPS: [&str; 3] = ["stopping etcd member", "started etcd member", "moved leadership"];
     let mut op = LocalOperator::start().await.unwrap();
-    apply(&op, &tls_cluster("rk", 3, true)).unwrap();
-    let s = wait_available(&op, "rk", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
+    let s = three_tls_members(&op, "rk").await;
     let eps = client_endpoints(&s);
-    let names: Vec<String> = s["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap().to_owned())
-        .collect();
-    let before: Vec<_> = names
-        .iter()
-        .map(|n| member_certificates(&member_dir(&op, "rk", n)))
-        .collect();
+    let names = member_names(&s);
+    let before = certificates(&op, "rk", &names);
     let stop = Arc::new(AtomicBool::new(false));
     let tls = client_options(&op, "rk");
     let writer = etcd_operator_tests::writer::start_writer(eps.clone(), Some(tls.clone()), stop.clone());
@@ -634,11 +654,7 @@ async fn a_rotation_survives_an_operator_killed_after_its_steps() {
     assert_eq!(kills.len(), 3, "the rotation ended before the 5th step: {seen:?}");
     stop.store(true, Ordering::SeqCst);
     let writes = writer.await.unwrap();
-    for (name, (server, peer, _)) in names.iter().zip(&before) {
-        let (new_server, new_peer, _) = member_certificates(&member_dir(&op, "rk", name));
-        assert_ne!(&new_server, server, "{name}: serving certificate not renewed");
-        assert_ne!(&new_peer, peer, "{name}: peer certificate not renewed");
-    }
+    assert_renewed(&op, "rk", &names, &before, false);
     assert_eq!(client_endpoints(&s), eps, "the same members serve");
     assert!(writes.acknowledged.len() > 10, "the writer hardly wrote");
     etcd_operator_tests::writer::assert_no_write_lost(&eps, Some(&tls), &writes).await;
@@ -682,19 +698,13 @@ fn expire_member_certificates(op: &LocalOperator, cluster: &str, member: &str) {
 #[tokio::test]
 async fn members_whose_certificates_expired_get_new_ones_and_the_cluster_comes_back() {
     let op = LocalOperator::start().await.unwrap();
-    apply(&op, &tls_cluster("lapsed", 3, true)).unwrap();
-    let s = wait_available(&op, "lapsed", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
+    let s = three_tls_members(&op, "lapsed").await;
     let (ca, cert, key) = operator_identity(&op, "lapsed");
     let tls = Some((ca.as_path(), cert.as_path(), key.as_path()));
     let eps = client_endpoints(&s);
     let put = etcdctl(&eps[0], tls, &["put", "outlives", "the-certificates"]);
     assert!(put.status.success(), "{}", text(&put));
-    let names: Vec<String> = s["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap().to_owned())
-        .collect();
+    let names = member_names(&s);
 
     // Every member's certificates expire at once (etcd reads them at every handshake).
     for name in &names {
@@ -775,15 +785,9 @@ async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_tr
     use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
     let op = LocalOperator::start().await.unwrap();
-    apply(&op, &tls_cluster("rca", 3, true)).unwrap();
-    let s = wait_available(&op, "rca", 3, "3 healthy TLS members", Duration::from_secs(90)).await;
+    let s = three_tls_members(&op, "rca").await;
     let eps = client_endpoints(&s);
-    let names: Vec<String> = s["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap().to_owned())
-        .collect();
+    let names = member_names(&s);
     let pki = pki(&op, "rca");
     let read = |file: &str| std::fs::read_to_string(pki.join(file)).unwrap();
     let (old_client, old_peer) = (read("client-ca.crt"), read("peer-ca.crt"));

@@ -25,6 +25,7 @@ use crate::tls::member::{self as member_tls, ClientTls, Provider, TlsPlanes};
 use etcd_operator_api::report::chain;
 
 mod authority;
+mod exits;
 
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -208,6 +209,8 @@ pub struct LocalRuntime {
     separate_advertised_peer_port: bool,
     /// Where Events go (the local API server); `None`: to the log only.
     events: Option<std::sync::Arc<LocalEvents>>,
+    /// Member processes that exit, told to the controller.
+    exits: std::sync::Arc<exits::Exits>,
 }
 
 fn io<'a>(op: &'static str, member: &'a str) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
@@ -228,6 +231,7 @@ impl LocalRuntime {
             stopping: std::sync::Arc::default(),
             separate_advertised_peer_port: false,
             events: None,
+            exits: std::sync::Arc::default(),
         }
     }
 
@@ -517,7 +521,10 @@ impl LocalRuntime {
                 ),
                 restartable: true,
             }
-        } else if running_pid(dir).is_some() {
+        } else if let Some(pid) = running_pid(dir) {
+            if let Some((_, start)) = proc_state(pid) {
+                self.exits.adopted(cluster, pid, start);
+            }
             Liveness::Running
         } else if !dir.join("data").exists() {
             Liveness::Gone {
@@ -606,7 +613,7 @@ impl LocalRuntime {
                 cmd.env_remove(k);
             }
         }
-        let mut child = cmd.spawn().map_err(io("start etcd", &file.name))?;
+        let child = cmd.spawn().map_err(io("start etcd", &file.name))?;
         let pid = child.id().unwrap_or_default();
         let start = proc_state(pid).map(|(_, start)| start).unwrap_or_default();
         let template = local_template_hash(spec).unwrap_or_else(|| "-".to_owned());
@@ -615,10 +622,9 @@ impl LocalRuntime {
             format!("{pid} {start} {} {template}", config.version),
         )
         .map_err(io("write etcd.pid", &file.name))?;
-        // Reap it when it exits while we run; after an operator restart it is re-adopted by pid.
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-        });
+        // Reaped when it exits while we run, which reconciles its cluster at once; after an
+        // operator restart it is re-adopted by pid (and looked at, see `exits`).
+        self.exits.child(cluster, child);
         tracing::info!(member = %file.name, pid, version = %config.version, state = config.initial_state.as_str(), "started etcd member");
         Ok(())
     }
@@ -1161,15 +1167,19 @@ impl Runtime for LocalRuntime {
         }))
     }
 
-    /// Member processes send no events (a re-adopted process is not our child): nothing to watch.
+    /// A member process that exits reconciles its cluster at once (see `exits`).
     fn watch_children(
         &self,
         controller: kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster>,
     ) -> kube::runtime::Controller<etcd_operator_api::v1alpha2::EtcdCluster> {
-        controller
+        match self.exits.stream() {
+            Some(exits) => controller.reconcile_on(exits),
+            None => controller,
+        }
     }
 
-    /// A process that died is only seen by looking: every 3 s.
+    /// What no exit tells (a member that stopped answering, a leader change) is seen by
+    /// looking: every 3 s.
     fn resync_interval(&self) -> std::time::Duration {
         std::time::Duration::from_secs(3)
     }

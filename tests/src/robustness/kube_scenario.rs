@@ -24,8 +24,8 @@ use rand::{Rng, SeedableRng};
 use super::RobustnessError;
 use super::faults::{self, FaultKind, Frozen};
 use super::recorded::Recorded;
-use super::report::{FaultRecord, Report};
-use super::scenario::{CLUSTER, ScenarioConfig, at_spec, operator_ready, pick_ms};
+use super::report::Report;
+use super::scenario::{CLUSTER, ScenarioConfig, at_spec, pick_ms, recover};
 use crate::node_agent::KubeRuntime;
 
 /// The version the members run (one the node agent has binaries of).
@@ -171,43 +171,10 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
                 break;
             }
         };
-        let waited = Instant::now();
-        let recovery = loop {
-            if (kind != FaultKind::KillOperator || operator_ready(&rt.op)) && at_spec(&rt.op, 3).await {
-                break Ok(waited.elapsed());
-            }
-            if waited.elapsed() > config.recovery_timeout {
-                break Err(RobustnessError::Timeout {
-                    what: "the cluster back at its spec (3 healthy voters, one leader, Available)".into(),
-                    timeout: config.recovery_timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        let recovery = match recovery {
-            Ok(d) => d,
-            Err(e) => {
-                report.findings.push(format!(
-                    "fault {i} ({kind} of {target}, seed {}): {}",
-                    config.seed,
-                    etcd_operator_api::report::chain(&e)
-                ));
-                failure = Some(e);
-                break;
-            }
-        };
-        println!(
-            "robustness: fault {i}: {kind} of {target} (held {:.1}s), back at spec {:.2}s later",
-            held.as_secs_f64(),
-            recovery.as_secs_f64()
-        );
-        report.faults.push(FaultRecord {
-            kind,
-            target: target.clone(),
-            held,
-            recovery,
-        });
-        report.rounds += 1;
+        if let Err(e) = recover(&rt.op, &mut report, &config, (i, kind, &target, held)).await {
+            failure = Some(e);
+            break;
+        }
         // Every fault here keeps each member's data (a deleted Pod comes back on its PVC): the
         // member IDs stay as they were.
         if let Ok(now) = faults::membership(&endpoints).await

@@ -215,6 +215,42 @@ pub(super) fn operator_ready(op: &LocalOperator) -> bool {
     tokio::task::block_in_place(|| crate::kubectl::kubectl(op, &["get", "--raw", "/readyz"], None).is_ok())
 }
 
+/// After fault `i` (`kind` of `target`, held for `held`): waits until the cluster is back at its
+/// spec ([`wait_at_spec`]), says so, and records the fault in `report`. A cluster that does not
+/// come back is a finding, and the error the run stops on.
+#[allow(clippy::print_stdout)] // the suite's progress, as the fault loops print it
+pub(super) async fn recover(
+    op: &LocalOperator,
+    report: &mut Report,
+    config: &ScenarioConfig,
+    (i, kind, target, held): (usize, FaultKind, &str, Duration),
+) -> Result<Duration, RobustnessError> {
+    let recovery = match wait_at_spec(op, kind, config.recovery_timeout).await {
+        Ok(d) => d,
+        Err(e) => {
+            report.findings.push(format!(
+                "fault {i} ({kind} of {target}, seed {}): {}",
+                config.seed,
+                etcd_operator_api::report::chain(&e)
+            ));
+            return Err(e);
+        }
+    };
+    println!(
+        "robustness: fault {i}: {kind} of {target} (held {:.1}s), back at spec {:.2}s later",
+        held.as_secs_f64(),
+        recovery.as_secs_f64()
+    );
+    report.faults.push(FaultRecord {
+        kind,
+        target: target.to_owned(),
+        held,
+        recovery,
+    });
+    report.rounds += 1;
+    Ok(recovery)
+}
+
 /// Waits until the cluster is [`at_spec`] (and, after a fault of the operator's own processes,
 /// the operator is ready); how long that took.
 async fn wait_at_spec(
@@ -631,30 +667,10 @@ async fn drive(
                 break;
             }
         };
-        let recovery = match wait_at_spec(op, kind, config.recovery_timeout).await {
-            Ok(d) => d,
-            Err(e) => {
-                report.findings.push(format!(
-                    "fault {i} ({kind} of {target}, seed {}): {}",
-                    config.seed,
-                    etcd_operator_api::report::chain(&e)
-                ));
-                failure = Some(e);
-                break;
-            }
-        };
-        println!(
-            "robustness: fault {i}: {kind} of {target} (held {:.1}s), back at spec {:.2}s later",
-            held.as_secs_f64(),
-            recovery.as_secs_f64()
-        );
-        report.faults.push(FaultRecord {
-            kind,
-            target: target.clone(),
-            held,
-            recovery,
-        });
-        report.rounds += 1;
+        if let Err(e) = recover(op, &mut report, &config, (i, kind, &target, held)).await {
+            failure = Some(e);
+            break;
+        }
         let samples = sampler.samples();
         let window_end = Instant::now();
         report
