@@ -193,16 +193,23 @@ impl EtcdClient {
             .map_err(|e| classify(op, e))
     }
 
-    /// The status of one member, asked at its own client URL.
-    async fn member_status(&self, url: &str) -> Option<MemberHealth> {
+    /// The status of one member, asked at its own client URL, and whether it names an alarm
+    /// raised in the cluster (a member's status lists every alarm, from its own copy).
+    async fn member_status(&self, url: &str) -> (Option<MemberHealth>, bool) {
         let endpoints = [url.to_string()];
         let result = async {
             let mut client = self.client(&endpoints, "status").await?;
             timed("status", client.status()).await
         }
         .await;
-        let status = self.keep_or_forget(&endpoints, result).ok()?;
-        Some(MemberHealth {
+        let Ok(status) = self.keep_or_forget(&endpoints, result) else {
+            return (None, false);
+        };
+        let alarmed = status
+            .errors()
+            .iter()
+            .any(|e| etcd_errors::is_alarm_status_error(e));
+        let health = MemberHealth {
             version: status.version().to_string(),
             raft_applied_index: status.raft_applied_index(),
             leader: status.leader(),
@@ -219,7 +226,8 @@ impl EtcdClient {
                 .downgrade_info()
                 .filter(|d| d.enabled())
                 .map(|d| d.target_version().to_owned()),
-        })
+        };
+        (Some(health), alarmed)
     }
 
     /// The alarms raised in the cluster, asked at `endpoint` (empty when it does not answer).
@@ -359,19 +367,26 @@ impl MemberOps for EtcdClient {
                 });
             }
         };
-        // The alarms and every member's status are asked at once: a silent member costs one
-        // call timeout in all.
-        let alarms = self.alarms(answered);
-        let statuses = futures::future::join_all(list.members().iter().map(|m| {
+        // Every member's status at once (each answers from its own state): a silent member costs
+        // one call timeout in all.
+        let answers = futures::future::join_all(list.members().iter().map(|m| {
             let url = m.client_urls().first().cloned();
             async move {
                 match url {
                     Some(url) => self.member_status(&url).await,
-                    None => None,
+                    None => (None, false),
                 }
             }
-        }));
-        let (alarms, statuses) = futures::future::join(alarms, statuses).await;
+        }))
+        .await;
+        // The typed alarm list goes through raft, so it waits for a leader (a call timeout
+        // during an election): it is asked only when a member's status says an alarm is raised.
+        let alarms = if answers.iter().any(|(_, alarmed)| *alarmed) {
+            self.alarms(answered).await
+        } else {
+            Vec::new()
+        };
+        let statuses = answers.into_iter().map(|(health, _)| health);
         let mut view = EtcdView {
             cluster_id: list.header().map(|h| h.cluster_id()).unwrap_or_default(),
             alarms,

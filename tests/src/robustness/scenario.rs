@@ -454,7 +454,7 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     .await?;
     let outcome = Box::pin(drive(&mut op, &config, run_began)).await;
     let failed = outcome.as_ref().map_or(true, |r| !r.findings.is_empty());
-    if failed {
+    if failed || std::env::var_os(KEEP_LOGS_ENV).is_some() {
         match keep_logs(&op, config.seed) {
             Ok(dir) => println!(
                 "robustness: the operator's and members' logs are kept in {}",
@@ -469,6 +469,9 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     drop(op);
     outcome
 }
+
+/// Set (to anything) to keep the logs of a run that passed too.
+pub const KEEP_LOGS_ENV: &str = "ROBUSTNESS_KEEP_LOGS";
 
 /// Copies the operator's logs and every member's etcd log out of the state directory (removed
 /// with the operator) into `$TMPDIR/robustness-seed-<seed>-<pid>/`.

@@ -86,7 +86,9 @@ impl Exits {
 
     /// The clusters whose member processes exit, as they do; the first call gets them (later
     /// ones `None`). Starts looking at re-adopted processes (from a tokio runtime).
-    pub(super) fn stream(&self) -> Option<impl futures::Stream<Item = ObjectRef<EtcdCluster>> + Send + 'static> {
+    pub(super) fn stream(
+        &self,
+    ) -> Option<impl futures::Stream<Item = ObjectRef<EtcdCluster>> + Send + 'static> {
         let receiver = self.receiver.lock().ok()?.take()?;
         let adopted = Arc::clone(&self.adopted);
         let sender = self.sender.clone();
