@@ -633,6 +633,35 @@ mod tests {
         assert!(!connection_failed(&MemberOpError::NoEndpoint { op: "status" }));
     }
 
+    /// A frozen member (SIGSTOP) accepts connections and never answers. Asked first for the
+    /// member list, it costs the hedge delay, not the call timeout; and no alarm list (a raft
+    /// request) is asked while no status names an alarm. Regression of the robustness suite's
+    /// seed 2027, fault 57: a frozen leader went untold for its whole 8.6 s freeze.
+    #[tokio::test]
+    async fn a_silent_member_first_in_the_list_costs_a_moment_not_a_call_timeout() {
+        let etcd = TestEtcd::start(EtcdVersion::V3_5_1).await.unwrap();
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_url = format!("http://{}", silent.local_addr().unwrap());
+        // Accepts and holds every connection without a byte back.
+        let held = tokio::spawn(async move {
+            let mut connections = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                connections.push(stream);
+            }
+        });
+        let ops = EtcdClient::default();
+        let endpoints = vec![silent_url, etcd.endpoint().to_string()];
+        let began = std::time::Instant::now();
+        let view = ops.observe(&endpoints).await.expect("the real member answers");
+        let took = began.elapsed();
+        assert_eq!(view.members.len(), 1);
+        assert!(view.members[0].status.is_some());
+        assert!(view.alarms.is_empty());
+        // Without the hedge the silent member holds the member list for the call timeout.
+        assert!(took < CALL_TIMEOUT, "observing took {took:?}");
+        held.abort();
+    }
+
     #[tokio::test]
     async fn one_connection_serves_every_call_to_a_member_and_a_dead_one_is_dropped() {
         let etcd = TestEtcd::start(EtcdVersion::V3_5_1).await.unwrap();
