@@ -86,7 +86,7 @@ test-kube: tools
 ## HashKV and status checks; it prints its figures. The short variants run in `make test`.
 robustness: tools
 	if [ "$(TEST_RUNNER)" = "test" ]; then \
-	  $(CARGO) test -p etcd-operator-tests --test robustness -- --ignored --nocapture; \
+	  $(CARGO) test -p etcd-operator-tests --test robustness -- --ignored --nocapture --test-threads=1; \
 	else \
 	  $(CARGO) nextest run -p etcd-operator-tests --test robustness --run-ignored only --no-capture; \
 	fi

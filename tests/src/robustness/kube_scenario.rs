@@ -198,9 +198,11 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
         report.degraded_reasons = super::status::degraded_reasons(&samples, first.at, last.at);
     }
     let events = rt.kube_api.objects("events");
-    report
-        .findings
-        .extend(events_missing(&report.degraded_reasons, &events));
+    report.findings.extend(super::status::events_missing(
+        &report.degraded_reasons,
+        &events,
+        CLUSTER,
+    ));
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {
         println!("{}", report.figures());
@@ -209,63 +211,9 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
     Ok(report)
 }
 
-/// The Degraded reasons with no Warning Event on the EtcdCluster among `events` (core/v1 or
-/// events.k8s.io/v1 objects), one finding each.
-pub fn events_missing(
-    reasons: &std::collections::BTreeSet<String>,
-    events: &[serde_json::Value],
-) -> Vec<String> {
-    let told: Vec<super::status::Told> = events
-        .iter()
-        .filter(|e| {
-            e["type"] == "Warning"
-                && (e["regarding"]["name"] == CLUSTER || e["involvedObject"]["name"] == CLUSTER)
-        })
-        .map(|e| super::status::Told {
-            reason: e["reason"].as_str().unwrap_or_default().to_string(),
-            note: e["note"]
-                .as_str()
-                .or_else(|| e["message"].as_str())
-                .unwrap_or_default()
-                .to_string(),
-        })
-        .collect();
-    super::status::untold(reasons, &told)
-        .into_iter()
-        .map(|reason| {
-            format!(
-                "the status said Degraded ({reason}) but no Warning Event told of it on {CLUSTER} ({} Events in all)",
-                events.len()
-            )
-        })
-        .collect()
-}
-
 /// Starts the kubernetes runtime for the scenario (boxed error: the runtime's is large).
 pub async fn start(hosts: std::path::PathBuf) -> Result<KubeRuntime, RobustnessError> {
     KubeRuntime::start(hosts)
         .await
         .map_err(|e| RobustnessError::KubeRuntime(Box::new(e)))
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_degraded_reason_without_its_warning_event_is_a_finding() {
-        let reasons: std::collections::BTreeSet<String> = ["MembersUnhealthy".to_string()].into();
-        let event = json!({"type": "Warning", "reason": "MembersUnhealthy", "regarding": {"name": CLUSTER}});
-        assert!(events_missing(&reasons, std::slice::from_ref(&event)).is_empty());
-        let core =
-            json!({"type": "Warning", "reason": "MembersUnhealthy", "involvedObject": {"name": CLUSTER}});
-        assert!(events_missing(&reasons, &[core]).is_empty());
-        let normal = json!({"type": "Normal", "reason": "MembersUnhealthy", "regarding": {"name": CLUSTER}});
-        let elsewhere =
-            json!({"type": "Warning", "reason": "MembersUnhealthy", "regarding": {"name": "other"}});
-        assert_eq!(events_missing(&reasons, &[normal, elsewhere]).len(), 1);
-        assert!(events_missing(&Default::default(), &[]).is_empty());
-    }
 }

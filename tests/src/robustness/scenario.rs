@@ -470,6 +470,24 @@ pub async fn run(config: ScenarioConfig) -> Result<Report, RobustnessError> {
     outcome
 }
 
+/// The core/v1 Events in the cluster's namespace (asked a few times: the API answers errors
+/// while its backing etcd restarts).
+fn events(op: &LocalOperator) -> Result<Vec<serde_json::Value>, String> {
+    let mut last = String::new();
+    for _ in 0..10 {
+        match crate::kubectl::kubectl(op, &["get", "events", "-n", "default", "-o", "json"], None) {
+            Ok(text) => {
+                return serde_json::from_str::<serde_json::Value>(&text)
+                    .map(|list| list["items"].as_array().cloned().unwrap_or_default())
+                    .map_err(|e| format!("parse the Event list: {e}"));
+            }
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Err(last)
+}
+
 /// Set (to anything) to keep the logs of a run that passed too.
 pub const KEEP_LOGS_ENV: &str = "ROBUSTNESS_KEEP_LOGS";
 
@@ -744,23 +762,21 @@ async fn drive(
         .filter(|e| !e.is_empty())
         .unwrap_or(endpoints);
     recorded.finish(&endpoints, &mut report).await?;
-    // What the status said shows in the operator's own record too: each Degraded reason the
-    // status carried must be told by a warning in its log (local mode also writes them as Events
-    // now; the log is what every run has).
+    // Events tell what the status told: each Degraded reason the status carried during the run
+    // is a Warning Event on the EtcdCluster (local mode serves core/v1 Events).
     let samples = sampler.samples();
     if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
         report.degraded_reasons = super::status::degraded_reasons(&samples, first.at, last.at);
     }
-    let warnings: Vec<super::status::Told> = operations::LogCursor::from_start(op.state_dir().to_path_buf())
-        .new_lines()
-        .into_iter()
-        .filter(|l| l.contains(" WARN "))
-        .filter_map(|l| super::status::told_by_log_line(&l))
-        .collect();
-    for reason in super::status::untold(&report.degraded_reasons, &warnings) {
-        report.findings.push(format!(
-            "the status said Degraded ({reason}) but the operator logged no warning telling of it"
-        ));
+    match events(op) {
+        Ok(events) => report.findings.extend(super::status::events_missing(
+            &report.degraded_reasons,
+            &events,
+            CLUSTER,
+        )),
+        Err(e) => report
+            .findings
+            .push(format!("the Events could not be listed: {e}")),
     }
     report.elapsed = run_began.elapsed();
     if let Some(e) = failure {

@@ -91,14 +91,37 @@ pub fn untold<'a>(reasons: &'a BTreeSet<String>, told: &[Told]) -> Vec<&'a Strin
         .collect()
 }
 
-/// A warning line of the operator's log as [`Told`]: its `reason=` field and the whole line as
-/// the note (none for a line without a reason).
-pub fn told_by_log_line(line: &str) -> Option<Told> {
-    let reason = line.split(" reason=").nth(1)?.split_whitespace().next()?;
-    Some(Told {
-        reason: reason.trim_matches('"').to_string(),
-        note: line.to_string(),
-    })
+/// The Degraded reasons with no Warning Event on EtcdCluster `cluster` among `events` (core/v1
+/// or events.k8s.io/v1 objects), one finding each.
+pub fn events_missing(
+    reasons: &BTreeSet<String>,
+    events: &[serde_json::Value],
+    cluster: &str,
+) -> Vec<String> {
+    let told: Vec<Told> = events
+        .iter()
+        .filter(|e| {
+            e["type"] == "Warning"
+                && (e["regarding"]["name"] == cluster || e["involvedObject"]["name"] == cluster)
+        })
+        .map(|e| Told {
+            reason: e["reason"].as_str().unwrap_or_default().to_string(),
+            note: e["note"]
+                .as_str()
+                .or_else(|| e["message"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+        })
+        .collect();
+    untold(reasons, &told)
+        .into_iter()
+        .map(|reason| {
+            format!(
+                "the status said Degraded ({reason}) but no Warning Event told of it on {cluster} ({} Events in all)",
+                events.len()
+            )
+        })
+        .collect()
 }
 
 /// Reads the status of one EtcdCluster every 300 ms on a thread of its own until dropped.
@@ -197,12 +220,21 @@ mod tests {
         );
         // A failed step does not tell of members being unhealthy.
         assert_eq!(untold(&reasons, &[failed]), vec!["MembersUnhealthy"]);
-        let line = "2026-11-27T00:41:36Z  WARN x: ChangeVersion failed: boom cluster=default/r reason=EtcdTimeout action=ChangeVersion";
-        assert_eq!(
-            told_by_log_line(line).map(|t| t.reason).as_deref(),
-            Some("EtcdTimeout")
-        );
-        assert_eq!(told_by_log_line("INFO nothing here"), None);
+    }
+
+    #[test]
+    fn a_degraded_reason_without_its_warning_event_is_a_finding() {
+        use serde_json::json;
+        let reasons: BTreeSet<String> = ["MembersUnhealthy".to_string()].into();
+        let event = json!({"type": "Warning", "reason": "MembersUnhealthy", "regarding": {"name": "c"}});
+        assert!(events_missing(&reasons, std::slice::from_ref(&event), "c").is_empty());
+        let core = json!({"type": "Warning", "reason": "MembersUnhealthy", "involvedObject": {"name": "c"}});
+        assert!(events_missing(&reasons, &[core], "c").is_empty());
+        let normal = json!({"type": "Normal", "reason": "MembersUnhealthy", "regarding": {"name": "c"}});
+        let elsewhere =
+            json!({"type": "Warning", "reason": "MembersUnhealthy", "regarding": {"name": "other"}});
+        assert_eq!(events_missing(&reasons, &[normal, elsewhere], "c").len(), 1);
+        assert!(events_missing(&Default::default(), &[], "c").is_empty());
     }
 
     #[test]
