@@ -119,6 +119,10 @@ pub struct RuntimeMember {
     pub template_hash: Option<String>,
     /// Its persistent volume, where the runtime has one per member (Kubernetes: its claim).
     pub volume: Option<VolumeState>,
+    /// When it was created (reserved): its claim's (else its Pod's) creation on Kubernetes, the
+    /// time recorded in its directory locally; `None` when unknown. A scale down removes the
+    /// newest member first.
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A member's persistent volume as the runtime reports it.

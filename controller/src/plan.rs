@@ -1018,13 +1018,22 @@ pub fn plan(
                 reason: WaitReason::UnhealthyBeforeScaleDown,
             };
         }
-        // The newest non-leader goes first; if only the leader is left to remove, move
-        // leadership to a healthy voter first.
+        // The newest non-leader goes first (by when the runtime created it; where that is not
+        // known, the highest member ID); if only the leader is left to remove, move leadership
+        // to a healthy voter first.
+        let created = |m: &EtcdMember| {
+            observed
+                .runtime
+                .iter()
+                .find(|r| r.name == m.name)
+                .and_then(|r| r.created)
+        };
+        let age = |m: &&&EtcdMember| (created(m), m.id);
         let victim = voters
             .iter()
-            .rev()
-            .find(|m| m.id != etcd.leader)
-            .or_else(|| voters.last());
+            .filter(|m| m.id != etcd.leader)
+            .max_by_key(age)
+            .or_else(|| voters.iter().max_by_key(age));
         let Some(victim) = victim else { return Step::Idle };
         if victim.id == etcd.leader {
             if let Some(to) = voters.iter().find(|m| m.id != victim.id && is_healthy(m)) {
@@ -2263,6 +2272,7 @@ mod tests {
             restarts: 0,
             template_hash: None,
             volume: None,
+            created: None,
         }
     }
 
@@ -2489,6 +2499,60 @@ mod tests {
     }
 
     #[test]
+    fn scale_down_removes_the_newest_follower_by_creation_not_by_member_id() {
+        let d = desired(2);
+        let at = |s: i64| chrono::DateTime::from_timestamp(s, 0);
+        let mut runtime = running(&["a", "b", "c"]);
+        for (r, t) in runtime.iter_mut().zip([100, 300, 200]) {
+            r.created = at(t);
+        }
+        let o = Observed {
+            authority: None,
+            runtime,
+            etcd: view(
+                vec![
+                    member(2, "b", false, true),
+                    member(5, "c", false, true),
+                    member(9, "a", false, true),
+                ],
+                9,
+            ),
+            timing: Timing::default(),
+        };
+        // `b` was created last, though its member ID is the lowest.
+        assert_eq!(
+            run(&d, &o),
+            Step::RemoveFromEtcd {
+                id: 2,
+                name: "b".into(),
+                reason: "scale down".into()
+            }
+        );
+        // The newest one leads: the next newest follower goes instead.
+        let mut o = o;
+        o.etcd.as_mut().unwrap().leader = 2;
+        assert_eq!(
+            run(&d, &o),
+            Step::RemoveFromEtcd {
+                id: 5,
+                name: "c".into(),
+                reason: "scale down".into()
+            }
+        );
+        // A member whose creation is not known counts as older than any whose is.
+        o.runtime[1].created = None;
+        o.etcd.as_mut().unwrap().leader = 9;
+        assert_eq!(
+            run(&d, &o),
+            Step::RemoveFromEtcd {
+                id: 5,
+                name: "c".into(),
+                reason: "scale down".into()
+            }
+        );
+    }
+
+    #[test]
     fn scale_down_removes_a_follower_first_and_moves_leadership_off_the_last() {
         let d = desired(1);
         let o = Observed {
@@ -2534,7 +2598,7 @@ mod tests {
             etcd: view(vec![member(1, "a", false, true), member(3, "c", false, true)], 3),
             timing: Timing::default(),
         };
-        // The newest non-leader is `a` (id 1): removed first.
+        // Creation unknown: the non-leader with the highest member ID, `a` (id 1), goes first.
         assert_eq!(
             run(&d, &o),
             Step::RemoveFromEtcd {

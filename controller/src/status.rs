@@ -1341,6 +1341,7 @@ mod tests {
                 restarts: 0,
                 template_hash: Some((*h).into()),
                 volume: None,
+                created: None,
             })
             .collect();
         let record = RolloutRecord {

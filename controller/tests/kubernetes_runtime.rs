@@ -623,6 +623,7 @@ fn reserved(name: &str, config: Option<MemberConfig>) -> RuntimeMember {
         restarts: 0,
         template_hash: None,
         volume: None,
+        created: None,
     }
 }
 
@@ -1651,10 +1652,17 @@ async fn members_are_classified_running_gone_or_reserved() {
             restarted["status"]["containerStatuses"] = json!([{
                 "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 4
             }]);
+            // A member is as old as its claim (the Pod, re-created, is younger); the pending
+            // one's claim says nothing, so its Pod's time counts.
+            restarted["metadata"]["creationTimestamp"] = json!("2026-05-05T00:00:00Z");
+            let mut running_claim = pvc(&running, Some(&cfg2), false);
+            running_claim["metadata"]["creationTimestamp"] = json!("2026-01-02T03:04:05Z");
+            let mut pending_pod = pod(&pending, "Pending", Some(&cfg2), false);
+            pending_pod["metadata"]["creationTimestamp"] = json!("2026-02-03T04:05:06Z");
             api.list_members(
                 vec![
                     restarted,
-                    pod(&pending, "Pending", Some(&cfg2), false),
+                    pending_pod,
                     pod(&failed, "Failed", Some(&cfg2), false),
                     pod(&terminating, "Running", Some(&cfg2), true),
                     pod(&removed, "Running", Some(&cfg2), true),
@@ -1663,7 +1671,7 @@ async fn members_are_classified_running_gone_or_reserved() {
                     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stray", "labels": {"etcd.operator.dev/cluster": NAME}}}),
                 ],
                 vec![
-                    pvc(&running, Some(&cfg2), false),
+                    running_claim,
                     pvc(&pending, Some(&cfg2), false),
                     pvc(&failed, Some(&cfg2), false),
                     pvc(&terminating, Some(&cfg2), false),
@@ -1697,6 +1705,7 @@ async fn members_are_classified_running_gone_or_reserved() {
         certificates: None,
         restarts: 0,
         template_hash: None,
+        created: None,
         // Every claim asks for 1Gi and reports no capacity yet.
         volume: Some(VolumeState {
             requested: 1 << 30,
@@ -1710,9 +1719,17 @@ async fn members_are_classified_running_gone_or_reserved() {
         vec![
             RuntimeMember {
                 restarts: 4,
+                created: chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+                    .ok()
+                    .map(|t| t.to_utc()),
                 ..with(&running, Liveness::Running)
             },
-            with(&pending, Liveness::Running),
+            RuntimeMember {
+                created: chrono::DateTime::parse_from_rfc3339("2026-02-03T04:05:06Z")
+                    .ok()
+                    .map(|t| t.to_utc()),
+                ..with(&pending, Liveness::Running)
+            },
             with(&failed, gone(format!("Pod {failed} has phase Failed"), true)),
             with(
                 &terminating,

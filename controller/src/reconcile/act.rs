@@ -421,6 +421,7 @@ mod tests {
             restarts: 0,
             template_hash: None,
             volume: None,
+            created: None,
         }
     }
 

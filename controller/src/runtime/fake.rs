@@ -212,6 +212,7 @@ impl Runtime for FakeRuntime {
             restarts: 0,
             template_hash: None,
             volume: None,
+            created: Some(chrono::Utc::now()),
         };
         state.members.push(m.clone());
         Ok(m)

@@ -656,6 +656,10 @@ impl KubernetesRuntime {
                 .filter(|p| !being_deleted(*p))
                 .and_then(|p| p.annotations().get(TEMPLATE_HASH_ANNOTATION).cloned()),
             volume: pvc.filter(|p| !being_deleted(*p)).map(volume_state),
+            created: pvc
+                .and_then(|p| p.metadata.creation_timestamp.as_ref())
+                .or_else(|| pod.and_then(|p| p.metadata.creation_timestamp.as_ref()))
+                .and_then(crate::backup_policy::from_time),
         }))
     }
 
@@ -1058,6 +1062,8 @@ impl Runtime for KubernetesRuntime {
             restarts: 0,
             template_hash: None,
             volume: None,
+            // Known once the claim (or Pod) is listed.
+            created: None,
         })
     }
 

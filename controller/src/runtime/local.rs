@@ -51,6 +51,10 @@ struct MemberFile {
     /// fault-injecting proxy in tests) listens there and passes on to `peer_port`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     advertise_peer_port: Option<u16>,
+    /// When the member was reserved, in nanoseconds since the epoch (absent in files written
+    /// before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reserved_at_ns: Option<i64>,
 }
 
 impl MemberFile {
@@ -547,6 +551,7 @@ impl LocalRuntime {
             restarts: 0,
             template_hash: running_template(dir),
             volume: None,
+            created: file.reserved_at_ns.map(chrono::DateTime::from_timestamp_nanos),
         }
     }
 
@@ -861,6 +866,7 @@ impl Runtime for LocalRuntime {
             client_tls: planes.client.is_some(),
             peer_tls: planes.peer.is_some(),
             advertise_peer_port,
+            reserved_at_ns: chrono::Utc::now().timestamp_nanos_opt(),
         };
         self.write_member(&dir, &file)?;
         Ok(self.to_runtime_member(cluster, &dir, &file))
@@ -1261,7 +1267,25 @@ mod tests {
         assert_eq!(a, again);
         assert_eq!(a.liveness, Liveness::Reserved);
         let fresh = LocalRuntime::new(root.path(), binaries());
-        assert_eq!(fresh.members(&cluster()).await.unwrap(), vec![a]);
+        assert_eq!(fresh.members(&cluster()).await.unwrap(), vec![a.clone()]);
+        // When it was reserved is kept too (a scale down removes the newest first).
+        let b = rt.reserve(&cluster(), &spec(), "c-bbbbb").await.unwrap();
+        assert!(
+            a.created.is_some() && a.created < b.created,
+            "{:?} {:?}",
+            a.created,
+            b.created
+        );
+        // A member file of before the time was recorded reads as unknown.
+        let dir = rt.member_dir(&cluster(), "c-aaaaa");
+        let text = std::fs::read_to_string(dir.join("member.json")).unwrap();
+        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(old.as_object_mut().unwrap().remove("reservedAtNs").is_some());
+        std::fs::write(dir.join("member.json"), old.to_string()).unwrap();
+        let members = fresh.members(&cluster()).await.unwrap();
+        assert_eq!(members[0].name, "c-aaaaa");
+        assert_eq!(members[0].created, None, "{members:?}");
+        assert_eq!(members[1].created, b.created);
     }
 
     #[tokio::test]
