@@ -553,6 +553,34 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
     assert_eq!(condition(&s, "Degraded").unwrap()["status"], "False", "{s}");
     // Every member got new certificates and was restarted on them; same members, same data.
     assert_renewed(&op, "rot", &names, &before, true);
+    // And an Event says so for each, with why.
+    let events: Value = serde_json::from_str(
+        &kubectl(
+            &op,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=rot,reason=MemberCertificatesRenewed",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for name in &names {
+        let note = format!("Restarted member process {name} with new certificates (rotation \"2026-11-25T13:00:00Z\" was requested)");
+        assert!(
+            events["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["message"] == note.as_str()),
+            "no Event {note:?} in {events}"
+        );
+    }
     assert_eq!(client_endpoints(&s), eps, "the same members serve");
     etcd_operator_tests::writer::assert_no_write_lost(&eps, Some(&tls), &writes).await;
 

@@ -84,6 +84,37 @@ impl Report {
         )
     }
 
+    /// A plane's CA rotation moved from `from` to `to` (`plane`: `client` or `peer`).
+    pub fn authority_moved(
+        plane: &str,
+        from: crate::tls::authority::AuthorityPhase,
+        to: crate::tls::authority::AuthorityPhase,
+    ) -> Self {
+        use crate::tls::authority::AuthorityPhase;
+        let note = match to {
+            AuthorityPhase::Trusting => "a new CA is trusted beside the old one, which still issues",
+            AuthorityPhase::Reissuing => {
+                "the new CA issues; the old one stays trusted until every member holds new certificates"
+            }
+            AuthorityPhase::Steady => "the old CA is trusted no more",
+        };
+        Self::normal(
+            "CertificateAuthorityRotating",
+            "RotateCertificateAuthority",
+            format!("The {plane} plane's CA rotation moved from {from} to {to}: {note}"),
+        )
+    }
+
+    /// A member was restarted on new certificates: `how` says how (`Deleted Pod x to restart it
+    /// on ...`, `Restarted member process x`), `reason` why.
+    pub fn member_certificates_renewed(action: &str, how: &str, reason: &str) -> Self {
+        Self::normal(
+            "MemberCertificatesRenewed",
+            action,
+            format!("{how} with new certificates ({reason})"),
+        )
+    }
+
     /// Progress worth seeing.
     pub fn normal(reason: &str, action: &str, note: String) -> Self {
         Self {

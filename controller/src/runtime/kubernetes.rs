@@ -1263,10 +1263,15 @@ impl Runtime for KubernetesRuntime {
             name,
             "delete the member Pod to restart it on new certificates",
             "MemberCertificatesRenewed",
-            format!(
-                "Deleted Pod {name} to restart it on PersistentVolumeClaim {} with new certificates ({reason})",
-                naming::member_pvc_name(name)
-            ),
+            super::events::Report::member_certificates_renewed(
+                "DeletePod",
+                &format!(
+                    "Deleted Pod {name} to restart it on PersistentVolumeClaim {}",
+                    naming::member_pvc_name(name)
+                ),
+                &reason,
+            )
+            .note,
         )
         .await?;
         Ok(())

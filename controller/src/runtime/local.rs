@@ -778,6 +778,33 @@ fn proc_state(pid: u32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
+/// Why a member's certificates are renewed, from what the runtime sees of them (`seen`; `None`
+/// for a member without TLS) and the on-demand rotation asked; `None` when they are current.
+fn renewal_reason(seen: Option<&crate::model::MemberCertificates>, rotation: Option<&str>) -> Option<String> {
+    let seen = seen?;
+    if let Some(wanted) = rotation
+        && seen.rotation.as_deref() != Some(wanted)
+    {
+        return Some(format!("rotation {wanted:?} was requested"));
+    }
+    match seen.authority {
+        Some(crate::model::AuthorityLag::Trust) => {
+            return Some("it does not trust what the cluster's CAs trust now".to_owned());
+        }
+        Some(crate::model::AuthorityLag::Issuer) => {
+            return Some("its certificates are not issued by the cluster's CA".to_owned());
+        }
+        None => {}
+    }
+    (seen.valid_for < RENEW_BEFORE).then(|| {
+        format!(
+            "its certificates are valid for {} more hours, under the {} hours they are renewed before",
+            seen.valid_for.as_secs() / 3600,
+            RENEW_BEFORE.as_secs() / 3600
+        )
+    })
+}
+
 /// `dir/name`, or `dir/name.<n>` for the first `n` not taken.
 fn unused_path(dir: &Path, name: &str) -> PathBuf {
     let plain = dir.join(name);
@@ -966,21 +993,26 @@ impl Runtime for LocalRuntime {
             name,
             "it was never started, so it has no certificates to renew",
         )?;
-        let current = self.member_certificates(cluster, &dir, &file).is_none_or(|c| {
-            c.authority.is_none()
-                && c.valid_for >= RENEW_BEFORE
-                && spec
-                    .certificate_rotation
-                    .as_ref()
-                    .is_none_or(|r| c.rotation.as_ref() == Some(r))
-        });
-        if current && running_pid(&dir).is_some() {
+        let reason = renewal_reason(
+            self.member_certificates(cluster, &dir, &file).as_ref(),
+            spec.certificate_rotation.as_deref(),
+        );
+        if reason.is_none() && running_pid(&dir).is_some() {
             return Ok(());
         }
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name)?;
-        self.launch(cluster, spec, &dir, &mut file, &config, false)
+        self.launch(cluster, spec, &dir, &mut file, &config, false)?;
+        if let Some(reason) = reason {
+            let how = format!("Restarted member process {name}");
+            self.record(
+                cluster,
+                Report::member_certificates_renewed("RestartProcess", &how, &reason),
+            )
+            .await;
+        }
+        Ok(())
     }
 
     async fn authority(
@@ -1023,8 +1055,9 @@ impl Runtime for LocalRuntime {
             ("client", planes.client.is_some()),
             ("peer", planes.peer.is_some()),
         ] {
-            if on {
-                self.plane_cas(cluster, plane).advance(to, rotation)?;
+            if on && let Some(from) = self.plane_cas(cluster, plane).advance(to, rotation)? {
+                self.record(cluster, Report::authority_moved(plane, from, to))
+                    .await;
             }
         }
         Ok(())
@@ -1256,6 +1289,40 @@ mod tests {
 
     fn binaries() -> PathBuf {
         etcd_operator_tests::tools::tools_dir().join("etcd")
+    }
+
+    #[test]
+    fn a_renewal_says_why_and_current_certificates_need_none() {
+        use crate::model::{AuthorityLag, MemberCertificates};
+        let good = MemberCertificates {
+            valid_for: RENEW_BEFORE * 2,
+            rotation: Some("r1".into()),
+            authority: None,
+        };
+        assert_eq!(renewal_reason(None, Some("r1")), None, "a member without TLS");
+        assert_eq!(renewal_reason(Some(&good), Some("r1")), None);
+        assert_eq!(renewal_reason(Some(&good), None), None);
+        assert_eq!(
+            renewal_reason(Some(&good), Some("r2")).as_deref(),
+            Some("rotation \"r2\" was requested")
+        );
+        let lagging = MemberCertificates {
+            authority: Some(AuthorityLag::Issuer),
+            ..good.clone()
+        };
+        assert_eq!(
+            renewal_reason(Some(&lagging), Some("r1")).as_deref(),
+            Some("its certificates are not issued by the cluster's CA")
+        );
+        let expiring = MemberCertificates {
+            valid_for: Duration::from_secs(3 * 3600),
+            ..good
+        };
+        let why = renewal_reason(Some(&expiring), None).unwrap();
+        assert!(
+            why.starts_with("its certificates are valid for 3 more hours"),
+            "{why}"
+        );
     }
 
     #[tokio::test]

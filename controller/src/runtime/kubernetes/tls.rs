@@ -773,22 +773,13 @@ impl KubernetesRuntime {
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(kube_error("write the CA Secret"))?;
-            let note = match to {
-                AuthorityPhase::Trusting => "a new CA is trusted beside the old one, which still issues",
-                AuthorityPhase::Reissuing => {
-                    "the new CA issues; the old one stays trusted until every member holds new certificates"
-                }
-                AuthorityPhase::Steady => "the old CA is trusted no more",
-            };
             info!(cluster = %cluster.key(), secret = %name, %from, %to, "CA rotation moved on");
+            let report = super::super::events::Report::authority_moved(plane.as_str(), from, to);
             self.publish(
                 cluster,
-                "CertificateAuthorityRotating",
-                "RotateCertificateAuthority",
-                format!(
-                    "The {} plane's CA rotation moved from {from} to {to}: {note}",
-                    plane.as_str()
-                ),
+                &report.reason,
+                &report.action,
+                report.note,
                 Some(secret_reference(cluster, &name)),
             )
             .await;

@@ -113,11 +113,17 @@ impl PlaneCas {
 
     /// Moves the plane to `to` (nothing when it is there already); see
     /// [`crate::runtime::Runtime::advance_authority`].
-    pub(super) fn advance(&self, to: AuthorityPhase, rotation: Option<&str>) -> Result<(), RuntimeError> {
+    /// Moves the plane's CA rotation to `to`; the phase it moved from, or `None` when it was
+    /// there already.
+    pub(super) fn advance(
+        &self,
+        to: AuthorityPhase,
+        rotation: Option<&str>,
+    ) -> Result<Option<AuthorityPhase>, RuntimeError> {
         let (authority, _) = self.load()?;
         let from = authority.phase();
         if from == to {
-            return Ok(());
+            return Ok(None);
         }
         // Refused before anything is written.
         let moved = authority
@@ -151,7 +157,7 @@ impl PlaneCas {
         }
         write_file(&self.trust_path(), &moved.bundle(), 0o644).map_err(err)?;
         tracing::info!(plane = self.plane, pki = %self.pki.display(), %from, %to, "CA rotation moved on");
-        Ok(())
+        Ok(Some(from))
     }
 }
 
