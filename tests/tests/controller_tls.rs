@@ -571,7 +571,9 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
     )
     .unwrap();
     for name in &names {
-        let note = format!("Restarted member process {name} with new certificates (rotation \"2026-11-25T13:00:00Z\" was requested)");
+        let note = format!(
+            "Restarted member process {name} with new certificates (rotation \"2026-11-25T13:00:00Z\" was requested)"
+        );
         assert!(
             events["items"]
                 .as_array()

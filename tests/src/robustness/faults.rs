@@ -148,8 +148,20 @@ impl Membership {
     }
 }
 
-/// Asks the cluster for its members and its leader.
+/// Asks the cluster for its members and its leader (giving up after 5 s in all).
 pub async fn membership(endpoints: &[String]) -> Result<Membership, RobustnessError> {
+    let limit = Duration::from_secs(5);
+    tokio::time::timeout(limit, membership_unbounded(endpoints))
+        .await
+        .unwrap_or_else(|_| {
+            Err(RobustnessError::Timeout {
+                what: format!("the member list and status from {endpoints:?}"),
+                timeout: limit,
+            })
+        })
+}
+
+async fn membership_unbounded(endpoints: &[String]) -> Result<Membership, RobustnessError> {
     let mut client = Client::connect(endpoints, Some(super::client_options(Duration::from_secs(2))))
         .await
         .map_err(|source| RobustnessError::Connect {

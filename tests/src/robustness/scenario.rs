@@ -488,6 +488,12 @@ fn events(op: &LocalOperator) -> Result<Vec<serde_json::Value>, String> {
     Err(last)
 }
 
+/// How long one phase or one fault's injection may take in all before the run stops on it as a
+/// finding (its own waits are bounded by `recovery_timeout`; this bounds whatever else it awaits).
+fn phase_watchdog(config: &ScenarioConfig) -> Duration {
+    config.recovery_timeout * 2 + Duration::from_secs(60)
+}
+
 /// Set (to anything) to keep the logs of a run that passed too.
 pub const KEEP_LOGS_ENV: &str = "ROBUSTNESS_KEEP_LOGS";
 
@@ -605,7 +611,16 @@ async fn drive(
                     endpoints: &endpoints,
                     config: &config,
                 };
-                let record = match run_phase(&mut rig, kind, &phase, &mut rng).await {
+                // A watchdog: whatever the phase awaits, the run never hangs silently.
+                let limit = phase_watchdog(&config);
+                let phase_run = tokio::time::timeout(limit, run_phase(&mut rig, kind, &phase, &mut rng));
+                let outcome = phase_run.await.unwrap_or_else(|_| {
+                    Err(RobustnessError::Timeout {
+                        what: format!("{} (the whole phase, fault and wait included)", phase.what),
+                        timeout: limit,
+                    })
+                });
+                let record = match outcome {
                     Ok(r) => r,
                     Err(e) => {
                         report.findings.push(format!(
@@ -681,7 +696,19 @@ async fn drive(
             ));
         }
         let fault_began = Instant::now();
-        let (target, held) = match inject(kind, op, &proxies, &disks, &membership, &mut rng, &config).await {
+        let limit = phase_watchdog(&config);
+        let injected = tokio::time::timeout(
+            limit,
+            inject(kind, op, &proxies, &disks, &membership, &mut rng, &config),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(RobustnessError::Timeout {
+                what: format!("injecting {kind}"),
+                timeout: limit,
+            })
+        });
+        let (target, held) = match injected {
             Ok(t) => t,
             Err(e) => {
                 failure = Some(e);
