@@ -671,6 +671,14 @@ impl LocalRuntime {
     /// Asks the member's process to stop and says whether it has: SIGTERM the first time,
     /// SIGKILL once it has had [`STOP_TIMEOUT`]; [`RuntimeError::Waiting`] while it still runs.
     /// Never waits: the next call looks again.
+    /// Whether `pid` was asked to stop already.
+    fn is_stopping(&self, pid: u32) -> bool {
+        self.stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(&pid)
+    }
+
     fn stop_process(&self, dir: &Path, name: &str) -> Result<(), RuntimeError> {
         let Some(pid) = running_pid(dir) else {
             return Ok(());
@@ -997,22 +1005,26 @@ impl Runtime for LocalRuntime {
             self.member_certificates(cluster, &dir, &file).as_ref(),
             spec.certificate_rotation.as_deref(),
         );
-        if reason.is_none() && running_pid(&dir).is_some() {
+        let pid = running_pid(&dir);
+        if reason.is_none() && pid.is_some() {
             return Ok(());
+        }
+        // Told once, as the restart begins (the stop may take a few looks; the start on the new
+        // certificates may come from the restart of the stopped member).
+        if let (Some(reason), Some(pid)) = (&reason, pid)
+            && !self.is_stopping(pid)
+        {
+            let how = format!("Stopped member process {name} to restart it");
+            self.record(
+                cluster,
+                Report::member_certificates_renewed("StopProcess", &how, reason),
+            )
+            .await;
         }
         // etcd reads its certificates at start: stop, then start on the new ones (issued by
         // `spawn` since the old ones are expiring or carry another rotation).
         self.stop_process(&dir, name)?;
-        self.launch(cluster, spec, &dir, &mut file, &config, false)?;
-        if let Some(reason) = reason {
-            let how = format!("Restarted member process {name}");
-            self.record(
-                cluster,
-                Report::member_certificates_renewed("RestartProcess", &how, &reason),
-            )
-            .await;
-        }
-        Ok(())
+        self.launch(cluster, spec, &dir, &mut file, &config, false)
     }
 
     async fn authority(
