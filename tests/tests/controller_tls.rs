@@ -973,6 +973,43 @@ async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_tr
         );
     }
     etcd_operator_tests::writer::assert_no_write_lost(&eps, current_identity(&pki).as_ref(), &writes).await;
+    // Each plane's three moves were told as Events.
+    let events: Value = serde_json::from_str(
+        &kubectl(
+            &op,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=rca",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let moves: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "CertificateAuthorityRotating")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    for plane in ["client", "peer"] {
+        for (from, to) in [
+            ("Steady", "Trusting"),
+            ("Trusting", "Reissuing"),
+            ("Reissuing", "Steady"),
+        ] {
+            let told = format!("The {plane} plane's CA rotation moved from {from} to {to}: ");
+            assert!(
+                moves.iter().any(|m| m.starts_with(&told)),
+                "no Event {told:?} among {moves:?}"
+            );
+        }
+    }
 
     // Asked again with the same value, nothing restarts.
     let pids: Vec<u32> = names
