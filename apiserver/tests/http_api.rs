@@ -978,6 +978,68 @@ async fn missing_objects_are_404_for_every_verb(backing: Backing) {
 // ---------------------------------------------------------------------------------------------
 // Transport-level refusals
 
+/// A cluster with `n` labels `k000001: v` (valid, and no limit on their count), its body well
+/// under the 3 MiB limit; stored with its `managedFields` (an entry per label) it is about 2.3
+/// times as large.
+fn labelled(name: &str, n: usize) -> Value {
+    let mut c = cluster(name);
+    c["metadata"]["labels"] = (0..n).map(|i| (format!("k{i:06}"), json!("v"))).collect();
+    c
+}
+
+/// Objects the body limit lets through but the backing etcd refuses as larger than its
+/// `--max-request-bytes` (1.5 MiB by default, as the tests run it) are 413, as the body limit's,
+/// not 500: etcd's own refusal (`request is too large`) and gRPC's, above the limit plus
+/// 512 KiB. Nothing is stored. Only etcd has the limit.
+#[tokio::test]
+async fn objects_larger_than_the_backing_etcd_stores_are_413() {
+    let api = Api::start(Backing::Etcd).await;
+    let existing = api.create("a").await;
+    let before = api.stored().await;
+    // A label is 14 bytes of JSON and 15 of managedFields: about 1.7 MB stored (etcd's own
+    // check), and about 2.3 MB (over gRPC's limit, 2 MiB).
+    for (n, etcd_says) in [
+        (58_000, "etcdserver: request is too large"),
+        (80_000, "grpc: received message larger than max"),
+    ] {
+        let body = labelled("big", n);
+        assert!(body.to_string().len() < 3 * 1024 * 1024);
+        let r = api.post(&coll(NS), &body).await;
+        let status = assert_status(
+            &r,
+            413,
+            "RequestEntityTooLarge",
+            "Request entity too large: the object as stored is larger than the backing etcd accepts",
+        );
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(message.contains("--max-request-bytes"), "{message}");
+        assert!(message.contains(etcd_says), "{message}");
+        // Growing an existing object over the limit is refused the same way.
+        let labels: serde_json::Map<String, Value> =
+            (0..n).map(|i| (format!("k{i:06}"), json!("v"))).collect();
+        let patch = json!({"metadata": {"labels": labels}}).to_string();
+        let r = api.patch(&obj(NS, "a"), MERGE, &patch).await;
+        assert_status(
+            &r,
+            413,
+            "RequestEntityTooLarge",
+            "larger than the backing etcd accepts",
+        );
+        let mut put = existing.clone();
+        put["metadata"]["labels"] = labelled("a", n)["metadata"]["labels"].clone();
+        let r = api.put(&obj(NS, "a"), &put).await;
+        assert_status(
+            &r,
+            413,
+            "RequestEntityTooLarge",
+            "larger than the backing etcd accepts",
+        );
+    }
+    api.assert_unchanged(&before, "objects etcd refused").await;
+    // Below the limit, such an object is stored.
+    api.post(&coll(NS), &labelled("fits", 8_000)).await.expect(201);
+}
+
 async fn bodies_over_3_mib_are_413(backing: Backing) {
     let api = Api::start(backing).await;
     let existing = api.create("a").await;

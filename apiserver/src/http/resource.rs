@@ -193,7 +193,10 @@ pub fn storage_error_in(resource: &str, e: StorageError, name: &str) -> ApiError
         }
         StorageError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
         e @ StorageError::Timeout { .. } => ApiError::unavailable(e.to_string()),
-        e => ApiError::internal(crate::error::chain(&e)),
+        e => match e.request_too_large() {
+            Some(etcd) => ApiError::too_large_to_store(etcd),
+            None => ApiError::internal(crate::error::chain(&e)),
+        },
     }
 }
 
