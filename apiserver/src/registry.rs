@@ -7,6 +7,7 @@
 //!   the object-safe `Resource` the HTTP layer serves through;
 //! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups; [`event`]:
 //!   core Events (local mode);
+//! - [`create_finalizer`]: the finalizer a co-located controller's objects get at create;
 //! - [`kind`]: the table of served resources (adding one is one entry there);
 //! - [`printers`]: `kubectl get` columns;
 //! - `work`: a step count in test builds, for the tests that prove a pass linear;
@@ -15,6 +16,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod create_finalizer;
 pub mod event;
 pub mod fieldset;
 pub mod kind;

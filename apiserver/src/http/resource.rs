@@ -17,6 +17,7 @@ use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::table::{self, IncludeObject};
+use crate::registry::create_finalizer::{self, CreateFinalizer};
 use crate::registry::kind::Kind;
 use crate::registry::strategy::{RequestObject, Write};
 use crate::registry::{self, UpdateDecision};
@@ -38,6 +39,8 @@ struct Target {
     agent_manager: String,
     /// Serve mode's namespace lifecycle check on creates.
     namespaces: Option<std::sync::Arc<dyn super::admission::CreateAdmission>>,
+    /// The finalizers new objects get (the co-located controller's).
+    create_finalizers: std::sync::Arc<[CreateFinalizer]>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -98,6 +101,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         query,
         output: negotiate(accept)?,
         namespaces: state.namespaces.clone(),
+        create_finalizers: state.create_finalizers.clone(),
         agent_manager: managed::manager_from_user_agent(
             parts
                 .headers
@@ -229,6 +233,12 @@ impl Target {
             Some(lifecycle) => lifecycle.admit_create(self.resource(), name, namespace).await,
             None => Ok(()),
         }
+    }
+
+    /// What the server sets on a new object after its `managedFields` are recorded (so no
+    /// client owns it): the co-located controller's finalizer.
+    fn prepare_create(&self, namespace: &str, stored: &mut Value) {
+        create_finalizer::prepare_create(&self.create_finalizers, self.kind, namespace, stored);
     }
 
     /// Who writes, for `metadata.managedFields`: `fieldManager`, else the User-Agent's product.
@@ -488,6 +498,7 @@ fn clone_target(t: &Target) -> Target {
         output: t.output,
         agent_manager: t.agent_manager.clone(),
         namespaces: t.namespaces.clone(),
+        create_finalizers: t.create_finalizers.clone(),
     }
 }
 
@@ -808,6 +819,7 @@ async fn create(
             None,
             false,
         )?;
+        t.prepare_create(namespace, &mut stored);
         Ok::<_, ApiError>((stored, name, warnings))
     })?;
     let result = if opts.dry_run {
@@ -1061,6 +1073,7 @@ async fn apply(
             let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
             warnings.extend(admitted);
             managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+            t.prepare_create(ns, &mut stored);
             Ok::<_, ApiError>((stored, name, warnings))
         })?;
         let result = if opts.dry_run {
