@@ -751,13 +751,9 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     object_response(StatusCode::OK, &body, &list_target, &[])
 }
 
-/// Unknown fields of a request object, handled per `fieldValidation`: warnings, or a 400.
-fn check_unknown_fields(
-    input: &Value,
-    typed: &Value,
-    mode: FieldValidation,
-) -> Result<Vec<String>, ApiError> {
-    let unknown = registry::unknown_fields(input, typed);
+/// Unknown fields of a request object (their paths), handled per `fieldValidation`: warnings,
+/// or a 400.
+fn check_unknown_fields(unknown: &[String], mode: FieldValidation) -> Result<Vec<String>, ApiError> {
     match mode {
         FieldValidation::Ignore => Ok(Vec::new()),
         FieldValidation::Warn => Ok(unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect()),
@@ -779,9 +775,10 @@ fn decode_request(
     version: &str,
     mode: FieldValidation,
 ) -> Result<(RequestObject, Vec<String>), ApiError> {
-    let (versioned, typed) = kind.decode(value.clone(), version)?;
-    kind.check_types(&value, &typed)?;
-    let warnings = check_unknown_fields(&value, &typed, mode)?;
+    // One pass: the typed object, and what it does not keep of the body.
+    let (versioned, findings) = kind.decode(&value, version)?;
+    kind.check_types(&value, &findings)?;
+    let warnings = check_unknown_fields(&findings.unknown, mode)?;
     Ok((versioned, warnings))
 }
 
