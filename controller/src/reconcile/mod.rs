@@ -279,6 +279,7 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
     fn forget(&self, cluster: &ClusterRef) {
         if let Ok(mut memory) = self.memory.lock() {
             memory.remove(&cluster.key());
+            crate::sparse::shrink_when_sparse(&mut memory);
         }
     }
 
