@@ -44,3 +44,7 @@ pub const SHORT_NAMES: &[&str] = &["ec"];
 pub const HUB_VERSION: &str = v1alpha2::VERSION;
 /// Every served version, preferred first.
 pub const SERVED_VERSIONS: &[&str] = &[v1alpha2::VERSION, v1alpha1::VERSION];
+/// The controller's finalizer on EtcdClusters: deleting one stops its members and removes their
+/// data first. The controller adds it when missing; a server whose controller manages the
+/// cluster's namespace adds it at create.
+pub const CLEANUP_FINALIZER: &str = "etcd.operator.dev/cleanup";

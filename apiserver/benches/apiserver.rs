@@ -16,7 +16,7 @@
 //! `BENCH_OPERATOR_BINARY` (use this binary instead of building one), `BENCH_SERVER_ARGS`
 //! (extra arguments for `etcd-operator local`), `BENCH_WITH_CONTROLLER` (set: leave the
 //! controller on), `BENCH_ONLY_LOAD` (set: stop once the 10,000 objects are stored, for a heap
-//! profile) and `BENCH_ONLY_HUGE` (set: only the huge-label admission figures, issue 26 item 4).
+//! profile, printing the RSS then and once more after the watch cache's event retention) and `BENCH_ONLY_HUGE` (set: only the huge-label admission figures, issue 26 item 4).
 
 // A bench is test code: a failed unwrap is a bench failure with its location, and printing the
 // figures is its purpose.
@@ -1428,10 +1428,18 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     if std::env::var_os("BENCH_ONLY_LOAD").is_some() {
         // For a heap profile of the server with the objects stored (docs/performance.md).
         print!("{header}");
+        // Right after the load, RSS still holds what the writes left behind (the watch cache's
+        // recent events, pages the allocator has not given back yet): look again once those
+        // are gone, as after the deletes.
+        tokio::time::sleep(Duration::from_secs(DELETE_SETTLE_SECS)).await;
+        let rss_settled = rss_kib(pid)?;
         println!(
-            "RSS: {:.1} MiB with 0 objects, {:.1} MiB with {big}",
+            "RSS: {:.1} MiB with 0 objects, {:.1} MiB with {big}, {:.1} MiB {DELETE_SETTLE_SECS} s later; per object {:.1} KiB, {:.1} KiB settled",
             mib(rss_empty),
-            mib(rss_loaded)
+            mib(rss_loaded),
+            mib(rss_settled),
+            rss_loaded.saturating_sub(rss_empty) as f64 / big.max(1) as f64,
+            rss_settled.saturating_sub(rss_empty) as f64 / big.max(1) as f64,
         );
         return Ok(());
     }

@@ -217,6 +217,19 @@ impl ApiError {
         )
     }
 
+    /// 413 for an object the backing etcd refused as larger than it stores (`etcd` is what it
+    /// said). kube-apiserver answers 500 there (kubernetes issue 112152); a larger object will
+    /// not fit on a retry either, so it is the client's error, as the body limit's.
+    pub fn too_large_to_store(etcd: &str) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!(
+                "Request entity too large: the object as stored is larger than the backing etcd accepts (its --max-request-bytes, 1.5 MiB unless set): {etcd}"
+            ),
+        )
+    }
+
     /// 410 for a resourceVersion older than the retained history.
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(StatusCode::GONE, "Expired", message)

@@ -7,6 +7,9 @@
 //!   the object-safe `Resource` the HTTP layer serves through;
 //! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups; [`event`]:
 //!   core Events (local mode);
+//! - [`create_finalizer`]: the finalizer a co-located controller's objects get at create;
+//! - [`decode`]: a request body into its typed object in one pass, with what the type does not
+//!   keep of it (unknown fields, mistyped containers);
 //! - [`kind`]: the table of served resources (adding one is one entry there);
 //! - [`printers`]: `kubectl get` columns;
 //! - `work`: a step count in test builds, for the tests that prove a pass linear;
@@ -15,6 +18,8 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod create_finalizer;
+pub mod decode;
 pub mod event;
 pub mod fieldset;
 pub mod kind;
@@ -322,80 +327,30 @@ pub(crate) fn delete_meta(meta: &mut ObjectMeta, propagation: Option<&str>) -> b
     true
 }
 
-/// [`check_types`] for an object of `kind`.
-pub(crate) fn check_types_of(kind: &str, input: &Value, typed: &Value) -> Result<(), ApiError> {
-    fn walk(input: &Value, typed: &Value, path: &str, out: &mut Vec<Cause>) {
-        let mismatch = |actual: &str, expected: &str| Cause {
-            reason: "FieldValueTypeInvalid".into(),
-            message: format!(
-                "Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\""
-            ),
-            field: path.to_string(),
-        };
-        match (input, typed) {
-            (Value::Object(i), Value::Object(t)) => {
-                for (k, v) in i {
-                    if let Some(tv) = t.get(k) {
-                        let child = if path.is_empty() {
-                            k.clone()
-                        } else {
-                            format!("{path}.{k}")
-                        };
-                        walk(v, tv, &child, out);
-                    }
-                }
-            }
-            (Value::Array(i), Value::Array(t)) => {
-                for (idx, (iv, tv)) in i.iter().zip(t).enumerate() {
-                    walk(iv, tv, &format!("{path}[{idx}]"), out);
-                }
-            }
-            (Value::Array(_), Value::Object(_)) => out.push(mismatch("array", "object")),
-            (Value::Object(_), Value::Array(_)) => out.push(mismatch("object", "array")),
-            _ => {}
-        }
-    }
-    let mut causes = Vec::new();
-    walk(input, typed, "", &mut causes);
-    if causes.is_empty() {
+/// [`check_types`] for an object of `kind`: a 422 naming every container of the wrong JSON type
+/// that decoding took anyway (`findings` of [`decode::decode`]), as kube-apiserver's schema
+/// check refuses them.
+pub(crate) fn check_types_of(kind: &str, input: &Value, findings: &decode::Findings) -> Result<(), ApiError> {
+    if findings.mismatches.is_empty() {
         return Ok(());
     }
+    let causes = findings
+        .mismatches
+        .iter()
+        .map(|m| Cause {
+            reason: "FieldValueTypeInvalid".into(),
+            message: format!(
+                "Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\"",
+                actual = m.actual,
+                path = m.path,
+                expected = m.expected,
+            ),
+            field: m.path.clone(),
+        })
+        .collect();
     let name = input
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     Err(ApiError::invalid(kind, name, causes))
-}
-
-/// Lists the paths of fields in `input` that the typed object dropped (unknown fields), for
-/// `fieldValidation`. Hand-written: serde reports only the first unknown field, and only when
-/// every struct denies unknown fields, which would also reject them under `Ignore`.
-pub fn unknown_fields(input: &Value, typed: &Value) -> Vec<String> {
-    fn walk(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
-        match (input, typed) {
-            (Value::Object(i), Value::Object(t)) => {
-                for (k, v) in i {
-                    let child = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    match t.get(k) {
-                        None if !v.is_null() => out.push(child),
-                        Some(tv) => walk(v, tv, &child, out),
-                        None => {}
-                    }
-                }
-            }
-            (Value::Array(i), Value::Array(t)) => {
-                for (idx, (iv, tv)) in i.iter().zip(t).enumerate() {
-                    walk(iv, tv, &format!("{path}[{idx}]"), out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(input, typed, "", &mut out);
-    out
 }

@@ -23,6 +23,7 @@ use etcd_operator_apiserver::http::snapshot::{
     MemberSnapshot, OpenSnapshotError, SnapshotSource, VerifiedSnapshot,
 };
 use etcd_operator_apiserver::http::{AppState, Stores, router};
+use etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer;
 use etcd_operator_apiserver::registry::kind::Kind;
 use etcd_operator_apiserver::storage::backend::{
     Backend, EtcdBackend, MemoryBackend, RangeRequest, prefix_end,
@@ -236,6 +237,22 @@ impl Api {
     }
 
     async fn start_with(backing: Backing, authenticator: Arc<dyn Authenticator>) -> Self {
+        Self::start_full(backing, authenticator, Arc::new([])).await
+    }
+
+    /// A server whose new objects get `create_finalizers` (as when the controller runs in it).
+    async fn start_with_create_finalizers(
+        backing: Backing,
+        create_finalizers: Arc<[CreateFinalizer]>,
+    ) -> Self {
+        Self::start_full(backing, Arc::new(FixedUser), create_finalizers).await
+    }
+
+    async fn start_full(
+        backing: Backing,
+        authenticator: Arc<dyn Authenticator>,
+        create_finalizers: Arc<[CreateFinalizer]>,
+    ) -> Self {
         let (backend, etcd): (Arc<dyn Backend>, _) = match backing {
             Backing::Memory => (Arc::new(MemoryBackend::new()), None),
             Backing::Etcd => {
@@ -246,7 +263,7 @@ impl Api {
                 (Arc::new(EtcdBackend::new(client)), Some(etcd))
             }
         };
-        let (app, storage) = Self::app_on(&backend, authenticator).await;
+        let (app, storage) = Self::app_on_with(&backend, authenticator, create_finalizers).await;
         Self {
             app,
             storage,
@@ -259,6 +276,14 @@ impl Api {
     async fn app_on(
         backend: &Arc<dyn Backend>,
         authenticator: Arc<dyn Authenticator>,
+    ) -> (axum::Router, Storage) {
+        Self::app_on_with(backend, authenticator, Arc::new([])).await
+    }
+
+    async fn app_on_with(
+        backend: &Arc<dyn Backend>,
+        authenticator: Arc<dyn Authenticator>,
+        create_finalizers: Arc<[CreateFinalizer]>,
     ) -> (axum::Router, Storage) {
         let stores = Stores::open(|prefix| {
             Storage::with_backend(Arc::clone(backend), prefix, StorageOptions::default())
@@ -281,6 +306,7 @@ impl Api {
             snapshots: Some(Arc::new(DirectSnapshots)),
             namespaces: None,
             metrics: Some(Arc::new(registry)),
+            create_finalizers,
         });
         (instrument(app, metrics), storage)
     }
@@ -977,6 +1003,68 @@ async fn missing_objects_are_404_for_every_verb(backing: Backing) {
 
 // ---------------------------------------------------------------------------------------------
 // Transport-level refusals
+
+/// A cluster with `n` labels `k000001: v` (valid, and no limit on their count), its body well
+/// under the 3 MiB limit; stored with its `managedFields` (an entry per label) it is about 2.3
+/// times as large.
+fn labelled(name: &str, n: usize) -> Value {
+    let mut c = cluster(name);
+    c["metadata"]["labels"] = (0..n).map(|i| (format!("k{i:06}"), json!("v"))).collect();
+    c
+}
+
+/// Objects the body limit lets through but the backing etcd refuses as larger than its
+/// `--max-request-bytes` (1.5 MiB by default, as the tests run it) are 413, as the body limit's,
+/// not 500: etcd's own refusal (`request is too large`) and gRPC's, above the limit plus
+/// 512 KiB. Nothing is stored. Only etcd has the limit.
+#[tokio::test]
+async fn objects_larger_than_the_backing_etcd_stores_are_413() {
+    let api = Api::start(Backing::Etcd).await;
+    let existing = api.create("a").await;
+    let before = api.stored().await;
+    // A label is 14 bytes of JSON and 15 of managedFields: about 1.7 MB stored (etcd's own
+    // check), and about 2.3 MB (over gRPC's limit, 2 MiB).
+    for (n, etcd_says) in [
+        (58_000, "etcdserver: request is too large"),
+        (80_000, "grpc: received message larger than max"),
+    ] {
+        let body = labelled("big", n);
+        assert!(body.to_string().len() < 3 * 1024 * 1024);
+        let r = api.post(&coll(NS), &body).await;
+        let status = assert_status(
+            &r,
+            413,
+            "RequestEntityTooLarge",
+            "Request entity too large: the object as stored is larger than the backing etcd accepts",
+        );
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(message.contains("--max-request-bytes"), "{message}");
+        assert!(message.contains(etcd_says), "{message}");
+        // Growing an existing object over the limit is refused the same way.
+        let labels: serde_json::Map<String, Value> =
+            (0..n).map(|i| (format!("k{i:06}"), json!("v"))).collect();
+        let patch = json!({"metadata": {"labels": labels}}).to_string();
+        let r = api.patch(&obj(NS, "a"), MERGE, &patch).await;
+        assert_status(
+            &r,
+            413,
+            "RequestEntityTooLarge",
+            "larger than the backing etcd accepts",
+        );
+        let mut put = existing.clone();
+        put["metadata"]["labels"] = labelled("a", n)["metadata"]["labels"].clone();
+        let r = api.put(&obj(NS, "a"), &put).await;
+        assert_status(
+            &r,
+            413,
+            "RequestEntityTooLarge",
+            "larger than the backing etcd accepts",
+        );
+    }
+    api.assert_unchanged(&before, "objects etcd refused").await;
+    // Below the limit, such an object is stored.
+    api.post(&coll(NS), &labelled("fits", 8_000)).await.expect(201);
+}
 
 async fn bodies_over_3_mib_are_413(backing: Backing) {
     let api = Api::start(backing).await;
@@ -1815,6 +1903,104 @@ async fn finalizers_hold_deletion_until_the_last_one_is_removed(backing: Backing
         .expect(200);
     assert_eq!(fg["metadata"]["finalizers"], json!(["foregroundDeletion"]));
     assert!(fg["metadata"]["deletionTimestamp"].is_string());
+}
+
+/// With the controller in the process, a new cluster in a namespace it manages carries its
+/// cleanup finalizer from the create on (the controller need not write it), owned by no field
+/// manager, as kube-apiserver's create strategies set fields; elsewhere, on other resources,
+/// and on a server without the controller, nothing is added. Deletion still completes.
+async fn the_controllers_finalizer_is_added_at_create_only_where_it_manages(backing: Backing) {
+    const CLEANUP: &str = "etcd.operator.dev/cleanup";
+    let api = Api::start_with_create_finalizers(
+        backing,
+        Arc::new([CreateFinalizer::cluster_cleanup(vec![NS.to_string()])]),
+    )
+    .await;
+    let created = api.create("a").await;
+    assert_eq!(created["metadata"]["finalizers"], json!([CLEANUP]), "{created:#}");
+    let got = api.get(&obj(NS, "a")).await.expect(200);
+    assert_eq!(got["metadata"]["finalizers"], json!([CLEANUP]));
+    let entries = got["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{got:#}");
+    assert!(
+        entries[0]["fieldsV1"]["f:metadata"].get("f:finalizers").is_none(),
+        "the client does not own the server's finalizer: {got:#}"
+    );
+    // The client's own finalizers come first and are kept.
+    let mut held = cluster("held");
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let held = api.create_in(NS, &held).await;
+    assert_eq!(
+        held["metadata"]["finalizers"],
+        json!(["example.com/hold", CLEANUP])
+    );
+    // v1alpha1 creates get it too.
+    let v1 = json!({"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
+        "metadata": {"name": "old"}, "spec": {"size": 3}});
+    let r = api
+        .post(
+            &format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters"),
+            &v1,
+        )
+        .await
+        .expect(201);
+    assert_eq!(r["metadata"]["finalizers"], json!([CLEANUP]));
+    // A dry-run create shows it and stores nothing.
+    let before = api.stored().await;
+    let dry = api
+        .post(&format!("{}?dryRun=All", coll(NS)), &cluster("dry"))
+        .await
+        .expect(201);
+    assert_eq!(dry["metadata"]["finalizers"], json!([CLEANUP]));
+    api.assert_unchanged(&before, "a dry-run create").await;
+    // Server-side apply creates get it, and applying the same configuration again (which does
+    // not list it) keeps it: the applier does not own it.
+    let config = r#"{"apiVersion":"etcd.operator.dev/v1alpha2","kind":"EtcdCluster","metadata":{"name":"applied"},"spec":{"replicas":3}}"#;
+    let uri = format!("{}?fieldManager=t", obj(NS, "applied"));
+    let applied = api.patch(&uri, APPLY, config).await.expect(201);
+    assert_eq!(applied["metadata"]["finalizers"], json!([CLEANUP]), "{applied:#}");
+    let again = api
+        .patch(&uri, APPLY, &config.replace("\"replicas\":3", "\"replicas\":5"))
+        .await
+        .expect(200);
+    assert_eq!(again["spec"]["replicas"], 5);
+    assert_eq!(again["metadata"]["finalizers"], json!([CLEANUP]), "{again:#}");
+    // Namespaces the controller does not manage, and other resources, get nothing.
+    let elsewhere = api.create_in("elsewhere", &cluster("a")).await;
+    assert!(elsewhere["metadata"].get("finalizers").is_none(), "{elsewhere:#}");
+    let backup = api
+        .post(
+            &backups(NS),
+            &json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdBackup",
+                "metadata": {"name": "b"}, "spec": {"clusterName": "a"}}),
+        )
+        .await
+        .expect(201);
+    assert!(backup["metadata"].get("finalizers").is_none(), "{backup:#}");
+
+    // A delete waits for the controller's cleanup, which then removes the finalizer.
+    let deleting = api.delete(&obj(NS, "a"), None).await.expect(200);
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string());
+    api.patch(
+        &obj(NS, "a"),
+        JSON_PATCH,
+        &format!(r#"[{{"op":"test","path":"/metadata/finalizers","value":["{CLEANUP}"]}},{{"op":"remove","path":"/metadata/finalizers/0"}}]"#),
+    )
+    .await
+    .expect(200);
+    assert_status(&api.get(&obj(NS, "a")).await, 404, "NotFound", "\"a\" not found");
+
+    // Without a controller in the process: no finalizer, and a delete is immediate.
+    let plain = Api::start(backing).await;
+    let created = plain.create("a").await;
+    assert!(created["metadata"].get("finalizers").is_none(), "{created:#}");
+    plain.delete(&obj(NS, "a"), None).await.expect(200);
+    assert_status(
+        &plain.get(&obj(NS, "a")).await,
+        404,
+        "NotFound",
+        "\"a\" not found",
+    );
 }
 
 async fn deletecollection_deletes_exactly_the_selected_objects(backing: Backing) {
@@ -3644,6 +3830,7 @@ both_backings!(
     failing_and_malformed_patches_change_nothing,
     delete_preconditions_that_do_not_match_are_409_and_delete_nothing,
     finalizers_hold_deletion_until_the_last_one_is_removed,
+    the_controllers_finalizer_is_added_at_create_only_where_it_manages,
     deletecollection_deletes_exactly_the_selected_objects,
     status_writes_change_only_status_and_main_writes_ignore_status,
     scale_subresource_reads_and_writes_replicas,

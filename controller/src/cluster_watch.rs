@@ -9,6 +9,16 @@
 //!
 //! The member controller and the scheduled-backup controller run on one [`shared`] watch and
 //! store, not one each: every EtcdCluster is held once.
+//!
+//! What the controllers read of a stored EtcdCluster (checked by the tests below, which resolve
+//! a full and a projected object into the same [`ValidatedCluster`](crate::validated)): the
+//! whole spec; the whole status (the status write compares it with the new one to skip writes
+//! that change nothing, and keeps transition times, the backup and recovery records from it);
+//! name, namespace, uid, generation, resourceVersion, creationTimestamp, deletionTimestamp and
+//! finalizers; and the request annotations, all named `etcd.operator.dev/...`. Labels, owner
+//! references, other annotations (`kubectl.kubernetes.io/last-applied-configuration` is a copy
+//! of the whole object) and the conversion annotations (which only the API server reads) are
+//! not kept.
 
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use kube::api::Api;
@@ -75,35 +85,165 @@ pub fn shared(api: Api<EtcdCluster>) -> SharedClusters {
     }
 }
 
-/// What the stores keep of an EtcdCluster: everything but `managedFields`.
+/// The prefix of every annotation the controllers read (requests such as
+/// `etcd.operator.dev/defragment`, and `etcd.operator.dev/keep-data-on-delete`).
+const READ_ANNOTATION_PREFIX: &str = "etcd.operator.dev/";
+
+/// Annotations under [`READ_ANNOTATION_PREFIX`] that only the API server reads: what one API
+/// version cannot express, kept for lossless conversion.
+const CONVERSION_ANNOTATIONS: [&str; 2] = [
+    etcd_operator_api::convert::V1ALPHA1_FIELDS_ANNOTATION,
+    etcd_operator_api::convert::V1ALPHA2_FIELDS_ANNOTATION,
+];
+
+/// Whether the controllers read the annotation `key` of an EtcdCluster.
+fn read_annotation(key: &str) -> bool {
+    key.starts_with(READ_ANNOTATION_PREFIX) && !CONVERSION_ANNOTATIONS.contains(&key)
+}
+
+/// What the stores keep of an EtcdCluster: what the controllers read (see the module's
+/// documentation), not `managedFields`, labels, owner references or annotations they do not read.
 pub fn project(cluster: &mut EtcdCluster) {
-    cluster.metadata.managed_fields = None;
+    let meta = &mut cluster.metadata;
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|key, _| read_annotation(key));
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validated::ValidatedCluster;
+    use etcd_operator_api::v1alpha2 as api;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    use serde_json::json;
 
-    #[test]
-    fn the_projection_drops_managed_fields_and_keeps_the_rest() {
-        let mut cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+    /// Every annotation the controllers read, each set to a value they act on.
+    fn request_annotations() -> serde_json::Value {
+        json!({
+            api::ROTATE_CERTIFICATES_ANNOTATION: "r1",
+            api::ROTATE_CA_ANNOTATION: "c1",
+            api::RECOVER_QUORUM_ANNOTATION: "q1",
+            api::REPLACE_MEMBER_ANNOTATION: "a-xyz12",
+            api::DEFRAGMENT_ANNOTATION: "2026-01-02T03:04:05Z",
+            api::MOVE_LEADER_ANNOTATION: "a-abcde",
+            crate::validated::KEEP_DATA_ANNOTATION: "true",
+        })
+    }
+
+    /// A stored EtcdCluster with every part the API can hold: metadata the controllers read and
+    /// metadata they do not, a full spec, and a status as the controllers write it.
+    fn full() -> EtcdCluster {
+        let mut annotations = request_annotations();
+        annotations["kubectl.kubernetes.io/last-applied-configuration"] = json!("{\"big\": true}");
+        annotations["example.com/note"] = json!("x");
+        annotations["bench.etcd.operator.dev/seq"] = json!("7");
+        annotations[etcd_operator_api::convert::V1ALPHA1_FIELDS_ANNOTATION] = json!("{\"size\":3}");
+        let mut cluster: EtcdCluster = serde_json::from_value(json!({
             "apiVersion": "etcd.operator.dev/v1alpha2",
             "kind": "EtcdCluster",
-            "metadata": {"name": "a", "namespace": "ns", "annotations": {"x": "y"},
-                         "finalizers": ["etcd.operator.dev/cleanup"]},
-            "spec": {"replicas": 3},
+            "metadata": {
+                "name": "a", "namespace": "ns", "uid": "u-1", "generation": 4,
+                "resourceVersion": "42", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-03T00:00:00Z",
+                "finalizers": ["etcd.operator.dev/cleanup", "example.com/hold"],
+                "labels": {"team": "storage", "app.kubernetes.io/name": "etcd"},
+                "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "o-1"}],
+            },
+            "spec": {
+                "replicas": 5, "version": "3.5.16", "paused": false,
+                "podTemplate": {"metadata": {"labels": {"l": "v"}, "annotations": {"a": "b"}},
+                                "spec": {"priorityClassName": "high"}},
+                "storage": {"size": "2Gi", "medium": "Disk"},
+                "backup": {"schedule": "0 * * * *", "retention": {"maxCount": 3},
+                           "destination": {"s3": {"bucket": "b", "prefix": "p"}}},
+                "maintenance": {"defragmentation": {"schedule": "0 3 * * *"}},
+            },
+            "status": {
+                "phase": "Running", "observedGeneration": 3, "replicas": 5, "readyReplicas": 4,
+                "clusterID": "abc", "leader": "a-abcde", "currentVersion": "3.5.16",
+                "conditions": [{"type": "Available", "status": "True", "reason": "Quorum",
+                                "message": "m", "observedGeneration": 3,
+                                "lastTransitionTime": "2026-01-02T00:00:00Z"}],
+                "members": [{"name": "a-abcde", "id": "1", "version": "3.5.16"}],
+                "recovery": {"request": "q0", "survivor": "a-abcde", "lostMembers": ["a-xyz12"]},
+                "lastBackup": {"revision": 9},
+            },
         }))
-        .unwrap();
+        .unwrap_or_else(|e| panic!("the test object decodes: {e}"));
         cluster.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
             manager: Some("kubectl".into()),
-            fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {"f:replicas": {}}}))),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:replicas": {}}}))),
             ..ManagedFieldsEntry::default()
         }]);
-        let mut projected = cluster.clone();
+        cluster
+    }
+
+    #[test]
+    fn the_projection_keeps_everything_the_controllers_read() {
+        let full = full();
+        let mut projected = full.clone();
         project(&mut projected);
-        assert_eq!(projected.metadata.managed_fields, None);
-        cluster.metadata.managed_fields = None;
-        assert_eq!(projected, cluster);
+        // What the reconciler and the backup controller resolve from it.
+        let (a, b) = match (ValidatedCluster::new(&full), ValidatedCluster::new(&projected)) {
+            (Ok(a), Ok(b)) => (a, b),
+            other => panic!("both resolve: {other:?}"),
+        };
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        // The test object sets what it means to: every request is seen.
+        assert!(a.ignored.is_empty(), "{:?}", a.ignored);
+        assert_eq!(a.certificate_rotation.as_deref(), Some("r1"));
+        assert_eq!(a.ca_rotation.as_deref(), Some("c1"));
+        assert_eq!(a.recover_quorum.as_deref(), Some("q1"));
+        assert_eq!(a.replace_member.as_deref(), Some("a-xyz12"));
+        assert!(a.defragment_request.is_some());
+        assert!(a.move_leader.is_some());
+        assert!(a.keep_data_on_delete);
+        // The finalizer helper, the status write and the backup controller read these whole.
+        assert_eq!(projected.spec, full.spec);
+        assert_eq!(projected.status, full.status);
+        let (p, f) = (&projected.metadata, &full.metadata);
+        assert_eq!(
+            (&p.name, &p.namespace, &p.uid, &p.generation, &p.resource_version),
+            (&f.name, &f.namespace, &f.uid, &f.generation, &f.resource_version)
+        );
+        assert_eq!(
+            (&p.creation_timestamp, &p.deletion_timestamp, &p.finalizers),
+            (&f.creation_timestamp, &f.deletion_timestamp, &f.finalizers)
+        );
+    }
+
+    #[test]
+    fn the_projection_drops_what_no_controller_reads() {
+        let mut projected = full();
+        project(&mut projected);
+        let meta = &projected.metadata;
+        assert_eq!(meta.managed_fields, None);
+        assert_eq!(meta.labels, None);
+        assert_eq!(meta.owner_references, None);
+        let kept: Vec<&str> = meta
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        let mut expected: Vec<String> = request_annotations()
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        expected.sort();
+        assert_eq!(kept, expected);
+        // Without any annotation it reads, an object keeps none.
+        let mut plain = full();
+        plain.metadata.annotations = Some([("example.com/note".to_owned(), "x".to_owned())].into());
+        project(&mut plain);
+        assert_eq!(plain.metadata.annotations, None);
     }
 }

@@ -29,6 +29,7 @@ pub mod resources;
 pub mod restore;
 pub mod runtime;
 pub mod shard;
+pub(crate) mod sparse;
 pub mod status;
 pub mod template;
 pub mod tls;

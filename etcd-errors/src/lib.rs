@@ -16,6 +16,14 @@ use tonic::Code;
 const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
 /// etcd's description of `ErrFutureRev` (gRPC `OutOfRange`).
 const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
+/// etcd's description of `ErrRequestTooLarge` (gRPC `InvalidArgument`): a write larger than
+/// its `--max-request-bytes`.
+const REQUEST_TOO_LARGE: &str = "etcdserver: request is too large";
+/// How gRPC's server begins its refusal (`ResourceExhausted`) of a message larger than it
+/// receives: etcd's limit is `--max-request-bytes` plus 512 KiB, so a write larger still never
+/// reaches etcd's own check. etcd gives `ResourceExhausted` to other errors too (too many
+/// requests, no space), so the text decides.
+const MESSAGE_LARGER_THAN_MAX: &str = "grpc: received message larger than max";
 /// etcd's descriptions of the errors that mean "not yet": a learner not caught up, a member
 /// added less than 5 s ago, a cluster not healthy enough to change its membership.
 const NOT_READY_YET: [&str; 4] = [
@@ -34,6 +42,8 @@ pub enum EtcdErrorKind {
     FutureRevision,
     /// etcd answered "not yet" (see [`NOT_READY_YET`]): try again later.
     NotReadyYet,
+    /// The request is larger than etcd accepts (`--max-request-bytes`): retrying cannot help.
+    RequestTooLarge,
     /// The TLS handshake failed (a certificate expired, or is not from the CA the other side
     /// trusts); [`tls_failure`] has rustls' error.
     TlsHandshake,
@@ -49,6 +59,12 @@ pub fn classify(error: &Error) -> EtcdErrorKind {
             Code::OutOfRange if status.message() == FUTURE_REVISION => return EtcdErrorKind::FutureRevision,
             Code::FailedPrecondition | Code::Unavailable if NOT_READY_YET.contains(&status.message()) => {
                 return EtcdErrorKind::NotReadyYet;
+            }
+            Code::InvalidArgument if status.message() == REQUEST_TOO_LARGE => {
+                return EtcdErrorKind::RequestTooLarge;
+            }
+            Code::ResourceExhausted if status.message().starts_with(MESSAGE_LARGER_THAN_MAX) => {
+                return EtcdErrorKind::RequestTooLarge;
             }
             _ => {}
         }
@@ -140,6 +156,36 @@ mod tests {
             EtcdErrorKind::Other
         );
         assert_eq!(classify(&Error::InvalidArgs("x".into())), EtcdErrorKind::Other);
+    }
+
+    #[test]
+    fn writes_over_the_request_limit_are_too_large() {
+        assert_eq!(
+            classify(&status(Code::InvalidArgument, REQUEST_TOO_LARGE)),
+            EtcdErrorKind::RequestTooLarge
+        );
+        assert_eq!(
+            classify(&status(
+                Code::ResourceExhausted,
+                "grpc: received message larger than max (2621500 vs. 2097152)"
+            )),
+            EtcdErrorKind::RequestTooLarge
+        );
+        // etcd's other ResourceExhausted errors are not about size.
+        for text in [
+            "etcdserver: too many requests",
+            "etcdserver: mvcc: database space exceeded",
+        ] {
+            assert_eq!(
+                classify(&status(Code::ResourceExhausted, text)),
+                EtcdErrorKind::Other,
+                "{text}"
+            );
+        }
+        assert_eq!(
+            classify(&status(Code::InvalidArgument, "etcdserver: key is not provided")),
+            EtcdErrorKind::Other
+        );
     }
 
     #[test]

@@ -271,6 +271,23 @@ fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
     ))
 }
 
+/// The finalizers local mode's new objects get: the controller's cleanup finalizer when it runs
+/// in this process (for the namespaces it manages), none with `--no-controller` (nothing would
+/// remove it, and deletes would hang).
+fn create_finalizers(
+    no_controller: bool,
+    controller: &ControllerArgs,
+) -> Arc<[etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer]> {
+    if no_controller {
+        return Arc::new([]);
+    }
+    Arc::new([
+        etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer::cluster_cleanup(
+            controller.namespaces(),
+        ),
+    ])
+}
+
 async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     let LocalArgs {
         state_dir,
@@ -350,6 +367,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         // Local mode has no Namespace objects: any DNS-1123 label is one (docs/api.md).
         namespaces: None,
         metrics: Some(Arc::new(registry)),
+        create_finalizers: create_finalizers(no_controller, &controller),
     };
     // Outermost: the overload refusals (429, 504) are counted too.
     let app = http::metrics::instrument(
@@ -561,6 +579,28 @@ mod tests {
         ])
         .unwrap();
         assert!(matches!(cli.mode, Mode::FinishRestore { .. }));
+    }
+
+    #[test]
+    fn new_clusters_get_the_cleanup_finalizer_only_with_the_controller() {
+        use etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer;
+        assert!(create_finalizers(true, &ControllerArgs::default()).is_empty());
+        assert_eq!(
+            &*create_finalizers(false, &ControllerArgs::default()),
+            [CreateFinalizer::cluster_cleanup(Vec::new())]
+        );
+        // Only in the namespaces the controller manages (blanks dropped, as it drops them).
+        let controller = ControllerArgs {
+            watch_namespaces: vec![" team-a".into(), String::new()],
+            ..ControllerArgs::default()
+        };
+        let finalizers = create_finalizers(false, &controller);
+        assert_eq!(
+            &*finalizers,
+            [CreateFinalizer::cluster_cleanup(vec!["team-a".into()])]
+        );
+        assert!(finalizers[0].applies_to(kind::Kind::CLUSTER, "team-a"));
+        assert!(!finalizers[0].applies_to(kind::Kind::CLUSTER, "team-b"));
     }
 
     #[tokio::test]

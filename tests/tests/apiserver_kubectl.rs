@@ -625,3 +625,48 @@ async fn kube_rs_patch_apply_creates_and_conflicts() {
         .unwrap();
     assert_eq!(forced.data["spec"]["replicas"], 5);
 }
+
+const PAUSED_CLUSTER: &str = r#"
+apiVersion: etcd.operator.dev/v1alpha2
+kind: EtcdCluster
+metadata:
+  name: held
+  namespace: default
+spec:
+  replicas: 3
+  version: 3.5.1
+  paused: true
+"#;
+
+/// With its controller, local mode creates a cluster with the controller's cleanup finalizer
+/// already on (the controller need not write it, issue 24); with `--no-controller` it adds
+/// none, since nothing would remove it. A delete completes either way: the controller runs its
+/// cleanup and takes the finalizer off.
+#[tokio::test]
+async fn the_cleanup_finalizer_comes_with_the_create_only_when_the_controller_runs() {
+    for (args, expected) in [
+        (Vec::new(), serde_json::json!(["etcd.operator.dev/cleanup"])),
+        (vec!["--no-controller".to_string()], Value::Null),
+    ] {
+        let op = LocalOperator::start_with(etcd_operator_tests::operator::OperatorOptions {
+            args: args.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let out = kubectl(&op, &["create", "-o", "json", "-f", "-"], Some(PAUSED_CLUSTER)).unwrap();
+        let created: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            created["metadata"]["finalizers"], expected,
+            "{args:?}: {created:#}"
+        );
+        assert_eq!(
+            get(&op, "ec", "held").unwrap()["metadata"]["finalizers"],
+            expected,
+            "{args:?}"
+        );
+        kubectl(&op, &["delete", "ec", "held", "--wait", "--timeout=60s"], None).unwrap();
+        let err = kubectl_fails(&op, &["get", "ec", "held"], None);
+        assert!(err.contains("NotFound"), "{args:?}: {err}");
+    }
+}

@@ -17,6 +17,7 @@ use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::table::{self, IncludeObject};
+use crate::registry::create_finalizer::{self, CreateFinalizer};
 use crate::registry::kind::Kind;
 use crate::registry::strategy::{RequestObject, Write};
 use crate::registry::{self, UpdateDecision};
@@ -38,6 +39,8 @@ struct Target {
     agent_manager: String,
     /// Serve mode's namespace lifecycle check on creates.
     namespaces: Option<std::sync::Arc<dyn super::admission::CreateAdmission>>,
+    /// The finalizers new objects get (the co-located controller's).
+    create_finalizers: std::sync::Arc<[CreateFinalizer]>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -98,6 +101,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         query,
         output: negotiate(accept)?,
         namespaces: state.namespaces.clone(),
+        create_finalizers: state.create_finalizers.clone(),
         agent_manager: managed::manager_from_user_agent(
             parts
                 .headers
@@ -193,7 +197,10 @@ pub fn storage_error_in(resource: &str, e: StorageError, name: &str) -> ApiError
         }
         StorageError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
         e @ StorageError::Timeout { .. } => ApiError::unavailable(e.to_string()),
-        e => ApiError::internal(crate::error::chain(&e)),
+        e => match e.request_too_large() {
+            Some(etcd) => ApiError::too_large_to_store(etcd),
+            None => ApiError::internal(crate::error::chain(&e)),
+        },
     }
 }
 
@@ -226,6 +233,12 @@ impl Target {
             Some(lifecycle) => lifecycle.admit_create(self.resource(), name, namespace).await,
             None => Ok(()),
         }
+    }
+
+    /// What the server sets on a new object after its `managedFields` are recorded (so no
+    /// client owns it): the co-located controller's finalizer.
+    fn prepare_create(&self, namespace: &str, stored: &mut Value) {
+        create_finalizer::prepare_create(&self.create_finalizers, self.kind, namespace, stored);
     }
 
     /// Who writes, for `metadata.managedFields`: `fieldManager`, else the User-Agent's product.
@@ -485,6 +498,7 @@ fn clone_target(t: &Target) -> Target {
         output: t.output,
         agent_manager: t.agent_manager.clone(),
         namespaces: t.namespaces.clone(),
+        create_finalizers: t.create_finalizers.clone(),
     }
 }
 
@@ -737,13 +751,9 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
     object_response(StatusCode::OK, &body, &list_target, &[])
 }
 
-/// Unknown fields of a request object, handled per `fieldValidation`: warnings, or a 400.
-fn check_unknown_fields(
-    input: &Value,
-    typed: &Value,
-    mode: FieldValidation,
-) -> Result<Vec<String>, ApiError> {
-    let unknown = registry::unknown_fields(input, typed);
+/// Unknown fields of a request object (their paths), handled per `fieldValidation`: warnings,
+/// or a 400.
+fn check_unknown_fields(unknown: &[String], mode: FieldValidation) -> Result<Vec<String>, ApiError> {
     match mode {
         FieldValidation::Ignore => Ok(Vec::new()),
         FieldValidation::Warn => Ok(unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect()),
@@ -765,9 +775,10 @@ fn decode_request(
     version: &str,
     mode: FieldValidation,
 ) -> Result<(RequestObject, Vec<String>), ApiError> {
-    let (versioned, typed) = kind.decode(value.clone(), version)?;
-    kind.check_types(&value, &typed)?;
-    let warnings = check_unknown_fields(&value, &typed, mode)?;
+    // One pass: the typed object, and what it does not keep of the body.
+    let (versioned, findings) = kind.decode(&value, version)?;
+    kind.check_types(&value, &findings)?;
+    let warnings = check_unknown_fields(&findings.unknown, mode)?;
     Ok((versioned, warnings))
 }
 
@@ -805,6 +816,7 @@ async fn create(
             None,
             false,
         )?;
+        t.prepare_create(namespace, &mut stored);
         Ok::<_, ApiError>((stored, name, warnings))
     })?;
     let result = if opts.dry_run {
@@ -1058,6 +1070,7 @@ async fn apply(
             let (mut stored, name, admitted) = t.kind.create(versioned, ns)?;
             warnings.extend(admitted);
             managed::track(ctx, &name, None, &mut stored, Some(&applied_set), force)?;
+            t.prepare_create(ns, &mut stored);
             Ok::<_, ApiError>((stored, name, warnings))
         })?;
         let result = if opts.dry_run {

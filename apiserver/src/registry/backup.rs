@@ -6,6 +6,7 @@ use etcd_operator_api::validation::Outcome;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use super::decode::Findings;
 use super::kind::{BACKUP_INFO, KindInfo};
 use super::printers::{self, Printer};
 use super::strategy::{Store, Strategy, UpdateDecision};
@@ -19,7 +20,7 @@ pub struct BackupStrategy;
 pub const BACKUPS: Store<BackupStrategy> = Store(BackupStrategy);
 
 /// Decodes a request body: it must be an EtcdBackup of `etcd.operator.dev/v1alpha2`.
-pub fn decode(body: Value) -> Result<EtcdBackup, ApiError> {
+pub fn decode(body: &Value) -> Result<(EtcdBackup, Findings), ApiError> {
     match body.get("apiVersion").and_then(Value::as_str) {
         Some(api::API_VERSION) => {}
         Some(v) => {
@@ -48,7 +49,7 @@ pub fn decode(body: Value) -> Result<EtcdBackup, ApiError> {
             ));
         }
     }
-    serde_json::from_value(body).map_err(|e| ApiError::bad_request(format!("decode EtcdBackup: {e}")))
+    super::decode::decode(body).map_err(|e| ApiError::bad_request(format!("decode EtcdBackup: {e}")))
 }
 
 impl Strategy for BackupStrategy {
@@ -63,12 +64,8 @@ impl Strategy for BackupStrategy {
         &printers::BACKUPS
     }
 
-    fn decode(&self, body: Value, _version: &str) -> Result<EtcdBackup, ApiError> {
+    fn decode(&self, body: &Value, _version: &str) -> Result<(EtcdBackup, Findings), ApiError> {
         decode(body)
-    }
-
-    fn encode_request(&self, obj: &EtcdBackup) -> Result<Value, ApiError> {
-        serde_json::to_value(obj).map_err(|e| ApiError::internal(format!("encode EtcdBackup: {e}")))
     }
 
     fn request_meta<'a>(&self, obj: &'a EtcdBackup) -> &'a ObjectMeta {
@@ -190,7 +187,7 @@ mod tests {
     }
 
     fn created() -> EtcdBackup {
-        let mut b = prepare_create(decode(body()).unwrap(), "ns").unwrap();
+        let mut b = prepare_create(decode(&body()).unwrap().0, "ns").unwrap();
         b.metadata.resource_version = Some("4".into());
         b
     }
@@ -203,7 +200,7 @@ mod tests {
         assert!(b.metadata.uid.is_some());
         let mut bad = body();
         bad["spec"]["clusterName"] = json!("");
-        let err = prepare_create(decode(bad).unwrap(), "ns").unwrap_err();
+        let err = prepare_create(decode(&bad).unwrap().0, "ns").unwrap_err();
         assert_eq!(err.code, 422);
         assert_eq!(
             err.to_status()["details"]["causes"][0]["field"],
@@ -212,10 +209,10 @@ mod tests {
         assert_eq!(err.to_status()["details"]["kind"], "EtcdBackup");
         let mut wrong = body();
         wrong["kind"] = json!("EtcdCluster");
-        assert_eq!(decode(wrong).unwrap_err().code, 400);
+        assert_eq!(decode(&wrong).unwrap_err().code, 400);
         let mut old_version = body();
         old_version["apiVersion"] = json!("etcd.operator.dev/v1alpha1");
-        assert_eq!(decode(old_version).unwrap_err().code, 400);
+        assert_eq!(decode(&old_version).unwrap_err().code, 400);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use etcd_operator_api::{KIND, RESOURCE, VersionedCluster, convert, v1alpha2 as h
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
+use super::decode::{self, Findings};
 use super::kind::{CLUSTER_INFO, KindInfo};
 use super::printers::{self, Printer};
 use super::strategy::{Admitted, Store, Strategy, UpdateDecision};
@@ -40,6 +41,12 @@ fn invalid_one(name: &str, field: &str, reason: &str, message: String) -> ApiErr
 
 /// Decodes a request body already parsed to JSON: it must be an EtcdCluster of the URL's version.
 pub fn decode_for_version(body: Value, version: &str) -> Result<VersionedCluster, ApiError> {
+    decode_tracked(&body, version).map(|(obj, _)| obj)
+}
+
+/// [`decode_for_version`] in one pass over the body, with what the typed object does not keep
+/// of it (unknown fields, mistyped containers).
+pub fn decode_tracked(body: &Value, version: &str) -> Result<(VersionedCluster, Findings), ApiError> {
     let expected = format!("{}/{version}", etcd_operator_api::GROUP);
     match body.get("apiVersion").and_then(Value::as_str) {
         Some(v) if v == expected => {}
@@ -67,7 +74,21 @@ pub fn decode_for_version(body: Value, version: &str) -> Result<VersionedCluster
             ));
         }
     }
-    etcd_operator_api::decode_value(body).map_err(|e| ApiError::bad_request(crate::error::chain(&e)))
+    let refused = |e: serde_json::Error| {
+        ApiError::bad_request(crate::error::chain(&etcd_operator_api::DecodeError::Json(e)))
+    };
+    match version {
+        etcd_operator_api::v1alpha1::VERSION => decode::decode(body)
+            .map(|(obj, findings)| (VersionedCluster::V1alpha1(obj), findings))
+            .map_err(refused),
+        etcd_operator_api::v1alpha2::VERSION => decode::decode(body)
+            .map(|(obj, findings)| (VersionedCluster::V1alpha2(obj), findings))
+            .map_err(refused),
+        // Not a served version (the router serves none other): the API crate's error.
+        _ => etcd_operator_api::decode_value(body.clone())
+            .map(|obj| (obj, Findings::default()))
+            .map_err(|e| ApiError::bad_request(crate::error::chain(&e))),
+    }
 }
 
 fn metadata(obj: &VersionedCluster) -> &ObjectMeta {
@@ -105,13 +126,8 @@ impl Strategy for ClusterStrategy {
         &printers::CLUSTERS
     }
 
-    fn decode(&self, body: Value, version: &str) -> Result<VersionedCluster, ApiError> {
-        decode_for_version(body, version)
-    }
-
-    fn encode_request(&self, obj: &VersionedCluster) -> Result<Value, ApiError> {
-        obj.to_value()
-            .map_err(|e| ApiError::internal(format!("encode EtcdCluster: {e}")))
+    fn decode(&self, body: &Value, version: &str) -> Result<(VersionedCluster, Findings), ApiError> {
+        decode_tracked(body, version)
     }
 
     fn request_meta<'a>(&self, obj: &'a VersionedCluster) -> &'a ObjectMeta {
@@ -320,8 +336,9 @@ pub fn apply_scale(
 /// Refuses input whose JSON type differs from the schema's where the decoder would not notice:
 /// serde builds a struct from an array (field by position), so `spec: []` would silently become
 /// a defaulted spec. kube-apiserver refuses such input with 422 `FieldValueTypeInvalid`.
-pub fn check_types(input: &Value, typed: &Value) -> Result<(), ApiError> {
-    check_types_of(KIND, input, typed)
+/// `findings` are what [`decode_tracked`] found in `input`.
+pub fn check_types(input: &Value, findings: &Findings) -> Result<(), ApiError> {
+    check_types_of(KIND, input, findings)
 }
 
 /// The hub object as stored: `apiVersion`/`kind` set, `resourceVersion` cleared.
@@ -355,7 +372,7 @@ pub fn to_version(obj: hub::EtcdCluster, version: &str) -> Result<Value, ApiErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{FOREGROUND_FINALIZER, NAME_SUFFIX_ALPHABET, unknown_fields};
+    use crate::registry::{FOREGROUND_FINALIZER, NAME_SUFFIX_ALPHABET};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn body(version: &str, spec: Value) -> Value {
@@ -629,24 +646,33 @@ mod tests {
 
     #[test]
     fn arrays_where_objects_belong_are_type_errors() {
-        let input = json!({"metadata": {"name": "a"}, "spec": [3, "3.5.1"]});
-        let typed = json!({"metadata": {"name": "a"}, "spec": {"replicas": 3, "version": "3.5.1"}});
-        let err = check_types(&input, &typed).unwrap_err();
+        let input = body("v1alpha2", json!([3, "3.5.1"]));
+        let (obj, findings) = decode_tracked(&input, "v1alpha2").unwrap();
+        // serde took the array as the spec's fields by position.
+        let VersionedCluster::V1alpha2(obj) = obj else {
+            panic!("decoded in another version")
+        };
+        assert_eq!(obj.spec.replicas, Some(3));
+        let err = check_types(&input, &findings).unwrap_err();
         assert_eq!(err.code, 422);
         assert_eq!(
             err.message,
             "EtcdCluster.etcd.operator.dev \"a\" is invalid: spec: Invalid value: \"array\": spec in body must be of type object: \"array\""
         );
-        assert!(check_types(&typed, &typed).is_ok());
+        let fine = body("v1alpha2", json!({"replicas": 3, "version": "3.5.1"}));
+        let (_, findings) = decode_tracked(&fine, "v1alpha2").unwrap();
+        assert!(check_types(&fine, &findings).is_ok());
     }
 
     #[test]
     fn unknown_fields_are_found_with_their_paths() {
-        let input =
-            json!({"spec": {"replicas": 3, "bogus": 1, "podTemplate": {"nope": true}}, "extra": null});
-        let typed = json!({"spec": {"replicas": 3, "podTemplate": {}}});
+        let input = body(
+            "v1alpha2",
+            json!({"replicas": 3, "bogus": 1, "podTemplate": {"nope": true}, "extra": null}),
+        );
+        let (_, findings) = decode_tracked(&input, "v1alpha2").unwrap();
         assert_eq!(
-            unknown_fields(&input, &typed),
+            findings.unknown,
             vec!["spec.bogus".to_string(), "spec.podTemplate.nope".to_string()]
         );
     }

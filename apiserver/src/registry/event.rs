@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use super::decode::Findings;
 use super::kind::{EVENT_INFO, KindInfo};
 use super::printers::{self, Printer};
 use super::strategy::{Store, Strategy};
@@ -30,7 +31,7 @@ const MESSAGE_MAX: usize = 1024;
 
 /// Decodes a request body: a core `v1` Event with an `involvedObject` (a missing one is a 422
 /// naming the field, not a decoding error).
-pub fn decode(body: Value) -> Result<Event, ApiError> {
+pub fn decode(body: &Value) -> Result<(Event, Findings), ApiError> {
     match body.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
         Some(v) => {
@@ -73,7 +74,7 @@ pub fn decode(body: Value) -> Result<Event, ApiError> {
             }],
         ));
     }
-    serde_json::from_value(body).map_err(|e| ApiError::bad_request(format!("decode Event: {e}")))
+    super::decode::decode(body).map_err(|e| ApiError::bad_request(format!("decode Event: {e}")))
 }
 
 /// Every error of an Event, with field paths.
@@ -142,12 +143,8 @@ impl Strategy for EventStrategy {
         &printers::EVENTS
     }
 
-    fn decode(&self, body: Value, _version: &str) -> Result<Event, ApiError> {
+    fn decode(&self, body: &Value, _version: &str) -> Result<(Event, Findings), ApiError> {
         decode(body)
-    }
-
-    fn encode_request(&self, obj: &Event) -> Result<Value, ApiError> {
-        serde_json::to_value(obj).map_err(|e| ApiError::internal(format!("encode Event: {e}")))
     }
 
     fn request_meta<'a>(&self, obj: &'a Event) -> &'a ObjectMeta {
@@ -214,8 +211,8 @@ mod tests {
     }
 
     fn refused(body: Value) -> ApiError {
-        let event = match decode(body) {
-            Ok(e) => e,
+        let event = match decode(&body) {
+            Ok((e, _)) => e,
             Err(e) => return e,
         };
         match EVENTS.create(event, "ns") {
@@ -235,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_valid_event_is_stored_with_server_metadata() {
-        let admitted = EVENTS.create(decode(body()).unwrap(), "ns").unwrap();
+        let admitted = EVENTS.create(decode(&body()).unwrap().0, "ns").unwrap();
         assert!(admitted.object.metadata.uid.is_some());
         let stored = EventStrategy.to_storage(admitted.object).unwrap();
         assert_eq!(stored["apiVersion"], "v1");

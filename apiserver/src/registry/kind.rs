@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::backup::BACKUPS;
 use super::cluster::CLUSTERS;
+use super::decode::Findings;
 use super::event::EVENTS;
 use super::printers::Printer;
 use super::strategy::{RequestObject, Resource, Write};
@@ -178,15 +179,15 @@ impl Kind {
         self.info().subresources.contains(&sub)
     }
 
-    /// Decodes a request body for `version`; also returns the typed object re-encoded, to find
-    /// type mismatches and unknown fields.
-    pub fn decode(self, value: Value, version: &str) -> Result<(RequestObject, Value), ApiError> {
+    /// Decodes a request body for `version`; also returns what the typed object does not keep
+    /// of it (unknown fields, mistyped containers).
+    pub fn decode(self, value: &Value, version: &str) -> Result<(RequestObject, Findings), ApiError> {
         self.0.decode(value, version)
     }
 
     /// [`super::check_types_of`] for this kind.
-    pub fn check_types(self, input: &Value, typed: &Value) -> Result<(), ApiError> {
-        super::check_types_of(self.info().kind, input, typed)
+    pub fn check_types(self, input: &Value, findings: &Findings) -> Result<(), ApiError> {
+        super::check_types_of(self.info().kind, input, findings)
     }
 
     /// Create: the object to store, its name and the warnings.
@@ -278,7 +279,7 @@ mod tests {
     fn a_request_object_of_one_resource_is_refused_by_another() {
         let body = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdBackup",
             "metadata": {"name": "b"}, "spec": {"clusterName": "c"}});
-        let (obj, _) = Kind::BACKUP.decode(body, "v1alpha2").unwrap();
+        let (obj, _) = Kind::BACKUP.decode(&body, "v1alpha2").unwrap();
         let err = Kind::CLUSTER.create(obj, "ns").unwrap_err();
         assert_eq!(err.code, 500);
     }
@@ -287,8 +288,8 @@ mod tests {
     fn backups_go_through_their_own_strategy() {
         let body = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdBackup",
             "metadata": {"name": "b"}, "spec": {"clusterName": "c"}});
-        let (obj, typed) = Kind::BACKUP.decode(body.clone(), "v1alpha2").unwrap();
-        assert!(Kind::BACKUP.check_types(&body, &typed).is_ok());
+        let (obj, findings) = Kind::BACKUP.decode(&body, "v1alpha2").unwrap();
+        assert!(Kind::BACKUP.check_types(&body, &findings).is_ok());
         let (stored, name, warnings) = Kind::BACKUP.create(obj, "ns").unwrap();
         assert_eq!(name, "b");
         assert!(warnings.is_empty());
@@ -300,6 +301,6 @@ mod tests {
         );
         // A cluster body sent to the backups endpoint is refused.
         let cluster = json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster", "metadata": {"name": "x"}});
-        assert_eq!(Kind::BACKUP.decode(cluster, "v1alpha2").unwrap_err().code, 400);
+        assert_eq!(Kind::BACKUP.decode(&cluster, "v1alpha2").unwrap_err().code, 400);
     }
 }

@@ -16,6 +16,7 @@ use etcd_operator_api::validation::Outcome;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use super::decode::Findings;
 use super::kind::KindInfo;
 use super::printers::Printer;
 use super::{create_meta, delete_meta, deletes_now, stamp_created_meta, status_meta, update_meta};
@@ -35,9 +36,8 @@ pub trait Strategy: Send + Sync + 'static {
     fn printer(&self) -> &'static Printer;
 
     /// A request body (JSON already) as an object of `version`: apiVersion and kind must match.
-    fn decode(&self, body: Value, version: &str) -> Result<Self::Request, ApiError>;
-    /// The decoded object encoded again, to find fields it dropped or mistyped.
-    fn encode_request(&self, obj: &Self::Request) -> Result<Value, ApiError>;
+    /// Also what the object does not keep of the body (unknown fields, mistyped containers).
+    fn decode(&self, body: &Value, version: &str) -> Result<(Self::Request, Findings), ApiError>;
     /// The request's metadata.
     fn request_meta<'a>(&self, obj: &'a Self::Request) -> &'a ObjectMeta;
     /// The request's metadata, for the shared identity rules.
@@ -208,9 +208,9 @@ pub trait Resource: Send + Sync + 'static {
     fn info(&self) -> &'static KindInfo;
     /// `kubectl get` columns.
     fn printer(&self) -> &'static Printer;
-    /// Decodes a request body for `version`; also returns the typed object re-encoded, to find
-    /// type mismatches and unknown fields.
-    fn decode(&self, body: Value, version: &str) -> Result<(RequestObject, Value), ApiError>;
+    /// Decodes a request body for `version`; also returns what the typed object does not keep
+    /// of it (unknown fields, mistyped containers).
+    fn decode(&self, body: &Value, version: &str) -> Result<(RequestObject, Findings), ApiError>;
     /// Create: the object to store, its name and the warnings.
     fn create(&self, obj: RequestObject, namespace: &str) -> Result<(Value, String, Vec<String>), ApiError>;
     /// Update of the main resource against the stored object `current`.
@@ -256,10 +256,9 @@ impl<S: Strategy> Resource for Store<S> {
         self.0.printer()
     }
 
-    fn decode(&self, body: Value, version: &str) -> Result<(RequestObject, Value), ApiError> {
-        let obj = self.0.decode(body, version)?;
-        let typed = self.0.encode_request(&obj)?;
-        Ok((RequestObject(std::sync::Arc::new(obj)), typed))
+    fn decode(&self, body: &Value, version: &str) -> Result<(RequestObject, Findings), ApiError> {
+        let (obj, findings) = self.0.decode(body, version)?;
+        Ok((RequestObject(std::sync::Arc::new(obj)), findings))
     }
 
     fn create(&self, obj: RequestObject, namespace: &str) -> Result<(Value, String, Vec<String>), ApiError> {

@@ -123,6 +123,20 @@ impl StorageError {
         }
     }
 
+    /// Whether this is etcd refusing a write larger than it accepts (`--max-request-bytes`),
+    /// with what etcd said.
+    pub(crate) fn request_too_large(&self) -> Option<&str> {
+        match self {
+            Self::Etcd { source, .. }
+                if etcd_operator_etcd_errors::classify(source)
+                    == etcd_operator_etcd_errors::EtcdErrorKind::RequestTooLarge =>
+            {
+                Some(etcd_operator_etcd_errors::status_message(source).unwrap_or_default())
+            }
+            _ => None,
+        }
+    }
+
     /// Whether this is a store error saying the requested revision is in the future.
     pub(crate) fn is_future_revision(&self) -> bool {
         match self {

@@ -186,9 +186,11 @@ impl BackupContext {
     fn succeeded(&self, key: &str) {
         if let Ok(mut map) = self.failures.lock() {
             map.remove(key);
+            crate::sparse::shrink_when_sparse(&mut map);
         }
         if let Ok(mut map) = self.not_before.lock() {
             map.remove(key);
+            crate::sparse::shrink_when_sparse(&mut map);
         }
     }
 }

@@ -36,8 +36,9 @@ use crate::validated::RolloutRecord;
 use crate::validated::{RollRecord, ValidatedCluster, ValidationError};
 use status_write::{STATUS_WRITE_ATTEMPTS, write_status};
 
-/// The finalizer that makes deletion stop members and remove their data first.
-pub const FINALIZER: &str = "etcd.operator.dev/cleanup";
+/// The finalizer that makes deletion stop members and remove their data first (the API crate's
+/// [`etcd_operator_api::CLEANUP_FINALIZER`], which the server also adds at create).
+pub const FINALIZER: &str = etcd_operator_api::CLEANUP_FINALIZER;
 pub use crate::validated::KEEP_DATA_ANNOTATION;
 /// Reconciles run at once (of different clusters; one cluster is never reconciled twice at
 /// once). A reconcile takes one step and never waits, so a bound costs a fleet little latency,
@@ -278,6 +279,7 @@ impl<R: Runtime, M: MemberOps> Context<R, M> {
     fn forget(&self, cluster: &ClusterRef) {
         if let Ok(mut memory) = self.memory.lock() {
             memory.remove(&cluster.key());
+            crate::sparse::shrink_when_sparse(&mut memory);
         }
     }
 
