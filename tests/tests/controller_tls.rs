@@ -439,6 +439,31 @@ fn assert_renewed(
     }
 }
 
+/// Whether every named member of `cluster` runs on certificates of the rotation `value`.
+fn all_rotated(op: &LocalOperator, cluster: &str, names: &[String], value: &str) -> bool {
+    names.iter().all(|n| {
+        std::fs::read_to_string(member_dir(op, cluster, n).join("tls").join("rotation"))
+            .ok()
+            .as_deref()
+            == Some(value)
+    })
+}
+
+/// The Events on EtcdCluster `cluster` (local mode serves them).
+fn events_on(op: &LocalOperator, cluster: &str) -> Vec<Value> {
+    let selector = format!("involvedObject.name={cluster}");
+    let list: Value = serde_json::from_str(
+        &kubectl(
+            op,
+            &["get", "events", "--field-selector", &selector, "-o", "json"],
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// The names of the members in a status.
 fn member_names(status: &Value) -> Vec<String> {
     status["members"]
@@ -509,14 +534,7 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
         None,
     )
     .unwrap();
-    let rotated = |op: &LocalOperator| {
-        names.iter().all(|n| {
-            std::fs::read_to_string(member_dir(op, "rot", n).join("tls").join("rotation"))
-                .ok()
-                .as_deref()
-                == Some("2026-11-25T13:00:00Z")
-        })
-    };
+    let rotated = |op: &LocalOperator| all_rotated(op, "rot", &names, "2026-11-25T13:00:00Z");
     let s = wait_for(
         &op,
         Watched::status("ec", "rot"),
@@ -554,33 +572,16 @@ async fn a_rotation_on_demand_rolls_every_member_under_a_writer_and_loses_no_wri
     // Every member got new certificates and was restarted on them; same members, same data.
     assert_renewed(&op, "rot", &names, &before, true);
     // And an Event says so for each, with why.
-    let events: Value = serde_json::from_str(
-        &kubectl(
-            &op,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                "involvedObject.name=rot",
-                "-o",
-                "json",
-            ],
-            None,
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let events = events_on(&op, "rot");
     for name in &names {
         let note = format!(
             "Stopped member process {name} to restart it with new certificates (rotation \"2026-11-25T13:00:00Z\" was requested)"
         );
         assert!(
-            events["items"]
-                .as_array()
-                .unwrap()
+            events
                 .iter()
                 .any(|e| e["reason"] == "MemberCertificatesRenewed" && e["message"] == note.as_str()),
-            "no Event {note:?} in {events}"
+            "no Event {note:?} in {events:?}"
         );
     }
     assert_eq!(client_endpoints(&s), eps, "the same members serve");
@@ -636,14 +637,7 @@ async fn a_rotation_survives_an_operator_killed_after_its_steps() {
         None,
     )
     .unwrap();
-    let rotated = |op: &LocalOperator| {
-        names.iter().all(|n| {
-            std::fs::read_to_string(member_dir(op, "rk", n).join("tls").join("rotation"))
-                .ok()
-                .as_deref()
-                == Some("k1")
-        })
-    };
+    let rotated = |op: &LocalOperator| all_rotated(op, "rk", &names, "k1");
     let started = std::time::Instant::now();
     let mut seen: Vec<String> = Vec::new();
     let mut kills = Vec::new();
@@ -974,25 +968,8 @@ async fn a_ca_rotation_rolls_in_a_new_ca_under_a_tls_writer_and_the_old_ca_is_tr
     }
     etcd_operator_tests::writer::assert_no_write_lost(&eps, current_identity(&pki).as_ref(), &writes).await;
     // Each plane's three moves were told as Events.
-    let events: Value = serde_json::from_str(
-        &kubectl(
-            &op,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                "involvedObject.name=rca",
-                "-o",
-                "json",
-            ],
-            None,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let moves: Vec<&str> = events["items"]
-        .as_array()
-        .unwrap()
+    let events = events_on(&op, "rca");
+    let moves: Vec<&str> = events
         .iter()
         .filter(|e| e["reason"] == "CertificateAuthorityRotating")
         .filter_map(|e| e["message"].as_str())
