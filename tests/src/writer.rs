@@ -142,11 +142,23 @@ fn run_writer(
 /// When one is missing or wrong, or etcd cannot be read (a test failure).
 #[allow(clippy::unwrap_used, clippy::panic)]
 pub async fn assert_no_write_lost(endpoints: &[String], tls: Option<&TlsOptions>, writes: &Writes) {
-    let mut client = Client::connect(endpoints, Some(options(tls))).await.unwrap();
-    let all = client
-        .get("w-", Some(GetOptions::new().with_prefix()))
-        .await
-        .unwrap();
+    // A member just restarted may refuse connections for a moment: the read is asked again for
+    // up to 30 s, and the last error fails the test.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let all = loop {
+        let read = async {
+            let mut client = Client::connect(endpoints, Some(options(tls))).await?;
+            client.get("w-", Some(GetOptions::new().with_prefix())).await
+        };
+        match read.await {
+            Ok(all) => break all,
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "reading the written keys back; asking again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("reading the written keys back from {endpoints:?}: {e}"),
+        }
+    };
     let stored: std::collections::HashMap<String, String> = all
         .kvs()
         .iter()
