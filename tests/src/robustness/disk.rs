@@ -218,9 +218,53 @@ impl SmallDisks {
 impl Drop for SmallDisks {
     fn drop(&mut self) {
         let mounts = self.mounts.get_mut().map(std::mem::take).unwrap_or_default();
-        for data in mounts.values() {
-            // Lazy: a member still running keeps its files until it is stopped with the operator.
+        // A removed member's directory is set aside with its mount inside it (a rename moves
+        // the mount along): every mount under the clusters' directories goes, not only those at
+        // the places they were made.
+        let clusters: Vec<PathBuf> = mounts
+            .values()
+            .filter_map(|data| Some(data.parent()?.parent()?.to_path_buf()))
+            .collect();
+        let table = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let mut all = mounts_under(&table, &clusters);
+        all.extend(mounts.into_values());
+        all.sort();
+        all.dedup();
+        // Deepest first; lazy: a member still running keeps its files until it is stopped.
+        for data in all.iter().rev() {
             let _ = Command::new("umount").arg("--lazy").arg(data).output();
         }
+    }
+}
+
+/// The mount points in `table` (the text of `/proc/mounts`) under any of `dirs`.
+fn mounts_under(table: &str, dirs: &[PathBuf]) -> Vec<PathBuf> {
+    table
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .map(PathBuf::from)
+        .filter(|point| dirs.iter().any(|d| point.starts_with(d) && point != d))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mounts_under_the_clusters_are_found_wherever_they_moved() {
+        let table = "tmpfs /tmp/s/members/default/c/m1/data tmpfs rw 0 0\n\
+                     tmpfs /tmp/s/members/default/c/.retained/removed/m2/data tmpfs rw 0 0\n\
+                     tmpfs /tmp/other/members/default/c/m3/data tmpfs rw 0 0\n\
+                     /dev/vda / ext4 rw 0 0\n";
+        let found = mounts_under(table, &[PathBuf::from("/tmp/s/members/default/c")]);
+        assert_eq!(
+            found,
+            [
+                PathBuf::from("/tmp/s/members/default/c/m1/data"),
+                PathBuf::from("/tmp/s/members/default/c/.retained/removed/m2/data"),
+            ]
+        );
+        assert!(mounts_under(table, &[]).is_empty());
     }
 }
