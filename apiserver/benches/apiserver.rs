@@ -409,7 +409,8 @@ async fn start_server(binary: &Path) -> anyhow::Result<(Server, kube::Client, et
         cmd.args(extra.split_whitespace());
     }
     if std::env::var_os("ETCD_OPERATOR_ETCD").is_none() {
-        let etcd = tools::etcd(EtcdVersion::V3_5_1).map_err(|e| anyhow!("{e}"))?;
+        // The release local mode prefers (it refuses 3.5.0-3.5.4: etcd issue 14370).
+        let etcd = tools::etcd(EtcdVersion::V3_5_34).map_err(|e| anyhow!("{e}"))?;
         cmd.env("ETCD_OPERATOR_ETCD", etcd);
     }
     let log = state.path().join("operator.log");

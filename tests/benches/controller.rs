@@ -186,7 +186,7 @@ impl Operator {
             )
             // Plain log lines: the bench reads the controller's steps from them.
             .env("NO_COLOR", "1")
-            .env("ETCD_OPERATOR_ETCD", tools::etcd(ETCD)?);
+            .env("ETCD_OPERATOR_ETCD", tools::etcd(EtcdVersion::V3_5_34)?);
         let log = state.path().join("operator.log");
         let mut process = TestProcess::spawn("etcd-operator", cmd, &log)?;
         let kubeconfig = state.path().join("kubeconfig");

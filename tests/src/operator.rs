@@ -110,7 +110,9 @@ impl LocalOperator {
             .env("RUST_LOG", "info")
             .args(&self.options.args)
             .envs(self.options.env.iter().map(|(k, v)| (k, v)));
-        if let Ok(etcd) = tools::etcd(tools::EtcdVersion::V3_5_1) {
+        // The release local mode prefers: 3.5.0-3.5.4 lose acknowledged writes when killed (etcd
+        // issue 14370), which the operator refuses.
+        if let Ok(etcd) = tools::etcd(tools::EtcdVersion::V3_5_34) {
             cmd.env("ETCD_OPERATOR_ETCD", etcd);
         }
         let log = self.state.path().join(format!("operator-{}.log", self.restarts));

@@ -336,7 +336,15 @@ async fn no_acknowledged_write_is_lost_when_the_backing_etcd_is_killed_under_eig
         .iter()
         .map(|kv| {
             let key = kv.key_str().unwrap().trim_start_matches(PREFIX).to_owned();
-            (key, serde_json::from_slice(kv.value()).unwrap())
+            let mut object: Value = serde_json::from_slice(kv.value()).unwrap();
+            // What etcd knows of the key's history, for the message of a lost update: how many
+            // writes it saw (a lost write either never reached etcd or was overwritten).
+            object["etcd"] = json!({
+                "createRevision": kv.create_revision(),
+                "modRevision": kv.mod_revision(),
+                "version": kv.version(),
+            });
+            (key, object)
         })
         .collect();
     // ... and as the API serves it.
@@ -365,7 +373,10 @@ async fn no_acknowledged_write_is_lost_when_the_backing_etcd_is_killed_under_eig
                 .unwrap_or(0);
             assert!(
                 stored >= *acked,
-                "{name} in {source}: acknowledged update n={acked} lost (stored n={stored})"
+                "{name} in {source}: acknowledged update n={acked} lost (stored n={stored}); etcd's revisions {}, managedFields {}\n{}",
+                objects[name]["etcd"],
+                objects[name]["metadata"]["managedFields"],
+                op.log_tail()
             );
         }
     }

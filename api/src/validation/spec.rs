@@ -133,7 +133,8 @@ pub(crate) fn spec(report: &mut Report, spec: &v2::EtcdClusterSpec) {
     let medium = spec.storage.as_ref().and_then(|s| s.medium.clone());
     replicas(report, &path.child("replicas"), spec.replicas, medium.as_ref());
     if let Some(version) = &spec.version {
-        version_field(report, &path.child("version"), version);
+        let members = spec.replicas.unwrap_or(v2::DEFAULT_REPLICAS);
+        version_field(report, &path.child("version"), version, members);
     }
     if let Some(repository) = &spec.repository {
         report.format(
@@ -203,11 +204,11 @@ fn replicas(report: &mut Report, path: &Path, replicas: Option<i32>, medium: Opt
     }
 }
 
-fn version_field(report: &mut Report, path: &Path, version: &str) {
+fn version_field(report: &mut Report, path: &Path, version: &str, members: i32) {
     match versions::parse(version) {
         Err(e) => report.error(FieldError::invalid(path, version, e.to_string())),
         Ok(parsed) => {
-            if let Some(issue) = versions::known_issue(&parsed) {
+            for issue in versions::known_issues(&parsed, members) {
                 report.warn(path, issue);
             }
         }

@@ -105,6 +105,16 @@ pub enum BackingEtcdError {
         log: PathBuf,
         log_tail: String,
     },
+    /// The binary is a release known to lose acknowledged writes as a single member.
+    #[error(
+        "start etcd: {} is etcd {version}, which the backing etcd must not run: {issues}; run `make tools-etcd` to install etcd {PREFERRED_ETCD_VERSION} into .tools/, or pass --etcd-binary PATH of a fixed release",
+        binary.display()
+    )]
+    UnsafeRelease {
+        binary: PathBuf,
+        version: String,
+        issues: String,
+    },
     /// Waiting for the process to exit failed.
     #[error("stop etcd (pid {pid})")]
     Wait {
@@ -400,8 +410,14 @@ impl BackingEtcd {
             }
         })?;
         tracing::info!(pid, endpoint = %etcd.endpoint, binary = %options.binary.display(), "started backing etcd");
-        etcd.wait_ready(options.ready_timeout, options.progress_interval)
+        let version = etcd
+            .wait_ready(options.ready_timeout, options.progress_interval)
             .await?;
+        if let Err(refused) = check_release(&options.binary, &version) {
+            // Asked of the serving process (no extra exec per start); stopped before any write.
+            etcd.shutdown().await?;
+            return Err(refused);
+        }
         etcd.update_peer_url(&peer_url).await?;
         Ok(etcd)
     }
@@ -464,7 +480,12 @@ impl BackingEtcd {
         Ok(status)
     }
 
-    async fn wait_ready(&mut self, timeout: Duration, progress: Duration) -> Result<(), BackingEtcdError> {
+    /// Waits until etcd answers a status request; returns the release it reports.
+    async fn wait_ready(
+        &mut self,
+        timeout: Duration,
+        progress: Duration,
+    ) -> Result<String, BackingEtcdError> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut next_progress = start + progress;
@@ -482,9 +503,9 @@ impl BackingEtcd {
             }
             match Client::connect([self.endpoint.as_str()], Some(probe.clone())).await {
                 Ok(mut client) => match client.status().await {
-                    Ok(_) => {
-                        tracing::info!(endpoint = %self.endpoint, "backing etcd is serving");
-                        return Ok(());
+                    Ok(status) => {
+                        tracing::info!(endpoint = %self.endpoint, version = status.version(), "backing etcd is serving");
+                        return Ok(status.version().to_owned());
                     }
                     Err(e) => last_error = e.to_string(),
                 },
@@ -648,6 +669,29 @@ fn probe_options(tls: &ClientTls) -> ConnectOptions {
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(Duration::from_secs(2))
         .with_tls(tls.options())
+}
+
+/// Refuses a release that can lose writes it acknowledged when it crashes as a single member
+/// (the backing etcd always is one), or that can corrupt its data under load: the API server
+/// answers a write once etcd did, so such a loss would be an acknowledged write lost. A version
+/// this code cannot parse is let through with a warning (a newer major or minor).
+fn check_release(binary: &Path, version: &str) -> Result<(), BackingEtcdError> {
+    let parsed = match etcd_operator_api::versions::parse(version) {
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            tracing::warn!(version, %reason, "cannot tell whether this etcd release has known defects");
+            return Ok(());
+        }
+    };
+    let issues = etcd_operator_api::versions::known_issues(&parsed, 1);
+    if issues.is_empty() {
+        return Ok(());
+    }
+    Err(BackingEtcdError::UnsafeRelease {
+        binary: binary.to_path_buf(),
+        version: version.to_owned(),
+        issues: issues.join("; "),
+    })
 }
 
 fn data_dir(dir: &Path) -> PathBuf {
@@ -897,6 +941,36 @@ mod tests {
 
     fn stored(dir: &Path) -> EtcdPorts {
         serde_json::from_str(&std::fs::read_to_string(dir.join("ports.json")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn releases_that_lose_acknowledged_writes_as_a_single_member_are_refused() {
+        let binary = Path::new("/opt/etcd");
+        for refused in ["3.5.1", "3.5.4", "3.4.20"] {
+            let err = check_release(binary, refused).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(err, BackingEtcdError::UnsafeRelease { .. })
+                    && text.contains("14370")
+                    && text.contains(refused)
+                    && text.contains("make tools-etcd"),
+                "{text}"
+            );
+        }
+        // 3.5.0-3.5.2 are named for both defects.
+        let text = check_release(binary, "3.5.2").unwrap_err().to_string();
+        assert!(text.contains("13766") && text.contains("14370"), "{text}");
+        for accepted in [
+            "3.4.21",
+            "3.4.23",
+            "3.5.5",
+            PREFERRED_ETCD_VERSION,
+            "3.6.15",
+            "3.7.0",
+            "garbage",
+        ] {
+            assert!(check_release(binary, accepted).is_ok(), "{accepted}");
+        }
     }
 
     #[test]

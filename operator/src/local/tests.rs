@@ -531,6 +531,26 @@ async fn a_stale_etcd_of_a_crashed_run_is_stopped_first() {
 }
 
 #[tokio::test]
+async fn a_backing_etcd_release_that_loses_acknowledged_writes_is_refused_and_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = etcd_options(dir.path());
+    // 3.5.1 loses acknowledged writes when a single member is killed (etcd issue 14370).
+    options.binary = etcd_operator_tests::tools::etcd(etcd_operator_tests::tools::EtcdVersion::V3_5_1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = BackingEtcd::start(options).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BackingEtcdError::UnsafeRelease { .. })
+            && text.contains("etcd 3.5.1")
+            && text.contains("14370"),
+        "{text}"
+    );
+    // Stopped before serving anything: no pid file, no data directory to reuse.
+    assert!(!dir.path().join("etcd/etcd.pid").exists());
+    assert!(!dir.path().join("etcd/data/member").exists());
+}
+
+#[tokio::test]
 async fn an_etcd_that_cannot_start_reports_its_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = etcd_options(dir.path());
