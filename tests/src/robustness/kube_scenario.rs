@@ -25,7 +25,7 @@ use super::RobustnessError;
 use super::faults::{self, FaultKind, Frozen};
 use super::recorded::Recorded;
 use super::report::Report;
-use super::scenario::{CLUSTER, ScenarioConfig, at_spec, pick_ms, recover};
+use super::scenario::{CLUSTER, ScenarioConfig, at_spec, phase_watchdog, pick_ms, recover};
 use crate::node_agent::KubeRuntime;
 
 /// The version the members run (one the node agent has binaries of).
@@ -121,7 +121,10 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
         } else {
             follower.clone()
         };
-        let injected: Result<(String, Duration), RobustnessError> = async {
+        // Under the local scenario's watchdog: whatever an injection awaits (a Pod delete, the
+        // operator's restart), the run never hangs silently.
+        let limit = phase_watchdog(&config);
+        let injection = async {
             match kind {
                 FaultKind::FreezeFollower | FaultKind::FreezeLeader => {
                     let member = if kind == FaultKind::FreezeLeader {
@@ -162,8 +165,14 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
                 }
                 other => Err(RobustnessError::NotInThisRuntime { kind: other }),
             }
-        }
-        .await;
+        };
+        let injected: Result<(String, Duration), RobustnessError> =
+            tokio::time::timeout(limit, injection).await.unwrap_or_else(|_| {
+                Err(RobustnessError::Timeout {
+                    what: format!("injecting {kind}"),
+                    timeout: limit,
+                })
+            });
         let (target, held) = match injected {
             Ok(t) => t,
             Err(e) => {

@@ -490,7 +490,7 @@ fn events(op: &LocalOperator) -> Result<Vec<serde_json::Value>, String> {
 
 /// How long one phase or one fault's injection may take in all before the run stops on it as a
 /// finding (its own waits are bounded by `recovery_timeout`; this bounds whatever else it awaits).
-fn phase_watchdog(config: &ScenarioConfig) -> Duration {
+pub(super) fn phase_watchdog(config: &ScenarioConfig) -> Duration {
     config.recovery_timeout * 2 + Duration::from_secs(60)
 }
 
