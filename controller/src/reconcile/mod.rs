@@ -28,7 +28,7 @@ use crate::member_ops::{EtcdClient, MemberOps};
 use crate::metrics::{ClusterSample, ControllerMetrics};
 use crate::model::ClusterRef;
 use crate::outcome::{Outcome, StepError};
-use crate::plan::{self, Observed, Step, Thresholds, Timing};
+use crate::plan::{self, Observed, Step, Thresholds, Timing, WaitReason};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::status;
 use crate::tls::member::Provider;
@@ -647,6 +647,15 @@ impl Requeue {
             (_, Some(error)) if error.is_waiting() => Self::Waiting,
             (_, Some(_)) => Self::Failed,
             (Step::Idle, None) => Self::Settled,
+            // Nothing to wait for while the spec says to change nothing: un-pausing is a spec
+            // edit, which comes as a watch event. (At the 1 s of a wait, 10,000 paused clusters
+            // kept the controller busy for 29% of a CPU with nothing to do.)
+            (
+                Step::Wait {
+                    reason: WaitReason::Paused,
+                },
+                None,
+            ) => Self::Settled,
             (Step::Wait { .. }, None) => Self::Waiting,
             (_, None) => Self::Acted,
         }
@@ -1041,6 +1050,27 @@ mod tests {
         }
         let spread = resync(Duration::from_secs(100), 0.0)..=resync(Duration::from_secs(100), 1.0);
         assert_eq!(spread, Duration::from_secs(90)..=Duration::from_secs(110));
+    }
+
+    #[test]
+    fn a_paused_cluster_is_settled_while_other_waits_are_looked_at_again_soon() {
+        let with = |step: Step| Outcome {
+            step,
+            ..Outcome::idle()
+        };
+        assert_eq!(Requeue::of(&Outcome::idle()), Requeue::Settled);
+        assert_eq!(
+            Requeue::of(&with(Step::Wait {
+                reason: WaitReason::Paused
+            })),
+            Requeue::Settled
+        );
+        assert_eq!(
+            Requeue::of(&with(Step::Wait {
+                reason: WaitReason::UnbackedMemberKeepsQuorum { id: 7 }
+            })),
+            Requeue::Waiting
+        );
     }
 
     #[test]
