@@ -356,6 +356,8 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     let mut registry = prometheus_client::registry::Registry::default();
     let api_metrics = http::metrics::ApiMetrics::register(&mut registry);
     let controller_metrics = etcd_operator_controller::metrics::ControllerMetrics::register(&mut registry);
+    #[cfg(not(feature = "system-allocator"))]
+    etcd_operator::allocator::JemallocStats::register(&mut registry);
     let state = AppState {
         stores,
         authenticator: Arc::new(auth::LocalAuthenticator),
