@@ -20,7 +20,7 @@ use tikv_jemalloc_ctl::{epoch, stats};
 /// The options string built into jemalloc (jemalloc's `config.malloc_conf`), or `""` where it
 /// cannot be read.
 pub fn built_in_config() -> &'static str {
-    tikv_jemalloc_ctl::config::malloc_conf::read().unwrap_or("")
+    tikv_jemalloc_ctl::config::malloc_conf::read().map_or("", |c| c.trim_end_matches('\0'))
 }
 
 /// One series: its name (before `_bytes`), its help, and how to read it.
@@ -112,12 +112,17 @@ mod tests {
     #[global_allocator]
     static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-    /// The decay options of `.cargo/config.toml` reached jemalloc's build: without them freed
-    /// pages stay in RSS for jemalloc's default 10 s (docs/performance.md).
+    /// The options of `.cargo/config.toml` reached jemalloc's build: without them freed pages
+    /// stay in RSS for jemalloc's default 10 s, in four arenas per CPU (docs/performance.md).
     #[test]
     fn decay_options_are_built_in() {
         let config = built_in_config();
-        for option in ["background_thread:true", "dirty_decay_ms:", "muzzy_decay_ms:0"] {
+        for option in [
+            "background_thread:true",
+            "dirty_decay_ms:",
+            "muzzy_decay_ms:0",
+            "narenas:",
+        ] {
             assert!(
                 config.contains(option),
                 "jemalloc was built without {option:?} (config.malloc_conf {config:?}); is \
