@@ -700,6 +700,34 @@ async fn server_list_text(client: &kube::Client, ns: &str, query: &str) -> anyho
     Ok(text.len())
 }
 
+/// jemalloc's own figures from the server's `/metrics` (MiB, as one line; empty for a server
+/// without them, e.g. a glibc build): what of the RSS is live allocations, what is pages
+/// around them, what is unpurged.
+async fn jemalloc_line(client: &kube::Client) -> String {
+    let Ok(request) = http::Request::get("/metrics").body(Vec::new()) else {
+        return String::new();
+    };
+    let Ok(text) = client.request_text(request).await else {
+        return String::new();
+    };
+    let figures: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("etcd_operator_jemalloc_"))
+        .filter_map(|l| l.split_once("_bytes "))
+        .filter_map(|(name, v)| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .map(|v| format!("{name} {:.1}", v / 1_048_576.0))
+        })
+        .collect();
+    if figures.is_empty() {
+        String::new()
+    } else {
+        format!("jemalloc (MiB): {}", figures.join(", "))
+    }
+}
+
 /// Checks once (untimed) that a server list holds `expected` items.
 async fn check_list_count(
     client: &kube::Client,
@@ -1338,6 +1366,7 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         .unwrap_or_default();
     settle(&etcd).await?;
     let rss_empty = rss_kib(pid)?;
+    let jemalloc_idle = jemalloc_line(&client).await;
     let etcd_rss_empty = rss_kib(meter.etcd)?;
 
     // A template for raw values: what the server stores for one object.
@@ -1442,6 +1471,10 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
             rss_loaded.saturating_sub(rss_empty) as f64 / big.max(1) as f64,
             rss_settled.saturating_sub(rss_empty) as f64 / big.max(1) as f64,
         );
+        let jemalloc_settled = jemalloc_line(&client).await;
+        if !jemalloc_settled.is_empty() {
+            println!("  idle, {jemalloc_idle}\n  {DELETE_SETTLE_SECS} s after the load, {jemalloc_settled}");
+        }
         return Ok(());
     }
     check_list_count(&client, "bench-10k", "?resourceVersion=0", big).await?;
@@ -1712,6 +1745,7 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     // freed pages back lazily: look again later.
     tokio::time::sleep(Duration::from_secs(DELETE_SETTLE_SECS)).await;
     let rss_deleted = rss_kib(pid)?;
+    let jemalloc_deleted = jemalloc_line(&client).await;
     let etcd_rss_deleted = rss_kib(meter.etcd)?;
     server.check_alive()?;
 
@@ -1824,6 +1858,9 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
             "MISSED"
         }
     );
+    if !jemalloc_deleted.is_empty() {
+        println!("  idle, {jemalloc_idle}\n  {DELETE_SETTLE_SECS} s after the deletes, {jemalloc_deleted}");
+    }
     println!(
         "  (the deletes: {:.0}/s with 32 clients, server CPU {:.0} µs each)",
         deletes.rate(),

@@ -4,6 +4,7 @@
 //! leader election). The API server itself is the `etcd-operator-apiserver` crate; the reconcile
 //! logic is `etcd-operator-controller`.
 
+pub mod allocator;
 pub mod flags;
 pub mod local;
 pub mod serve_mode;

@@ -15,7 +15,9 @@ use etcd_operator_apiserver::storage::{ConsistencyMode, Storage, StorageOptions}
 /// jemalloc instead of glibc's malloc: allocation was a third of the server's CPU on the write
 /// path, and glibc kept the memory of deleted objects; jemalloc's background threads give freed
 /// pages back (mimalloc, also measured, kept twice the idle memory: docs/performance.md).
-/// The `system-allocator` feature keeps glibc's, for heap profilers that hook malloc.
+/// Its options (1 s decay, one arena) are built into it from `.cargo/config.toml`, and its own
+/// figures are at `/metrics` (`allocator`). The `system-allocator` feature keeps glibc's, for
+/// heap profilers that hook malloc.
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -356,6 +358,8 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     let mut registry = prometheus_client::registry::Registry::default();
     let api_metrics = http::metrics::ApiMetrics::register(&mut registry);
     let controller_metrics = etcd_operator_controller::metrics::ControllerMetrics::register(&mut registry);
+    #[cfg(not(feature = "system-allocator"))]
+    etcd_operator::allocator::JemallocStats::register(&mut registry);
     let state = AppState {
         stores,
         authenticator: Arc::new(auth::LocalAuthenticator),

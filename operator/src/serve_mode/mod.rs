@@ -294,6 +294,8 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
     let mut registry = Registry::default();
     let api_metrics = http::metrics::ApiMetrics::register(&mut registry);
     let controller_metrics = ControllerMetrics::register(&mut registry);
+    #[cfg(not(feature = "system-allocator"))]
+    crate::allocator::JemallocStats::register(&mut registry);
 
     let loopback = Loopback::generate()?;
     let authenticator = DelegatedAuthenticator::new(
