@@ -55,7 +55,17 @@ struct MemberFile {
     /// before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reserved_at_ns: Option<i64>,
+    /// Whether the runtime marks the member's first data ([`DATA_SEEN_MARKER`]): false in files
+    /// written before it did, whose members are taken to have had data.
+    #[serde(default)]
+    marks_data: bool,
 }
+
+/// A file beside `data/` (so that it outlives the data), made the first time the member is seen
+/// running with its data directory: a member that exited with no data directory and no marker
+/// never had data (its first start failed before etcd made it, e.g. a port taken under load),
+/// and is started again; with the marker its data is gone, and it must be replaced.
+const DATA_SEEN_MARKER: &str = "data-seen";
 
 impl MemberFile {
     fn client_url(&self) -> String {
@@ -529,11 +539,19 @@ impl LocalRuntime {
             if let Some((_, start)) = proc_state(pid) {
                 self.exits.adopted(cluster, pid, start);
             }
+            mark_data_seen(dir, file);
             Liveness::Running
         } else if !dir.join("data").exists() {
-            Liveness::Gone {
-                reason: "the process exited and its data directory is gone".into(),
-                restartable: false,
+            if file.marks_data && !dir.join(DATA_SEEN_MARKER).exists() {
+                Liveness::Gone {
+                    reason: "its first start exited before etcd made its data directory".into(),
+                    restartable: true,
+                }
+            } else {
+                Liveness::Gone {
+                    reason: "the process exited and its data directory is gone".into(),
+                    restartable: false,
+                }
             }
         } else {
             Liveness::Gone {
@@ -767,6 +785,19 @@ fn local_template_hash(spec: &ValidatedCluster) -> Option<String> {
 
 /// The pid of the member's etcd if it runs. The pid file holds `<pid> <start time>`, so a pid
 /// reused by another process is not mistaken for the member.
+/// Makes [`DATA_SEEN_MARKER`] once the running member's data directory exists (one `stat` per
+/// look after that). A failure to write it only leaves the member counted as never having had
+/// data a while longer; it is logged and tried again at the next look.
+fn mark_data_seen(dir: &Path, file: &MemberFile) {
+    let marker = dir.join(DATA_SEEN_MARKER);
+    if !file.marks_data || marker.exists() || !dir.join("data").exists() {
+        return;
+    }
+    if let Err(error) = std::fs::write(&marker, b"") {
+        tracing::warn!(member = %file.name, error = %etcd_operator_api::report::Chain(&error), "mark the member's data as seen");
+    }
+}
+
 fn running_pid(dir: &Path) -> Option<u32> {
     let text = std::fs::read_to_string(dir.join("etcd.pid")).ok()?;
     let mut parts = text.split_whitespace();
@@ -902,6 +933,7 @@ impl Runtime for LocalRuntime {
             peer_tls: planes.peer.is_some(),
             advertise_peer_port,
             reserved_at_ns: chrono::Utc::now().timestamp_nanos_opt(),
+            marks_data: true,
         };
         self.write_member(&dir, &file)?;
         Ok(self.to_runtime_member(cluster, &dir, &file))
@@ -1503,6 +1535,88 @@ mod tests {
         done!(fresh.teardown(&cluster(), false)).unwrap();
         assert!(fresh.members(&cluster()).await.unwrap().is_empty());
         assert!(!root.path().join("ns").join("c").exists());
+    }
+
+    /// A first start that fails before etcd makes its data (its client port taken) leaves a
+    /// member to start again; once it ran with data, a missing data directory means the data is
+    /// gone; in a member file of before the marker, too.
+    #[tokio::test]
+    async fn a_member_whose_first_start_failed_is_started_again_and_one_whose_data_went_is_not() {
+        let root = tempfile::tempdir().unwrap();
+        let rt = LocalRuntime::new(root.path(), binaries());
+        let m = rt.reserve(&cluster(), &spec(), "c-fffff").await.unwrap();
+        let port: u16 = m.client_url.rsplit(':').next().unwrap().parse().unwrap();
+        let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let config = MemberConfig {
+            version: "3.5.1".into(),
+            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+            previous_version: None,
+            restore: None,
+        };
+        rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
+        let dir = rt.member_dir(&cluster(), &m.name);
+        let liveness = async || rt.members(&cluster()).await.unwrap()[0].liveness.clone();
+        let mut seen = liveness().await;
+        for _ in 0..100 {
+            if matches!(seen, Liveness::Gone { .. }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            seen = liveness().await;
+        }
+        assert!(
+            !dir.join("data").exists(),
+            "etcd made data before failing to bind"
+        );
+        assert_eq!(
+            seen,
+            Liveness::Gone {
+                reason: "its first start exited before etcd made its data directory".into(),
+                restartable: true
+            }
+        );
+
+        drop(squatter);
+        rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
+        for _ in 0..100 {
+            if dir.join("data").exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(liveness().await, Liveness::Running);
+        assert!(dir.join(DATA_SEEN_MARKER).exists(), "the data was marked");
+        let pid = running_pid(&dir).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        for _ in 0..100 {
+            if running_pid(&dir).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::fs::remove_dir_all(dir.join("data")).unwrap();
+        let gone = Liveness::Gone {
+            reason: "the process exited and its data directory is gone".into(),
+            restartable: false,
+        };
+        assert_eq!(liveness().await, gone);
+        // A file of before the marker: a missing data directory means the data is gone.
+        std::fs::remove_file(dir.join(DATA_SEEN_MARKER)).unwrap();
+        let text = std::fs::read_to_string(dir.join("member.json")).unwrap();
+        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            old.as_object_mut().unwrap().remove("marksData"),
+            Some(serde_json::json!(true))
+        );
+        std::fs::write(dir.join("member.json"), old.to_string()).unwrap();
+        assert_eq!(liveness().await, gone);
+        done!(rt.teardown(&cluster(), false)).unwrap();
     }
 
     async fn wait_for_version(url: &str, version: &str) -> crate::model::EtcdView {
