@@ -1331,6 +1331,18 @@ mod tests {
         ValidatedCluster::for_test(Default::default())
     }
 
+    /// The configuration of a cluster of `m` alone, on `version`.
+    fn alone(m: &RuntimeMember, version: &str) -> MemberConfig {
+        MemberConfig {
+            version: version.into(),
+            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
+            initial_state: InitialState::New,
+            cluster_token: "t".into(),
+            previous_version: None,
+            restore: None,
+        }
+    }
+
     fn binaries() -> PathBuf {
         etcd_operator_tests::tools::tools_dir().join("etcd")
     }
@@ -1479,14 +1491,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let rt = LocalRuntime::new(root.path(), binaries());
         let m = rt.reserve(&cluster(), &spec(), "c-bbbbb").await.unwrap();
-        let config = MemberConfig {
-            version: "3.9.9".into(),
-            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
-            initial_state: InitialState::New,
-            cluster_token: "t".into(),
-            previous_version: None,
-            restore: None,
-        };
+        let config = alone(&m, "3.9.9");
         let err = rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap_err();
         let text = err.to_string();
         assert!(
@@ -1501,14 +1506,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let rt = LocalRuntime::new(root.path(), binaries());
         let m = rt.reserve(&cluster(), &spec(), "c-ccccc").await.unwrap();
-        let config = MemberConfig {
-            version: "3.5.1".into(),
-            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
-            initial_state: InitialState::New,
-            cluster_token: "t".into(),
-            previous_version: None,
-            restore: None,
-        };
+        let config = alone(&m, "3.5.1");
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         // Re-adopted by a fresh runtime (as after an operator restart).
         let fresh = LocalRuntime::new(root.path(), binaries());
@@ -1547,14 +1545,7 @@ mod tests {
         let m = rt.reserve(&cluster(), &spec(), "c-fffff").await.unwrap();
         let port: u16 = m.client_url.rsplit(':').next().unwrap().parse().unwrap();
         let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-        let config = MemberConfig {
-            version: "3.5.1".into(),
-            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
-            initial_state: InitialState::New,
-            cluster_token: "t".into(),
-            previous_version: None,
-            restore: None,
-        };
+        let config = alone(&m, "3.5.1");
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         let dir = rt.member_dir(&cluster(), &m.name);
         let liveness = async || rt.members(&cluster()).await.unwrap()[0].liveness.clone();
@@ -1641,14 +1632,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let rt = LocalRuntime::new(root.path(), binaries());
         let m = rt.reserve(&cluster(), &spec(), "c-ddddd").await.unwrap();
-        let config = MemberConfig {
-            version: "3.5.0".into(),
-            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
-            initial_state: InitialState::New,
-            cluster_token: "t".into(),
-            previous_version: None,
-            restore: None,
-        };
+        let config = alone(&m, "3.5.0");
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         let before = wait_for_version(&m.client_url, "3.5.0").await;
         let mut client = etcd_client::Client::connect([m.client_url.as_str()], None)
@@ -1809,14 +1793,7 @@ mod tests {
         let m = rt.reserve(&cluster(), &spec, "c-rrrrr").await.unwrap();
         // Reserved, never started: no certificates yet.
         assert_eq!(m.certificates, None);
-        let config = MemberConfig {
-            version: "3.5.1".into(),
-            initial_cluster: vec![(m.name.clone(), m.peer_url.clone())],
-            initial_state: InitialState::New,
-            cluster_token: "t".into(),
-            previous_version: None,
-            restore: None,
-        };
+        let config = alone(&m, "3.5.1");
         rt.start(&cluster(), &spec, &m.name, &config).await.unwrap();
         let seen = rt.members(&cluster()).await.unwrap().remove(0);
         let certs = seen.certificates.unwrap();
