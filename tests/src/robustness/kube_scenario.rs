@@ -41,6 +41,37 @@ fn container_pid(rt: &KubeRuntime, name: &str) -> Result<u32, RobustnessError> {
         })
 }
 
+/// How long a member may go without a running container before a fault on it fails the run:
+/// the kubelet's restart back-off, and a deleted Pod's re-creation and start.
+const CONTAINER_WAIT: Duration = Duration::from_secs(60);
+
+/// The pid of member `name`'s container once one runs that is not `not` (the container a fault
+/// just killed or whose Pod it deleted). A member between containers (in the kubelet's back-off,
+/// or its Pod being created again) is waited for: a fault is only injected into a running
+/// member, and the recovery is only timed once the fault took effect.
+async fn running_container(
+    rt: &KubeRuntime,
+    name: &str,
+    not: Option<u32>,
+) -> Result<u32, RobustnessError> {
+    let began = Instant::now();
+    loop {
+        match container_pid(rt, name) {
+            Ok(pid) if Some(pid) != not => return Ok(pid),
+            Ok(_) | Err(_) if began.elapsed() < CONTAINER_WAIT => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(_) => {
+                return Err(RobustnessError::Timeout {
+                    what: format!("a new container of member {name}"),
+                    timeout: CONTAINER_WAIT,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Runs the scenario on a started kubernetes runtime (in its private mount namespace).
 #[allow(clippy::print_stdout)]
 pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report, RobustnessError> {
@@ -133,7 +164,7 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
                         follower
                     };
                     let held = pick_ms(&mut rng, &config.freeze_ms);
-                    let frozen = Frozen::freeze(container_pid(rt, &member)?)?;
+                    let frozen = Frozen::freeze(running_container(rt, &member, None).await?)?;
                     tokio::time::sleep(held).await;
                     frozen.thaw()?;
                     Ok((member, held))
@@ -144,7 +175,9 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
                     } else {
                         follower
                     };
-                    faults::sigkill(container_pid(rt, &member)?)?;
+                    let pid = running_container(rt, &member, None).await?;
+                    faults::sigkill(pid)?;
+                    running_container(rt, &member, Some(pid)).await?;
                     Ok((member, Duration::ZERO))
                 }
                 FaultKind::KillOperator => {
@@ -155,12 +188,16 @@ pub async fn run(rt: &mut KubeRuntime, config: ScenarioConfig) -> Result<Report,
                     Ok(("operator".into(), down))
                 }
                 FaultKind::DeletePod => {
+                    let pid = running_container(rt, &any, None).await?;
                     pods.delete(&any, &DeleteParams::default())
                         .await
                         .map_err(|source| RobustnessError::DeletePod {
                             pod: any.clone(),
                             source,
                         })?;
+                    // The status may still say "at spec" until the operator saw the delete:
+                    // recovery is timed from the member's new container.
+                    running_container(rt, &any, Some(pid)).await?;
                     Ok((any, Duration::ZERO))
                 }
                 other => Err(RobustnessError::NotInThisRuntime { kind: other }),
