@@ -284,7 +284,7 @@ fn status() -> impl Strategy<Value = EtcdClusterStatus> {
                 current_version,
                 client_endpoints,
                 selector,
-                last_backup,
+                last_backup: last_backup.map(Box::new),
                 // Fields added later (e.g. the upgrade progress) keep their defaults here.
                 ..EtcdClusterStatus::default()
             },

@@ -524,14 +524,14 @@ mod tests {
         );
         // Recorded as answered: nothing more; another value asks again.
         c.status = Some(EtcdClusterStatus {
-            maintenance: Some(etcd_operator_api::status::MaintenanceStatus {
+            maintenance: Some(Box::new(etcd_operator_api::status::MaintenanceStatus {
                 last_leader_transfer: Some(etcd_operator_api::status::LeaderTransferStatus {
                     request: "c-abcde@1764200000".into(),
                     leader: "c-abcde".into(),
                     time: None,
                 }),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         });
         assert_eq!(ValidatedCluster::for_test(c.clone()).move_leader, None);
