@@ -55,7 +55,7 @@ pub fn to_hub(obj: VersionedCluster) -> v2::EtcdCluster {
 #[serde(rename_all = "camelCase")]
 struct PodParts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pod_template: Option<v2::PodTemplate>,
+    pod_template: Option<Box<v2::PodTemplate>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     storage: Option<v2::StorageSpec>,
 }
@@ -153,13 +153,13 @@ pub fn v1alpha1_to_hub(obj: v1::EtcdCluster) -> (v2::EtcdCluster, RestoredParts)
     let restored_backup = stash.restore(
         PART_BACKUP,
         &spec.backup,
-        |b: &Option<v2::BackupSpec>| backup_down(b.as_ref()),
+        |b: &Option<Box<v2::BackupSpec>>| backup_down(b.as_deref()),
         normalize_v1_backup,
     );
     let restored_tls = stash.restore(
         PART_TLS,
         &spec.tls,
-        |t: &Option<v2::TlsSpec>| tls_down(t.as_ref()),
+        |t: &Option<Box<v2::TlsSpec>>| tls_down(t.as_deref()),
         Clone::clone,
     );
     let restored = RestoredParts {
@@ -170,13 +170,13 @@ pub fn v1alpha1_to_hub(obj: v1::EtcdCluster) -> (v2::EtcdCluster, RestoredParts)
     let pod = restored_pod.unwrap_or_else(|| pod_up(spec.pod.as_ref()));
     let backup = restored_backup.unwrap_or_else(|| backup_up(spec.backup.as_ref(), name));
     let tls = restored_tls.unwrap_or_else(|| tls_up(spec.tls.as_ref()));
-    let bootstrap: Option<v2::BootstrapSpec> = stash
+    let bootstrap: Option<Box<v2::BootstrapSpec>> = stash
         .restore(PART_BOOTSTRAP, &(), |_: &Option<_>| (), |()| ())
         .flatten();
-    let maintenance: Option<v2::MaintenanceSpec> = stash
+    let maintenance: Option<Box<v2::MaintenanceSpec>> = stash
         .restore(PART_MAINTENANCE, &(), |_: &Option<_>| (), |()| ())
         .flatten();
-    let replacement: Option<v2::ReplacementSpec> = stash
+    let replacement: Option<Box<v2::ReplacementSpec>> = stash
         .restore(PART_REPLACEMENT, &(), |_: &Option<_>| (), |()| ())
         .flatten();
 
@@ -188,10 +188,10 @@ pub fn v1alpha1_to_hub(obj: v1::EtcdCluster) -> (v2::EtcdCluster, RestoredParts)
         keep.keep(PART_POD, &spec.pod, &pod, pod_down);
     }
     if !restored.backup {
-        keep.keep(PART_BACKUP, &spec.backup, &backup, |b| backup_down(b.as_ref()));
+        keep.keep(PART_BACKUP, &spec.backup, &backup, |b| backup_down(b.as_deref()));
     }
     if !restored.tls {
-        keep.keep(PART_TLS, &spec.tls, &tls, |t| tls_down(t.as_ref()));
+        keep.keep(PART_TLS, &spec.tls, &tls, |t| tls_down(t.as_deref()));
     }
     keep.put(&mut meta, V1ALPHA1_FIELDS_ANNOTATION);
 
@@ -254,7 +254,7 @@ impl From<v2::EtcdCluster> for v1::EtcdCluster {
                 |b: &Option<v1::BackupPolicy>| backup_up(b.as_ref(), name),
                 normalize_v2_backup,
             )
-            .unwrap_or_else(|| backup_down(spec.backup.as_ref()));
+            .unwrap_or_else(|| backup_down(spec.backup.as_deref()));
         let tls = stash
             .restore(
                 PART_TLS,
@@ -262,7 +262,7 @@ impl From<v2::EtcdCluster> for v1::EtcdCluster {
                 |t: &Option<v1::TlsPolicy>| tls_up(t.as_ref()),
                 normalize_v2_tls,
             )
-            .unwrap_or_else(|| tls_down(spec.tls.as_ref()));
+            .unwrap_or_else(|| tls_down(spec.tls.as_deref()));
 
         let mut keep = Stash::default();
         keep.keep(PART_POD, &pod_parts, &pod, |p| pod_up(p.as_ref()));
@@ -306,14 +306,14 @@ fn normalize_pod_parts(parts: &PodParts) -> PodParts {
     }
 }
 
-fn normalize_v2_backup(backup: &Option<v2::BackupSpec>) -> Option<v2::BackupSpec> {
+fn normalize_v2_backup(backup: &Option<Box<v2::BackupSpec>>) -> Option<Box<v2::BackupSpec>> {
     let mut obj = v2::EtcdCluster::default();
     obj.spec.backup = backup.clone();
     crate::defaults::apply_v1alpha2(&mut obj);
     obj.spec.backup
 }
 
-fn normalize_v2_tls(tls: &Option<v2::TlsSpec>) -> Option<v2::TlsSpec> {
+fn normalize_v2_tls(tls: &Option<Box<v2::TlsSpec>>) -> Option<Box<v2::TlsSpec>> {
     let mut obj = v2::EtcdCluster::default();
     obj.spec.tls = tls.clone();
     crate::defaults::apply_v1alpha2(&mut obj);
@@ -370,7 +370,7 @@ fn pod_up(pod: Option<&v1::PodPolicy>) -> PodParts {
             storage_class_name: pvc.storage_class_name.clone(),
         });
     PodParts {
-        pod_template,
+        pod_template: pod_template.map(Box::new),
         storage,
     }
 }
@@ -390,7 +390,7 @@ fn pod_down(parts: &PodParts) -> Option<v1::PodPolicy> {
     if parts.pod_template.is_none() && pvc.is_none() {
         return None;
     }
-    let template = parts.pod_template.clone().unwrap_or_default();
+    let template = parts.pod_template.as_deref().cloned().unwrap_or_default();
     let metadata = template.metadata.unwrap_or_default();
     let spec = template.spec.unwrap_or_default();
     Some(v1::PodPolicy {
@@ -407,7 +407,7 @@ fn pod_down(parts: &PodParts) -> Option<v1::PodPolicy> {
 
 // --- backup
 
-fn backup_up(backup: Option<&v1::BackupPolicy>, cluster: &str) -> Option<v2::BackupSpec> {
+fn backup_up(backup: Option<&v1::BackupPolicy>, cluster: &str) -> Option<Box<v2::BackupSpec>> {
     let backup = backup?;
     let destination = match backup.storage_type {
         Some(BackupStorageType::S3) => v2::BackupDestination {
@@ -423,7 +423,7 @@ fn backup_up(backup: Option<&v1::BackupPolicy>, cluster: &str) -> Option<v2::Bac
         },
         _ => v2::BackupDestination::default(),
     };
-    Some(v2::BackupSpec {
+    Some(Box::new(v2::BackupSpec {
         schedule: backup
             .backup_interval_in_second
             .map(interval_to_cron)
@@ -433,7 +433,7 @@ fn backup_up(backup: Option<&v1::BackupPolicy>, cluster: &str) -> Option<v2::Bac
             max_age: None,
         }),
         destination,
-    })
+    }))
 }
 
 fn backup_down(backup: Option<&v2::BackupSpec>) -> Option<v1::BackupPolicy> {
@@ -532,7 +532,7 @@ pub fn cron_to_interval(schedule: &str) -> Option<i64> {
 
 // --- TLS
 
-fn tls_up(tls: Option<&v1::TlsPolicy>) -> Option<v2::TlsSpec> {
+fn tls_up(tls: Option<&v1::TlsPolicy>) -> Option<Box<v2::TlsSpec>> {
     let tls = tls?;
     let member = tls.static_tls.as_ref().and_then(|s| s.member.as_ref());
     let plane = |name: Option<&String>| {
@@ -541,10 +541,10 @@ fn tls_up(tls: Option<&v1::TlsPolicy>) -> Option<v2::TlsSpec> {
             ..v2::TlsPlane::default()
         })
     };
-    Some(v2::TlsSpec {
+    Some(Box::new(v2::TlsSpec {
         client: plane(member.and_then(|m| m.server_secret.as_ref())),
         peer: plane(member.and_then(|m| m.peer_secret.as_ref())),
-    })
+    }))
 }
 
 fn tls_down(tls: Option<&v2::TlsSpec>) -> Option<v1::TlsPolicy> {
@@ -683,13 +683,13 @@ mod tests {
                     medium: Some(StorageMedium::Memory),
                     ..v2::StorageSpec::default()
                 }),
-                bootstrap: Some(v2::BootstrapSpec {
+                bootstrap: Some(Box::new(v2::BootstrapSpec {
                     restore: Some(v2::RestoreSpec {
                         backup_name: Some("b1".into()),
                         source: None,
                     }),
-                }),
-                maintenance: Some(v2::MaintenanceSpec {
+                })),
+                maintenance: Some(Box::new(v2::MaintenanceSpec {
                     auto_compaction: Some(v2::AutoCompactionSpec {
                         mode: Some(v2::AutoCompactionMode::Revision),
                         retention: Some("500".into()),
@@ -702,12 +702,12 @@ mod tests {
                         fragmentation_percent: Some(30),
                         min_reclaimable_bytes: None,
                     }),
-                }),
-                replacement: Some(v2::ReplacementSpec {
+                })),
+                replacement: Some(Box::new(v2::ReplacementSpec {
                     policy: Some(v2::ReplacementPolicy::Manual),
                     unhealthy_after: Some("30m".into()),
                     crash_loop_after: Some("2m".into()),
-                }),
+                })),
                 ..v2::EtcdClusterSpec::default()
             },
         );
@@ -741,13 +741,13 @@ mod tests {
         let hub = v2::EtcdCluster::from(v1_sample());
         let mut edited = hub;
         // A v1alpha2 client replaces the TLS settings: the stashed v1alpha1 TLS is stale.
-        edited.spec.tls = Some(v2::TlsSpec {
+        edited.spec.tls = Some(Box::new(v2::TlsSpec {
             client: Some(v2::TlsPlane {
                 auto: Some(v2::AutoTls {}),
                 ..v2::TlsPlane::default()
             }),
             peer: None,
-        });
+        }));
         let old = v1::EtcdCluster::from(edited.clone());
         assert_eq!(old.spec.tls, Some(v1::TlsPolicy { static_tls: None }));
         // ...but the pod part is still restored (antiAffinity).

@@ -253,11 +253,11 @@ mod tests {
                 crash_loop_after: std::time::Duration::from_secs(300),
             }
         );
-        spec.replacement = Some(v2::ReplacementSpec {
+        spec.replacement = Some(Box::new(v2::ReplacementSpec {
             policy: Some(v2::ReplacementPolicy::Manual),
             unhealthy_after: Some("1h30m".into()),
             crash_loop_after: Some("not a duration".into()),
-        });
+        }));
         let r = effective_replacement(&spec);
         assert!(r.manual);
         assert_eq!(r.unhealthy_after, std::time::Duration::from_secs(5400));
@@ -282,14 +282,14 @@ mod tests {
             size: Some(Quantity("64Gi".into())),
             storage_class_name: None,
         });
-        spec.maintenance = Some(v2::MaintenanceSpec {
+        spec.maintenance = Some(Box::new(v2::MaintenanceSpec {
             auto_compaction: Some(v2::AutoCompactionSpec {
                 mode: Some(v2::AutoCompactionMode::Revision),
                 retention: None,
             }),
             quota_backend_bytes: None,
             defragmentation: None,
-        });
+        }));
         let m = effective_maintenance(&spec);
         assert_eq!(
             (m.compaction_mode, m.compaction_retention.as_str()),
@@ -321,14 +321,14 @@ mod tests {
                 min_reclaimable_bytes: 64 << 20,
             }
         );
-        spec.maintenance = Some(v2::MaintenanceSpec {
+        spec.maintenance = Some(Box::new(v2::MaintenanceSpec {
             defragmentation: Some(v2::DefragmentationSpec {
                 schedule: Some("0 3 * * 0".into()),
                 fragmentation_percent: Some(0),
                 min_reclaimable_bytes: Some(Quantity("1Mi".into())),
             }),
             ..Default::default()
-        });
+        }));
         assert_eq!(
             effective_defragmentation(&spec),
             EffectiveDefragmentation {
@@ -428,13 +428,13 @@ mod tests {
             size: Some(Quantity("256Mi".into())),
             storage_class_name: None,
         });
-        obj.spec.backup = Some(v2::BackupSpec {
+        obj.spec.backup = Some(Box::new(v2::BackupSpec {
             retention: Some(v2::BackupRetention {
                 max_count: None,
                 max_age: Some("24h".into()),
             }),
             ..v2::BackupSpec::default()
-        });
+        }));
         let before = obj.spec.clone();
         apply_v1alpha2(&mut obj);
         assert_eq!(obj.spec, before);

@@ -39,6 +39,11 @@ string_enum! {
     }
 }
 
+// The records of things that happen now and then (a backup, an upgrade, a rollout, a quorum
+// recovery, a defragmentation) are boxed: a cluster that never had one pays a pointer, not the
+// record's size, in every EtcdCluster the controllers' store holds (issue 24; see
+// `v1alpha2::tests::a_stored_cluster_stays_small`). Serde and schemars treat `Box<T>` as `T`.
+// (Plain comments here: doc comments become the schema's descriptions.)
 /// The observed state of an etcd cluster. Written by the controller through the `/status`
 /// subresource; ignored on writes to the main resource.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -96,30 +101,30 @@ pub struct EtcdClusterStatus {
 
     /// The last successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_backup: Option<BackupStatus>,
+    pub last_backup: Option<Box<BackupStatus>>,
 
     /// Progress of the latest rolling version change (upgrade or permitted downgrade) started by
     /// a change of `spec.version`. Absent until the first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<UpgradeStatus>,
+    pub upgrade: Option<Box<UpgradeStatus>>,
 
     /// Progress of the latest rolling restart onto a changed member template: `spec.podTemplate`,
     /// `spec.repository`, and the etcd flags the spec amounts to (maintenance, quota). Members are
     /// re-created one at a time on their own data (followers first, the leader last after a
     /// leadership move), each health-gated. Absent until the first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<RolloutStatus>,
+    pub rollout: Option<Box<RolloutStatus>>,
 
     /// The latest quorum recovery, asked for with the annotation
     /// `etcd.operator.dev/recover-quorum` (see docs/day2.md): what was chosen and what was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recovery: Option<RecoveryStatus>,
+    pub recovery: Option<Box<RecoveryStatus>>,
 
     /// Routine maintenance the operator carried out: the latest defragmentation of each member
     /// (see `spec.maintenance.defragmentation`). Scheduled defragmentation resumes from it after
     /// an operator restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maintenance: Option<MaintenanceStatus>,
+    pub maintenance: Option<Box<MaintenanceStatus>>,
 }
 
 /// Routine maintenance carried out on the members.

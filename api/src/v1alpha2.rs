@@ -108,6 +108,12 @@ pub struct EtcdClusterList {
     pub items: Vec<EtcdCluster>,
 }
 
+// The optional sections are boxed: most clusters leave them unset, and an unset `Box` costs a
+// pointer where the section itself would take its whole size, in every EtcdCluster the
+// controllers' store holds (issue 24; `tests::a_stored_cluster_stays_small`). `storage` stays
+// inline: the server defaults it on every stored object, so boxing it would only add an
+// allocation. Serde and schemars treat `Box<T>` as `T`: the wire format and the OpenAPI schema
+// are unchanged. (Plain comments here: doc comments become the schema's descriptions.)
 /// The desired state of an etcd cluster.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -130,7 +136,7 @@ pub struct EtcdClusterSpec {
 
     /// Settings applied to every member Pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_template: Option<PodTemplate>,
+    pub pod_template: Option<Box<PodTemplate>>,
 
     /// Where members keep their data. Immutable. Defaults to a 1Gi persistent volume of the
     /// default storage class (`medium: Disk`).
@@ -139,25 +145,25 @@ pub struct EtcdClusterSpec {
 
     /// TLS for client and peer traffic. Immutable. When unset, members talk plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSpec>,
+    pub tls: Option<Box<TlsSpec>>,
 
     /// Scheduled backups. When unset, the operator takes no scheduled backups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<BackupSpec>,
+    pub backup: Option<Box<BackupSpec>>,
 
     /// How a new cluster gets its initial data. Immutable. When unset, the cluster starts empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapSpec>,
+    pub bootstrap: Option<Box<BootstrapSpec>>,
 
     /// Routine care that keeps etcd taking writes: compaction of old revisions and the backend
     /// quota. When unset, the defaults described on each field apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maintenance: Option<MaintenanceSpec>,
+    pub maintenance: Option<Box<MaintenanceSpec>>,
 
     /// When and how a failing member is replaced by a fresh one (its data set aside). When
     /// unset, replacement is `Automatic` with the default thresholds described on each field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replacement: Option<ReplacementSpec>,
+    pub replacement: Option<Box<ReplacementSpec>>,
 
     /// When true, the controller stops acting on the cluster (no scaling, upgrades, repairs or
     /// backups); status is still reported. Defaults to false.
@@ -600,5 +606,26 @@ impl EtcdCluster {
             spec,
             status: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The controllers' store holds one `EtcdCluster` per object, so its inline size is paid
+    /// 10,000 times in the bench (issue 24, docs/performance.md): the spec's optional sections
+    /// and the status's occasional records are boxed to keep it small. A new inline section of
+    /// any size fails here; box it.
+    #[test]
+    fn a_stored_cluster_stays_small() {
+        let spec = std::mem::size_of::<EtcdClusterSpec>();
+        let status = std::mem::size_of::<EtcdClusterStatus>();
+        let cluster = std::mem::size_of::<EtcdCluster>();
+        assert!(
+            spec <= 184 && status <= 264 && cluster <= 856,
+            "EtcdClusterSpec is {spec} B (at most 184), EtcdClusterStatus {status} B (at most \
+             264), EtcdCluster {cluster} B (at most 856)"
+        );
     }
 }

@@ -284,7 +284,7 @@ fn status() -> impl Strategy<Value = EtcdClusterStatus> {
                 current_version,
                 client_endpoints,
                 selector,
-                last_backup,
+                last_backup: last_backup.map(Box::new),
                 // Fields added later (e.g. the upgrade progress) keep their defaults here.
                 ..EtcdClusterStatus::default()
             },
@@ -611,13 +611,13 @@ fn v2_cluster() -> impl Strategy<Value = v2::EtcdCluster> {
                     replicas,
                     version,
                     repository,
-                    pod_template,
+                    pod_template: pod_template.map(Box::new),
                     storage,
-                    tls,
-                    backup,
-                    bootstrap,
-                    maintenance,
-                    replacement,
+                    tls: tls.map(Box::new),
+                    backup: backup.map(Box::new),
+                    bootstrap: bootstrap.map(Box::new),
+                    maintenance: maintenance.map(Box::new),
+                    replacement: replacement.map(Box::new),
                     paused,
                 }
             },

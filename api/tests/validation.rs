@@ -41,7 +41,7 @@ fn base() -> v2::EtcdCluster {
             replicas: Some(3),
             version: Some("3.5.21".into()),
             repository: Some("gcr.io/etcd-development/etcd".into()),
-            pod_template: Some(v2::PodTemplate {
+            pod_template: Some(Box::new(v2::PodTemplate {
                 metadata: Some(v2::PodTemplateMetadata {
                     labels: Some(map(&[("team", "storage")])),
                     annotations: Some(map(&[("example.com/owner", "sre")])),
@@ -75,13 +75,13 @@ fn base() -> v2::EtcdCluster {
                     }]),
                     priority_class_name: Some("etcd-critical".into()),
                 }),
-            }),
+            })),
             storage: Some(v2::StorageSpec {
                 medium: Some(StorageMedium::Disk),
                 size: Some(q("8Gi")),
                 storage_class_name: Some("fast-ssd".into()),
             }),
-            tls: Some(v2::TlsSpec {
+            tls: Some(Box::new(v2::TlsSpec {
                 client: Some(v2::TlsPlane {
                     secret_ref: Some(v2::SecretReference {
                         name: "etcd-client-tls".into(),
@@ -92,8 +92,8 @@ fn base() -> v2::EtcdCluster {
                     auto: Some(v2::AutoTls {}),
                     ..v2::TlsPlane::default()
                 }),
-            }),
-            backup: Some(v2::BackupSpec {
+            })),
+            backup: Some(Box::new(v2::BackupSpec {
                 schedule: "0 */6 * * *".into(),
                 retention: Some(v2::BackupRetention {
                     max_count: Some(7),
@@ -110,9 +110,9 @@ fn base() -> v2::EtcdCluster {
                     }),
                     volume: None,
                 },
-            }),
+            })),
             bootstrap: None,
-            maintenance: Some(v2::MaintenanceSpec {
+            maintenance: Some(Box::new(v2::MaintenanceSpec {
                 auto_compaction: Some(v2::AutoCompactionSpec {
                     mode: Some(v2::AutoCompactionMode::Periodic),
                     retention: Some("1h30m".into()),
@@ -123,12 +123,12 @@ fn base() -> v2::EtcdCluster {
                     fragmentation_percent: Some(40),
                     min_reclaimable_bytes: Some(q("128Mi")),
                 }),
-            }),
-            replacement: Some(v2::ReplacementSpec {
+            })),
+            replacement: Some(Box::new(v2::ReplacementSpec {
                 policy: Some(v2::ReplacementPolicy::Automatic),
                 unhealthy_after: Some("10m".into()),
                 crash_loop_after: Some("5m".into()),
-            }),
+            })),
             paused: None,
         },
     );
@@ -137,9 +137,9 @@ fn base() -> v2::EtcdCluster {
 }
 
 fn with_restore(obj: &mut v2::EtcdCluster, restore: v2::RestoreSpec) {
-    obj.spec.bootstrap = Some(v2::BootstrapSpec {
+    obj.spec.bootstrap = Some(Box::new(v2::BootstrapSpec {
         restore: Some(restore),
-    });
+    }));
 }
 
 fn s3_dest() -> v2::BackupDestination {
@@ -412,7 +412,7 @@ fn valid_cases() -> Vec<WarningCase> {
         ("decimal storage size", |o| storage(o).size = Some(q("10G")), vec![]),
         ("cluster issuer", |o| tls(o).peer = Some(v2::TlsPlane { cert_manager: Some(v2::CertManagerTls { issuer_ref: v2::IssuerReference { name: "ca".into(), kind: Some("ClusterIssuer".into()), group: None } }), ..v2::TlsPlane::default() }), vec![]),
         ("external issuer", |o| tls(o).peer = Some(v2::TlsPlane { cert_manager: Some(v2::CertManagerTls { issuer_ref: v2::IssuerReference { name: "vault".into(), kind: Some("VaultIssuer".into()), group: Some("vault.example.com".into()) } }), ..v2::TlsPlane::default() }), vec![]),
-        ("no tls planes", |o| o.spec.tls = Some(v2::TlsSpec::default()), vec![]),
+        ("no tls planes", |o| o.spec.tls = Some(Box::new(v2::TlsSpec::default())), vec![]),
         ("cron nickname", |o| backup(o).schedule = "@daily".into(), vec![]),
         ("cron with a seconds field", |o| backup(o).schedule = "*/5 * * * * *".into(), vec![]),
         ("cron step and list", |o| backup(o).schedule = "*/15 1,13 * * MON-FRI".into(), vec![]),
@@ -467,7 +467,7 @@ fn update_cases() -> Vec<UpdateCase> {
         ("storage defaulted", |o| o.spec.storage = None, |o| o.spec.storage = Some(v2::StorageSpec { medium: Some(StorageMedium::Disk), size: Some(q("1Gi")), storage_class_name: None }), vec![]),
         ("tls changed", |_| {}, |o| tls(o).peer = None, vec![("spec.tls", Forbidden)]),
         ("tls added", |o| o.spec.tls = None, |o| o.spec.tls = base().spec.tls, vec![("spec.tls", Forbidden)]),
-        ("empty tls is no tls", |o| o.spec.tls = None, |o| o.spec.tls = Some(v2::TlsSpec::default()), vec![]),
+        ("empty tls is no tls", |o| o.spec.tls = None, |o| o.spec.tls = Some(Box::new(v2::TlsSpec::default())), vec![]),
         ("bootstrap changed", |_| {}, |o| with_restore(o, v2::RestoreSpec { backup_name: Some("b".into()), source: None }), vec![("spec.bootstrap", Forbidden)]),
         ("backup changed", |_| {}, |o| backup(o).schedule = "0 0 * * *".into(), vec![]),
     ]

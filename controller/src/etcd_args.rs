@@ -119,14 +119,14 @@ mod tests {
     #[test]
     fn golden_kubernetes_member_with_tls_and_maintenance() {
         let mut obj = EtcdCluster::new("c", "ns", Default::default());
-        obj.spec.maintenance = Some(MaintenanceSpec {
+        obj.spec.maintenance = Some(Box::new(MaintenanceSpec {
             auto_compaction: Some(AutoCompactionSpec {
                 mode: Some(AutoCompactionMode::Revision),
                 retention: Some("5000".into()),
             }),
             quota_backend_bytes: Some(Quantity("4Gi".into())),
             ..Default::default()
-        });
+        }));
         let cluster = ValidatedCluster::for_test(obj);
         let config = config();
         let launch = MemberLaunch {

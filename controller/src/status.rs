@@ -397,7 +397,7 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
                     request,
                 },
                 None,
-            ) => Some(etcd_operator_api::status::RecoveryStatus {
+            ) => Some(Box::new(etcd_operator_api::status::RecoveryStatus {
                 request: request.clone(),
                 survivor: survivor.clone(),
                 lost_members: lost.clone(),
@@ -406,13 +406,14 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
                     jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
                         .unwrap_or_else(|_| jiff::Timestamp::now()),
                 )),
-            }),
+            })),
             _ => previous.recovery.clone(),
         },
         cluster_id: previous.cluster_id.clone(),
         maintenance: outcome
             .maintenance
             .clone()
+            .map(Box::new)
             .or_else(|| previous.maintenance.clone()),
         ..Default::default()
     };
@@ -420,9 +421,18 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
     status.upgrade = outcome
         .roll
         .as_ref()
-        .and_then(|roll| upgrade_status(roll, &version, observed, &outcome.step, previous.upgrade.as_ref()));
+        .and_then(|roll| {
+            upgrade_status(
+                roll,
+                &version,
+                observed,
+                &outcome.step,
+                previous.upgrade.as_deref(),
+            )
+        })
+        .map(Box::new);
     status.rollout = match (&outcome.rollout, &spec.template_hash) {
-        (Some(record), Some(hash)) => rollout_status(record, hash, observed),
+        (Some(record), Some(hash)) => rollout_status(record, hash, observed).map(Box::new),
         _ => None,
     };
     let rolling = status
@@ -1270,12 +1280,12 @@ mod tests {
             "{}",
             progressing.message
         );
-        assert_eq!(s.maintenance.as_ref(), Some(&record));
+        assert_eq!(s.maintenance.as_deref(), Some(&record));
         // A later reconcile that did not touch it keeps the record.
         let mut c = cluster();
         c.status = Some(s);
         let later = compute(&c, &three_on("3.5.1"), &Outcome::idle());
-        assert_eq!(later.maintenance, Some(record));
+        assert_eq!(later.maintenance, Some(Box::new(record)));
     }
 
     #[test]
@@ -1525,7 +1535,7 @@ mod tests {
         // Ours was computed from an object whose last backup was revision 5 and failing.
         let mut old = c.clone();
         old.status = Some(EtcdClusterStatus {
-            last_backup: Some(last_backup(5)),
+            last_backup: Some(Box::new(last_backup(5))),
             conditions: Some(vec![backup_condition("False")]),
             ..Default::default()
         });
@@ -1543,7 +1553,7 @@ mod tests {
         // Meanwhile the backup controller recorded revision 9 and succeeded; and the stored
         // status says something stale about our own conditions.
         let fresh = EtcdClusterStatus {
-            last_backup: Some(last_backup(9)),
+            last_backup: Some(Box::new(last_backup(9))),
             ready_replicas: Some(0),
             conditions: Some(vec![
                 condition(CONDITION_AVAILABLE, false, "NoQuorum", "stale".into(), Some(2)),
@@ -1552,7 +1562,7 @@ mod tests {
             ..Default::default()
         };
         let s = rebase(&ours, Some(&fresh));
-        assert_eq!(s.last_backup, Some(last_backup(9)));
+        assert_eq!(s.last_backup, Some(Box::new(last_backup(9))));
         assert_eq!(get(&s, "BackupSucceeded"), &backup_condition("True"));
         assert_eq!(get(&s, "Available"), get(&ours, "Available"));
         assert_eq!(s.ready_replicas, ours.ready_replicas);
@@ -1587,7 +1597,7 @@ mod tests {
     fn the_status_patch_is_conditional_on_the_resource_version_and_replaces_the_status() {
         let status = EtcdClusterStatus {
             ready_replicas: Some(3),
-            last_backup: Some(last_backup(9)),
+            last_backup: Some(Box::new(last_backup(9))),
             ..Default::default()
         };
         let patch = status_patch(&status, "42");

@@ -355,13 +355,13 @@ impl ValidatedCluster {
             restore: None,
             storage: etcd_operator_api::defaults::effective_storage(spec),
             volume_bytes: volume_bytes(&etcd_operator_api::defaults::effective_storage(spec)),
-            tls: TlsPlanes::of(spec.tls.as_ref()),
+            tls: TlsPlanes::of(spec.tls.as_deref()),
             pod: PodSettings {
                 labels: template_meta.labels.unwrap_or_default(),
                 annotations: template_meta.annotations.unwrap_or_default(),
                 spec: template.spec.unwrap_or_default(),
             },
-            backup: spec.backup.clone(),
+            backup: spec.backup.as_deref().cloned(),
             maintenance_flags: maintenance.flags(),
             quota_backend_bytes: maintenance.quota_backend_bytes,
             defragmentation: DefragPolicy {
@@ -524,14 +524,14 @@ mod tests {
         );
         // Recorded as answered: nothing more; another value asks again.
         c.status = Some(EtcdClusterStatus {
-            maintenance: Some(etcd_operator_api::status::MaintenanceStatus {
+            maintenance: Some(Box::new(etcd_operator_api::status::MaintenanceStatus {
                 last_leader_transfer: Some(etcd_operator_api::status::LeaderTransferStatus {
                     request: "c-abcde@1764200000".into(),
                     leader: "c-abcde".into(),
                     time: None,
                 }),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         });
         assert_eq!(ValidatedCluster::for_test(c.clone()).move_leader, None);
@@ -552,11 +552,11 @@ mod tests {
         assert!(!view.replacement.manual);
         assert_eq!(view.replace_member, None);
         let mut c = EtcdCluster::default();
-        c.spec.replacement = Some(etcd_operator_api::v1alpha2::ReplacementSpec {
+        c.spec.replacement = Some(Box::new(etcd_operator_api::v1alpha2::ReplacementSpec {
             policy: Some(etcd_operator_api::v1alpha2::ReplacementPolicy::Manual),
             unhealthy_after: Some("30s".into()),
             crash_loop_after: None,
-        });
+        }));
         c.metadata.annotations =
             Some([(REPLACE_MEMBER_ANNOTATION.to_owned(), " c-abcde ".to_owned())].into());
         let view = ValidatedCluster::for_test(c);
@@ -578,13 +578,13 @@ mod tests {
         assert_eq!(view.cluster_token, "ns-c-u");
         assert!(view.ignored.is_empty());
         // A stored schedule that no longer parses is ignored, and said to be.
-        obj.spec.maintenance = Some(etcd_operator_api::v1alpha2::MaintenanceSpec {
+        obj.spec.maintenance = Some(Box::new(etcd_operator_api::v1alpha2::MaintenanceSpec {
             defragmentation: Some(etcd_operator_api::v1alpha2::DefragmentationSpec {
                 schedule: Some("every tuesday".into()),
                 ..Default::default()
             }),
             ..Default::default()
-        });
+        }));
         let view = ValidatedCluster::new(&obj).unwrap();
         assert!(view.defrag_schedule.is_none());
         assert!(matches!(
@@ -608,9 +608,9 @@ mod tests {
             etcd_operator_api::defaults::effective_maintenance(&obj.spec).flags()
         );
         obj.spec.repository = Some("registry.example/etcd".into());
-        obj.spec.bootstrap = Some(etcd_operator_api::v1alpha2::BootstrapSpec {
+        obj.spec.bootstrap = Some(Box::new(etcd_operator_api::v1alpha2::BootstrapSpec {
             restore: Some(Default::default()),
-        });
+        }));
         obj.metadata.annotations = Some([(KEEP_DATA_ANNOTATION.to_owned(), "true".to_owned())].into());
         let view = ValidatedCluster::new(&obj).unwrap();
         assert_eq!(view.image("3.6.15"), "registry.example/etcd:v3.6.15");

@@ -109,7 +109,7 @@ fn full_spec() -> ValidatedCluster {
         replicas: Some(3),
         version: Some("3.5.21".to_owned()),
         repository: Some("registry.example.com/etcd".to_owned()),
-        pod_template: Some(PodTemplate {
+        pod_template: Some(Box::new(PodTemplate {
             metadata: Some(PodTemplateMetadata {
                 labels: Some([("team".to_owned(), "storage".to_owned())].into()),
                 annotations: Some([("prometheus.io/scrape".to_owned(), "true".to_owned())].into()),
@@ -130,7 +130,7 @@ fn full_spec() -> ValidatedCluster {
                 ),
                 priority_class_name: Some("system-cluster-critical".to_owned()),
             }),
-        }),
+        })),
         storage: Some(StorageSpec {
             medium: Some(StorageMedium::Disk),
             size: Some(Quantity("8Gi".to_owned())),

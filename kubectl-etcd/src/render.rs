@@ -188,7 +188,11 @@ pub fn status(
         Some(c) if !c.is_empty() => out.push_str(&conditions(c, now)),
         _ => out.push_str("<none>\n"),
     }
-    let _ = writeln!(out, "\nLast backup: {}", last_backup(s.last_backup.as_ref(), now));
+    let _ = writeln!(
+        out,
+        "\nLast backup: {}",
+        last_backup(s.last_backup.as_deref(), now)
+    );
     out
 }
 
@@ -273,13 +277,13 @@ demo-ccccc   c                  -        learner   3.5.1     unhealthy   20 KiB 
                 last_transition_time: Time(ts("2026-11-27T00:58:00Z")),
                 observed_generation: None,
             }]),
-            last_backup: Some(BackupStatus {
+            last_backup: Some(Box::new(BackupStatus {
                 time: Some(Time(ts("2026-11-27T00:00:00Z"))),
                 revision: Some(42),
                 size: Some(2048),
                 location: Some("/backups/demo.db".into()),
                 sha256: Some("ab12".into()),
-            }),
+            })),
             ..Default::default()
         };
         let out = status("default", "demo", Some(&s), now);

@@ -343,10 +343,10 @@ mod tests {
             rotate_certificates(&c, "d", now()).unwrap_err(),
             RequestError::NoTls { cluster: "d".into() }
         );
-        c.spec.tls = Some(etcd_operator_api::v1alpha2::TlsSpec {
+        c.spec.tls = Some(Box::new(etcd_operator_api::v1alpha2::TlsSpec {
             client: Some(Default::default()),
             ..Default::default()
-        });
+        }));
         let r = rotate_certificates(&c, "d", now()).unwrap();
         assert_eq!(
             (r.key, r.value.as_str()),

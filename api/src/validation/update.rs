@@ -43,12 +43,12 @@ pub(crate) fn changes(report: &mut Report, new: &v2::EtcdClusterSpec, old: &v2::
             .push(FieldError::forbidden(&path.child("storage"), IMMUTABLE));
     }
 
-    if normalized_tls(new.tls.as_ref()) != normalized_tls(old.tls.as_ref()) {
+    if normalized_tls(new.tls.as_deref()) != normalized_tls(old.tls.as_deref()) {
         report
             .errors
             .push(FieldError::forbidden(&path.child("tls"), IMMUTABLE));
     }
-    if normalized_bootstrap(new.bootstrap.as_ref()) != normalized_bootstrap(old.bootstrap.as_ref()) {
+    if normalized_bootstrap(new.bootstrap.as_deref()) != normalized_bootstrap(old.bootstrap.as_deref()) {
         report
             .errors
             .push(FieldError::forbidden(&path.child("bootstrap"), IMMUTABLE));

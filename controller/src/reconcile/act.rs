@@ -832,7 +832,7 @@ mod tests {
         let beside = tempfile::tempdir().unwrap();
         let backups = tempfile::tempdir().unwrap();
         let mut cluster = EtcdCluster::default();
-        cluster.spec.backup = Some(BackupSpec {
+        cluster.spec.backup = Some(Box::new(BackupSpec {
             schedule: "0 * * * *".into(),
             retention: None,
             destination: BackupDestination {
@@ -842,7 +842,7 @@ mod tests {
                     path: Some(backups.path().display().to_string()),
                 }),
             },
-        });
+        }));
         let spec = ValidatedCluster::for_test(cluster.clone());
         // With a place beside the data: saved there, and the same file sent.
         let ctx1 = ctx(
@@ -913,7 +913,7 @@ mod tests {
         }
         std::fs::write(backups.path().join("ns/c/20260101T000000Z-1.db"), b"scheduled").unwrap();
         let mut cluster = EtcdCluster::default();
-        cluster.spec.backup = Some(BackupSpec {
+        cluster.spec.backup = Some(Box::new(BackupSpec {
             schedule: "0 * * * *".into(),
             retention: Some(etcd_operator_api::v1alpha2::BackupRetention {
                 max_count: Some(2),
@@ -926,7 +926,7 @@ mod tests {
                     path: Some(backups.path().display().to_string()),
                 }),
             },
-        });
+        }));
         let ctx = ctx(
             FakeRuntime::new(Vec::new(), Some(beside.path().to_path_buf())),
             FakeMemberOps::new(Some(view())),

@@ -768,7 +768,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         .ok()
         .and_then(|all| all.get(&key).and_then(|m| m.maintenance.clone()));
     let mut maintenance = crate::maintenance::merge(
-        view.status.as_ref().and_then(|s| s.maintenance.as_ref()),
+        view.status.as_ref().and_then(|s| s.maintenance.as_deref()),
         remembered.as_ref(),
     );
     // A move-leader request this process answered already (its status write may not be back).
@@ -991,7 +991,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         // The recovery record: the one just made, else this process's last one when the watched
         // status does not have it yet.
         match (&outcome.step, &outcome.error) {
-            (Step::RecoverQuorum { .. }, None) => memory.recovered = new_status.recovery.clone(),
+            (Step::RecoverQuorum { .. }, None) => memory.recovered = new_status.recovery.as_deref().cloned(),
             _ => {
                 if let Some(mine) = &memory.recovered
                     && new_status
@@ -1000,13 +1000,13 @@ async fn apply<R: Runtime, M: MemberOps>(
                         .is_none_or(|r| r.request != mine.request)
                     && new_status.recovery.as_ref().and_then(|r| r.time.as_ref()) <= mine.time.as_ref()
                 {
-                    new_status.recovery = Some(mine.clone());
+                    new_status.recovery = Some(Box::new(mine.clone()));
                 }
             }
         }
         memory.roll = RollRecord::from_status(Some(&new_status));
         memory.rollout = RolloutRecord::from_status(Some(&new_status));
-        memory.maintenance = new_status.maintenance.clone();
+        memory.maintenance = new_status.maintenance.as_deref().cloned();
         drop_if_empty(&mut all, &key);
     }
     write_status(api, obj, &new_status).await?;

@@ -110,7 +110,7 @@ mod tests {
     fn ours() -> EtcdClusterStatus {
         EtcdClusterStatus {
             ready_replicas: Some(3),
-            last_backup: Some(backup(4)),
+            last_backup: Some(Box::new(backup(4))),
             conditions: Some(vec![
                 condition("Available", "True"),
                 condition("BackupSucceeded", "False"),
@@ -125,7 +125,7 @@ mod tests {
             "8",
             Some(EtcdClusterStatus {
                 ready_replicas: Some(1),
-                last_backup: Some(backup(9)),
+                last_backup: Some(Box::new(backup(9))),
                 conditions: Some(vec![
                     condition("Available", "False"),
                     condition("BackupSucceeded", "True"),

@@ -1725,13 +1725,13 @@ mod tests {
 
     fn tls_spec() -> ValidatedCluster {
         let mut cluster = etcd_operator_api::v1alpha2::EtcdCluster::default();
-        cluster.spec.tls = Some(etcd_operator_api::v1alpha2::TlsSpec {
+        cluster.spec.tls = Some(Box::new(etcd_operator_api::v1alpha2::TlsSpec {
             client: Some(etcd_operator_api::v1alpha2::TlsPlane {
                 auto: Some(etcd_operator_api::v1alpha2::AutoTls {}),
                 ..Default::default()
             }),
             peer: None,
-        });
+        }));
         ValidatedCluster::for_test(cluster)
     }
 
