@@ -16,7 +16,8 @@
 //! `BENCH_OPERATOR_BINARY` (use this binary instead of building one), `BENCH_SERVER_ARGS`
 //! (extra arguments for `etcd-operator local`), `BENCH_WITH_CONTROLLER` (set: leave the
 //! controller on), `BENCH_ONLY_LOAD` (set: stop once the 10,000 objects are stored, for a heap
-//! profile, printing the RSS then and once more after the watch cache's event retention) and `BENCH_ONLY_HUGE` (set: only the huge-label admission figures, issue 26 item 4).
+//! profile, printing the RSS then and once more after the watch cache's event retention; set
+//! to `delete`: then delete them all and print the RSS once their events are gone too) and `BENCH_ONLY_HUGE` (set: only the huge-label admission figures, issue 26 item 4).
 
 // A bench is test code: a failed unwrap is a bench failure with its location, and printing the
 // figures is its purpose.
@@ -1474,6 +1475,24 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         let jemalloc_settled = jemalloc_line(&client).await;
         if !jemalloc_settled.is_empty() {
             println!("  idle, {jemalloc_idle}\n  {DELETE_SETTLE_SECS} s after the load, {jemalloc_settled}");
+        }
+        if std::env::var("BENCH_ONLY_LOAD").is_ok_and(|v| v == "delete") {
+            // What stays once every object is gone (a heap profile's end state).
+            progress("deleting every object");
+            let (deletes, _) = meter.measure(delete_all(&ctx)).await?;
+            settle(&etcd).await?;
+            tokio::time::sleep(Duration::from_secs(DELETE_SETTLE_SECS)).await;
+            let rss_deleted = rss_kib(pid)?;
+            println!(
+                "deleted {} objects; RSS {DELETE_SETTLE_SECS} s later {:.1} MiB ({:.2}× idle)",
+                deletes.ops,
+                mib(rss_deleted),
+                rss_deleted as f64 / rss_empty.max(1) as f64
+            );
+            let jemalloc_deleted = jemalloc_line(&client).await;
+            if !jemalloc_deleted.is_empty() {
+                println!("  {DELETE_SETTLE_SECS} s after the deletes, {jemalloc_deleted}");
+            }
         }
         return Ok(());
     }

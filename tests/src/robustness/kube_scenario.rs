@@ -49,11 +49,7 @@ const CONTAINER_WAIT: Duration = Duration::from_secs(60);
 /// just killed or whose Pod it deleted). A member between containers (in the kubelet's back-off,
 /// or its Pod being created again) is waited for: a fault is only injected into a running
 /// member, and the recovery is only timed once the fault took effect.
-async fn running_container(
-    rt: &KubeRuntime,
-    name: &str,
-    not: Option<u32>,
-) -> Result<u32, RobustnessError> {
+async fn running_container(rt: &KubeRuntime, name: &str, not: Option<u32>) -> Result<u32, RobustnessError> {
     let began = Instant::now();
     loop {
         match container_pid(rt, name) {
