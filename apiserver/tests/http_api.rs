@@ -2557,6 +2557,63 @@ async fn tables_and_partial_object_metadata(backing: Backing) {
     assert_eq!(yaml.header("content-type"), Some("application/yaml"));
     let parsed: Value = serde_yaml::from_slice(&yaml.body).unwrap();
     assert_eq!(parsed, a);
+
+    // Lists are encoded one item at a time: paging, selection and conversion still apply to
+    // each representation, and the list metadata comes with them.
+    api.patch(&obj(NS, "b"), MERGE, r#"{"metadata":{"labels":{"tier":"x"}}}"#)
+        .await
+        .expect(200);
+    let page = api
+        .get_accept(&format!("{}?limit=1", coll(NS)), TABLE)
+        .await
+        .expect(200);
+    assert_eq!(page["rows"].as_array().map(Vec::len), Some(1));
+    assert_eq!(page["rows"][0]["cells"][0], "a");
+    assert!(page["columnDefinitions"].is_array());
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    let rest = api
+        .get_accept(&format!("{}?limit=1&continue={token}", coll(NS)), TABLE)
+        .await
+        .expect(200);
+    assert_eq!(rest["rows"][0]["cells"][0], "b");
+    let page = api
+        .get_accept(&format!("{}?limit=1", coll(NS)), meta_accept)
+        .await
+        .expect(200);
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
+    assert!(page["metadata"]["continue"].is_string());
+    let selected = api
+        .get_accept(&format!("{}?labelSelector=tier%3Dx", coll(NS)), meta_accept)
+        .await
+        .expect(200);
+    assert_eq!(selected["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(selected["items"][0]["metadata"]["labels"]["tier"], "x");
+    let selected = api
+        .get(&format!("{}?labelSelector=tier%3Dx", coll(NS)))
+        .await
+        .expect(200);
+    assert_eq!(selected["kind"], "EtcdClusterList");
+    assert_eq!(selected["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(selected["items"][0]["metadata"]["name"], "b");
+    let old = api
+        .get(&format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters"))
+        .await
+        .expect(200);
+    assert_eq!(old["apiVersion"], "etcd.operator.dev/v1alpha1");
+    assert_eq!(old["items"].as_array().map(Vec::len), Some(2));
+    assert!(
+        old["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["apiVersion"] == "etcd.operator.dev/v1alpha1"),
+        "{old:#}"
+    );
+    let none = api
+        .get_accept(&format!("{}?labelSelector=tier%3Dnone", coll(NS)), TABLE)
+        .await
+        .expect(200);
+    assert_eq!(none["rows"], json!([]));
 }
 
 async fn discovery_and_openapi_are_cacheable(backing: Backing) {
