@@ -523,6 +523,11 @@ impl Selectors {
         Ok(Self { labels, fields })
     }
 
+    /// Whether every object matches (neither selector says anything).
+    pub fn select_all(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     /// Whether a stored object matches both selectors.
     pub fn matches(&self, obj: &Value) -> bool {
         let meta = &obj["metadata"];

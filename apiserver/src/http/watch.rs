@@ -23,6 +23,14 @@ enum Line {
     Verbatim(bytes::Bytes),
 }
 
+/// Gives a key set's table back once most of its keys are gone (a `HashSet` never shrinks on
+/// its own); after a shrink the set is full again, so removals stay amortized O(1).
+fn shrink_when_sparse(keys: &mut HashSet<String>) {
+    if keys.capacity() > 64 && keys.len() < keys.capacity() / 4 {
+        keys.shrink_to_fit();
+    }
+}
+
 /// Per-watch state for turning storage events into what this client should see.
 struct Encoder {
     target: WatchTarget,
@@ -132,6 +140,16 @@ impl Encoder {
                     Ok(obj) => obj,
                     Err(e) => break 'event Err(e),
                 };
+                if self.target.selectors.select_all() {
+                    // Every object matches: the client sees what was created or sent, so a
+                    // creation is ADDED and any other change MODIFIED, with no key to remember
+                    // (a watch of 10,000 objects kept 10,000 keys, for ever after their deletes).
+                    let kind = if created { "ADDED" } else { "MODIFIED" };
+                    break 'event match obj {
+                        None => Self::verbatim_line(kind, &raw).map(Line::Verbatim),
+                        Some(obj) => self.encode_object(obj).map(|o| Line::Json(kind, o)),
+                    };
+                }
                 let matches = obj.as_ref().is_none_or(|o| self.target.selectors.matches(o));
                 let was_visible = self.visible.contains(&k);
                 // Whether this watcher knows if the client sees the object: it does when the
@@ -163,9 +181,12 @@ impl Encoder {
                     Ok(obj) => obj,
                     Err(e) => break 'event Err(e),
                 };
-                if !self.visible.remove(raw.key())
-                    && !obj.as_ref().is_none_or(|o| self.target.selectors.matches(o))
-                {
+                // Gone: a key comes back only with a creation, which the client is told of.
+                let was_visible = self.visible.remove(raw.key());
+                self.known.remove(raw.key());
+                shrink_when_sparse(&mut self.visible);
+                shrink_when_sparse(&mut self.known);
+                if !was_visible && !obj.as_ref().is_none_or(|o| self.target.selectors.matches(o)) {
                     return None;
                 }
                 match obj {
@@ -244,4 +265,130 @@ pub fn serve(storage: &Storage, target: &WatchTarget) -> Result<Response, ApiErr
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::http::resource::Selectors;
+    use crate::http::selectors::{FieldSelector, LabelSelector};
+    use crate::http::table::IncludeObject;
+    use crate::registry::kind::Kind;
+    use crate::storage::RawObject;
+
+    /// A watch from resourceVersion 5 (so it does not know what the client saw before it).
+    fn encoder(labels: &str) -> Encoder {
+        Encoder {
+            target: WatchTarget {
+                kind: Kind::CLUSTER,
+                version: "v1alpha2".into(),
+                options: crate::storage::WatchOptions {
+                    namespace: None,
+                    resource_version: Some("5".into()),
+                    send_initial_events: false,
+                    allow_bookmarks: false,
+                },
+                selectors: Selectors {
+                    labels: LabelSelector::parse(labels).unwrap(),
+                    fields: FieldSelector::default(),
+                },
+                output: Output::Json,
+                include: IncludeObject::None,
+                timeout: std::time::Duration::from_secs(60),
+            },
+            visible: HashSet::new(),
+            known: HashSet::new(),
+            complete: false,
+            columns_sent: false,
+            done: false,
+        }
+    }
+
+    fn object(name: &str, tier: Option<&str>, rev: u64) -> RawObject {
+        let labels = tier
+            .map(|t| format!(",\"labels\":{{\"tier\":\"{t}\"}}"))
+            .unwrap_or_default();
+        RawObject::for_test(
+            &format!("ns/{name}"),
+            &format!(
+                "{{\"apiVersion\":\"etcd.operator.dev/v1alpha2\",\"kind\":\"EtcdCluster\",\"metadata\":{{\"name\":\"{name}\",\"namespace\":\"ns\"{labels}}},\"spec\":{{\"replicas\":3}}}}"
+            ),
+            rev,
+        )
+    }
+
+    fn kind_of(line: Option<bytes::Bytes>) -> Option<String> {
+        let line: Value = serde_json::from_slice(&line?).unwrap();
+        Some(line["type"].as_str().unwrap().to_string())
+    }
+
+    #[test]
+    fn a_watch_without_selectors_remembers_no_keys() {
+        let mut e = encoder("");
+        let kinds: Vec<_> = [
+            WatchEvent::Modified(object("a", None, 6)),
+            WatchEvent::Added(object("b", None, 7)),
+            WatchEvent::Modified(object("b", None, 8)),
+            WatchEvent::Deleted(object("a", None, 9)),
+            WatchEvent::Deleted(object("b", None, 10)),
+        ]
+        .into_iter()
+        .map(|ev| kind_of(e.event(ev)))
+        .collect();
+        let kinds: Vec<_> = kinds.iter().map(|k| k.as_deref()).collect();
+        assert_eq!(
+            kinds,
+            [
+                Some("MODIFIED"),
+                Some("ADDED"),
+                Some("MODIFIED"),
+                Some("DELETED"),
+                Some("DELETED")
+            ]
+        );
+        assert!(e.visible.is_empty() && e.known.is_empty());
+    }
+
+    #[test]
+    fn a_selecting_watch_tells_entries_and_exits_and_forgets_deleted_keys() {
+        let mut e = encoder("tier=x");
+        let mut next = |ev| kind_of(e.event(ev));
+        // Unknown before the watch: a match is MODIFIED, a non-match DELETED (a no-op for a
+        // client that never had it).
+        assert_eq!(
+            next(WatchEvent::Modified(object("a", Some("x"), 6))).as_deref(),
+            Some("MODIFIED")
+        );
+        assert_eq!(
+            next(WatchEvent::Modified(object("c", None, 7))).as_deref(),
+            Some("DELETED")
+        );
+        // Leaving the selection is DELETED once, coming back ADDED.
+        assert_eq!(
+            next(WatchEvent::Modified(object("a", None, 8))).as_deref(),
+            Some("DELETED")
+        );
+        assert_eq!(next(WatchEvent::Modified(object("a", None, 9))), None);
+        assert_eq!(
+            next(WatchEvent::Modified(object("a", Some("x"), 10))).as_deref(),
+            Some("ADDED")
+        );
+        assert_eq!(
+            next(WatchEvent::Deleted(object("a", Some("x"), 11))).as_deref(),
+            Some("DELETED")
+        );
+        assert_eq!(next(WatchEvent::Deleted(object("c", None, 12))), None);
+        // Re-created, it is new to the client again.
+        assert_eq!(
+            next(WatchEvent::Added(object("a", Some("x"), 13))).as_deref(),
+            Some("ADDED")
+        );
+        assert_eq!(
+            next(WatchEvent::Deleted(object("a", Some("x"), 14))).as_deref(),
+            Some("DELETED")
+        );
+        assert!(e.visible.is_empty(), "{:?}", e.visible);
+        assert!(e.known.is_empty(), "{:?}", e.known);
+    }
 }

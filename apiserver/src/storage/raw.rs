@@ -31,6 +31,15 @@ impl RawObject {
         Self { key, stored }
     }
 
+    /// An object as the watch cache would hold it (for tests of what is built from events).
+    #[cfg(test)]
+    pub(crate) fn for_test(key: &str, json: &str, mod_rev: u64) -> Self {
+        Self::new(
+            Arc::from(key),
+            StoredObj::new(Arc::from(json.as_bytes()), mod_rev),
+        )
+    }
+
     /// `<namespace>/<name>`.
     pub fn key(&self) -> &str {
         &self.key
