@@ -205,8 +205,18 @@ impl CacheState {
     /// Drops the events older than the retention, beyond the newest [`MIN_EVENTS_KEPT`]:
     /// watches from before them get `Expired` (and relist), as after a compaction.
     pub(crate) fn expire(&mut self, now: Instant) {
+        let mut dropped = false;
         while self.has_expired(now) {
             self.pop_oldest();
+            dropped = true;
+        }
+        // A burst grows the ring, which never shrinks on its own: give its buffer back once the
+        // burst's events are gone (after a shrink it is full, so this happens once per burst).
+        if dropped
+            && self.events.capacity() > 4 * MIN_EVENTS_KEPT
+            && self.events.len() < self.events.capacity() / 4
+        {
+            self.events.shrink_to_fit();
         }
     }
 
@@ -561,6 +571,19 @@ mod tests {
         state.expire(later);
         assert_eq!(state.events.len(), MIN_EVENTS_KEPT);
         assert_eq!(state.first_seq, 50);
+        // The ring's buffer, grown for the burst, is given back once its events are gone.
+        let mut burst = CacheState::new(100_000, Duration::from_secs(60));
+        for rev in 1..=5_000u64 {
+            burst.apply_put(Arc::from(format!("ns/o{rev}").as_str()), obj(rev));
+        }
+        assert!(burst.events.capacity() >= 5_000);
+        burst.expire(later);
+        assert_eq!(burst.events.len(), MIN_EVENTS_KEPT);
+        assert!(
+            burst.events.capacity() < 4 * MIN_EVENTS_KEPT,
+            "{}",
+            burst.events.capacity()
+        );
         // A watch from before the dropped events expires; one from after them is served.
         assert!(state.seq_after(10).is_err());
         assert_eq!(state.seq_after(50).unwrap(), 50);
