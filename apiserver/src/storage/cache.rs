@@ -354,9 +354,29 @@ pub(crate) fn progress_notify_reliable(version: &str) -> bool {
     }
 }
 
+/// What is known to be wrong with the backing etcd's `version`, for the operator's log: local
+/// mode refuses such a release before it starts it; an etcd the server is pointed at (Kubernetes
+/// mode) is someone else's, so the server says what it risks and serves. The durability defect
+/// only matters when that etcd is a single member, which the server cannot see from here.
+pub(crate) fn backing_release_defects(version: &str) -> Option<String> {
+    let parsed = etcd_operator_api::versions::parse(version.trim_start_matches('v')).ok()?;
+    let mut defects: Vec<String> = etcd_operator_api::versions::known_issue(&parsed)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    defects.extend(
+        etcd_operator_api::versions::single_member_durability_issue(&parsed)
+            .map(|issue| format!("if the backing etcd is a single member: {issue}")),
+    );
+    (!defects.is_empty()).then(|| defects.join("; "))
+}
+
 async fn detect_progress_support(inner: &Inner) {
     match inner.backend.status().await {
         Ok(status) => {
+            if let Some(defects) = backing_release_defects(&status.version) {
+                tracing::warn!(version = %status.version, %defects, "the backing etcd's release has known defects");
+            }
             let reliable = progress_notify_reliable(&status.version);
             tracing::debug!(
                 version = %status.version,
@@ -553,6 +573,23 @@ mod tests {
 
     fn obj(rev: u64) -> StoredObj {
         StoredObj::new(Arc::from(&b"{\"metadata\":{}}"[..]), rev)
+    }
+
+    #[test]
+    fn a_backing_etcd_release_with_known_defects_is_named() {
+        let corrupting = backing_release_defects("3.5.1").unwrap();
+        assert!(
+            corrupting.contains("13766") && corrupting.contains("14370"),
+            "{corrupting}"
+        );
+        let single = backing_release_defects("3.4.20").unwrap();
+        assert!(
+            single.starts_with("if the backing etcd is a single member"),
+            "{single}"
+        );
+        for fine in ["3.5.34", "3.4.21", "3.6.0", "not a version"] {
+            assert_eq!(backing_release_defects(fine), None, "{fine}");
+        }
     }
 
     #[test]
