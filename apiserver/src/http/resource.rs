@@ -689,11 +689,7 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
         .list_raw(&opts)
         .await
         .map_err(|e| t.storage_error(e, ""))?;
-    if serves_stored_json(t)
-        && selectors.labels.is_empty()
-        && selectors.fields.is_empty()
-        && result.servable()
-    {
+    if serves_stored_json(t) && selectors.select_all() && result.servable() {
         return stream_stored_list(result, t.kind, &t.version);
     }
     if t.output != Output::Yaml {
@@ -707,7 +703,7 @@ async fn list(storage: &Storage, t: &Target) -> Result<Response, ApiError> {
             items.push(t.in_version(obj)?);
         }
     }
-    let selecting = !selectors.labels.is_empty() || !selectors.fields.is_empty();
+    let selecting = !selectors.select_all();
     let mut list = json!({
         "kind": t.kind.info().list_kind, "apiVersion": t.kind.api_version(&t.version),
         "metadata": {"resourceVersion": result.resource_version.to_string()},
@@ -737,7 +733,7 @@ fn encode_list(
 ) -> Result<Response, ApiError> {
     let q = t.query.as_deref();
     let rv = result.resource_version.to_string();
-    let selecting = !selectors.labels.is_empty() || !selectors.fields.is_empty();
+    let selecting = !selectors.select_all();
     let include = match t.output {
         Output::Table(_) => {
             IncludeObject::parse(query_value(q, "includeObject").as_deref()).map_err(ApiError::from)?

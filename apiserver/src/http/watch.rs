@@ -53,8 +53,7 @@ impl Encoder {
         let t = &self.target;
         if t.output == Output::Json
             && t.version == t.kind.info().storage_version
-            && t.selectors.labels.is_empty()
-            && t.selectors.fields.is_empty()
+            && t.selectors.select_all()
             && raw.servable()
         {
             return Ok(None);
