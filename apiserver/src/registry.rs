@@ -7,7 +7,8 @@
 //!   the object-safe `Resource` the HTTP layer serves through;
 //! - [`cluster`] and [`backup`]: the strategies of EtcdClusters and EtcdBackups; [`event`]:
 //!   core Events (local mode);
-//! - [`create_finalizer`]: the finalizer a co-located controller's objects get at create;
+//! - [`controller_init`]: what a co-located controller's new objects get at create (its
+//!   finalizer, its initial status);
 //! - [`decode`]: a request body into its typed object in one pass, with what the type does not
 //!   keep of it (unknown fields, mistyped containers);
 //! - [`kind`]: the table of served resources (adding one is one entry there);
@@ -18,7 +19,7 @@
 
 pub mod backup;
 pub mod cluster;
-pub mod create_finalizer;
+pub mod controller_init;
 pub mod decode;
 pub mod event;
 pub mod fieldset;

@@ -153,7 +153,7 @@ async fn huge_objects_are_admitted_or_refused_while_the_server_answers_others() 
         snapshots: None,
         namespaces: None,
         metrics: None,
-        create_finalizers: Arc::new([]),
+        controller_init: Arc::new([]),
     });
     let (code, other) = call(&app, Method::POST, COLL, cluster("other", json!({})).to_string()).await;
     assert_eq!(code, 201, "{other}");

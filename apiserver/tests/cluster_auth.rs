@@ -418,7 +418,7 @@ impl Harness {
             snapshots: None,
             namespaces: Some(Arc::new(NamespaceLifecycle::new(stub.client.clone()))),
             metrics: Some(Arc::new(registry)),
-            create_finalizers: Arc::new([]),
+            controller_init: Arc::new([]),
         };
         let app = instrument(
             router_with(state, Router::new().route("/debug/whoami", get(whoami))),

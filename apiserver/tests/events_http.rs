@@ -56,7 +56,7 @@ async fn serving(kinds: &[kind::Kind]) -> axum::Router {
         snapshots: None,
         namespaces: None,
         metrics: None,
-        create_finalizers: Arc::new([]),
+        controller_init: Arc::new([]),
     })
 }
 

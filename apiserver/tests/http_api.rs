@@ -23,7 +23,7 @@ use etcd_operator_apiserver::http::snapshot::{
     MemberSnapshot, OpenSnapshotError, SnapshotSource, VerifiedSnapshot,
 };
 use etcd_operator_apiserver::http::{AppState, Stores, router};
-use etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer;
+use etcd_operator_apiserver::registry::controller_init::ControllerInit;
 use etcd_operator_apiserver::registry::kind::Kind;
 use etcd_operator_apiserver::storage::backend::{
     Backend, EtcdBackend, MemoryBackend, RangeRequest, prefix_end,
@@ -240,18 +240,15 @@ impl Api {
         Self::start_full(backing, authenticator, Arc::new([])).await
     }
 
-    /// A server whose new objects get `create_finalizers` (as when the controller runs in it).
-    async fn start_with_create_finalizers(
-        backing: Backing,
-        create_finalizers: Arc<[CreateFinalizer]>,
-    ) -> Self {
-        Self::start_full(backing, Arc::new(FixedUser), create_finalizers).await
+    /// A server whose new objects get `controller_init` (as when the controller runs in it).
+    async fn start_with_controller_init(backing: Backing, controller_init: Arc<[ControllerInit]>) -> Self {
+        Self::start_full(backing, Arc::new(FixedUser), controller_init).await
     }
 
     async fn start_full(
         backing: Backing,
         authenticator: Arc<dyn Authenticator>,
-        create_finalizers: Arc<[CreateFinalizer]>,
+        controller_init: Arc<[ControllerInit]>,
     ) -> Self {
         let (backend, etcd): (Arc<dyn Backend>, _) = match backing {
             Backing::Memory => (Arc::new(MemoryBackend::new()), None),
@@ -263,7 +260,7 @@ impl Api {
                 (Arc::new(EtcdBackend::new(client)), Some(etcd))
             }
         };
-        let (app, storage) = Self::app_on_with(&backend, authenticator, create_finalizers).await;
+        let (app, storage) = Self::app_on_with(&backend, authenticator, controller_init).await;
         Self {
             app,
             storage,
@@ -283,7 +280,7 @@ impl Api {
     async fn app_on_with(
         backend: &Arc<dyn Backend>,
         authenticator: Arc<dyn Authenticator>,
-        create_finalizers: Arc<[CreateFinalizer]>,
+        controller_init: Arc<[ControllerInit]>,
     ) -> (axum::Router, Storage) {
         let stores = Stores::open(|prefix| {
             Storage::with_backend(Arc::clone(backend), prefix, StorageOptions::default())
@@ -306,7 +303,7 @@ impl Api {
             snapshots: Some(Arc::new(DirectSnapshots)),
             namespaces: None,
             metrics: Some(Arc::new(registry)),
-            create_finalizers,
+            controller_init,
         });
         (instrument(app, metrics), storage)
     }
@@ -1911,9 +1908,9 @@ async fn finalizers_hold_deletion_until_the_last_one_is_removed(backing: Backing
 /// and on a server without the controller, nothing is added. Deletion still completes.
 async fn the_controllers_finalizer_is_added_at_create_only_where_it_manages(backing: Backing) {
     const CLEANUP: &str = "etcd.operator.dev/cleanup";
-    let api = Api::start_with_create_finalizers(
+    let api = Api::start_with_controller_init(
         backing,
-        Arc::new([CreateFinalizer::cluster_cleanup(vec![NS.to_string()])]),
+        Arc::new([ControllerInit::cluster_cleanup(vec![NS.to_string()])]),
     )
     .await;
     let created = api.create("a").await;

@@ -62,7 +62,7 @@ async fn app() -> axum::Router {
         snapshots: None,
         namespaces: None,
         metrics: None,
-        create_finalizers: Arc::new([]),
+        controller_init: Arc::new([]),
     })
 }
 

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::model::{is_healthy, quorum};
 use crate::plan::{self, Observed, RollRecord, Step};
 use crate::validated::{RolloutRecord, ValidatedCluster};
+use etcd_operator_api::v1alpha2::EtcdCluster;
 
 pub use crate::outcome::Outcome;
 
@@ -707,6 +708,48 @@ pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) 
     status
 }
 
+/// The status a new cluster starts with, written by the API server at create when the
+/// controller in the same deployment manages the cluster: what the controller's first reconcile
+/// computes while nothing runs for the cluster yet (no member, no answer from etcd), with the
+/// step the planner takes on that view. When the first reconcile arrives at the same status it
+/// writes nothing, so a new cluster costs one write less and shows its phase and conditions from
+/// the start (as kube-apiserver gives a new Pod its `Pending` phase). `None` for a cluster the
+/// first reconcile must look into first: one that does not validate, or that asks for a restore
+/// (the snapshot is resolved before anything is said); the server then leaves
+/// `observedGeneration: 0` (not looked at yet).
+pub fn initial(obj: &EtcdCluster, thresholds: &plan::Thresholds) -> Option<EtcdClusterStatus> {
+    if obj
+        .status
+        .as_ref()
+        .is_some_and(|s| s.observed_generation.unwrap_or(0) > 0)
+    {
+        // Not new: this is the controller's to say.
+        return None;
+    }
+    let view = ValidatedCluster::new(obj).ok()?;
+    if view.restore_request.is_some() {
+        return None;
+    }
+    let observed = Observed {
+        runtime: Vec::new(),
+        etcd: None,
+        timing: plan::Timing::default(),
+        authority: None,
+    };
+    // The names the planner would give new members appear in no status message of a step taken
+    // on an empty view (a bootstrap says how many); placeholders keep them apart.
+    let mut n = 0_usize;
+    let step = plan::plan(&view, &observed, thresholds, &mut || {
+        n += 1;
+        format!("member-{n}")
+    });
+    let outcome = Outcome {
+        step,
+        ..Outcome::idle()
+    };
+    Some(compute(&view, &observed, &outcome))
+}
+
 /// Whether two statuses differ in anything but condition timestamps.
 pub fn differs(a: &EtcdClusterStatus, b: &EtcdClusterStatus) -> bool {
     let strip = |s: &EtcdClusterStatus| {
@@ -761,7 +804,6 @@ pub fn status_patch(status: &EtcdClusterStatus, resource_version: &str) -> serde
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etcd_operator_api::v1alpha2::EtcdCluster;
 
     /// [`super::compute`] for a plain object.
     fn compute(cluster: &EtcdCluster, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
@@ -1609,5 +1651,110 @@ mod tests {
             ])
         );
         assert_eq!(patch[1]["value"]["lastBackup"]["revision"], 9);
+    }
+
+    /// A cluster as the API server hands it to [`initial`] at create: defaulted, with identity
+    /// metadata and the `observedGeneration: 0` the server sets.
+    fn created(spec: serde_json::Value) -> EtcdCluster {
+        let mut c: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.operator.dev/v1alpha2",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "fresh", "namespace": "prod", "uid": "u-1", "generation": 1},
+            "spec": spec,
+            "status": {"observedGeneration": 0},
+        }))
+        .unwrap();
+        etcd_operator_api::defaults::apply_v1alpha2(&mut c);
+        c
+    }
+
+    /// The first reconcile's status for `obj` once it carries `status`, after `step` on an empty
+    /// view: what the controller compares with the stored status before it writes.
+    fn first_reconcile(mut obj: EtcdCluster, status: &EtcdClusterStatus, step: Step) -> EtcdClusterStatus {
+        obj.status = Some(status.clone());
+        let observed = Observed {
+            runtime: Vec::new(),
+            etcd: None,
+            timing: Timing::default(),
+            authority: None,
+        };
+        super::compute(
+            &ValidatedCluster::new(&obj).unwrap(),
+            &observed,
+            &Outcome {
+                step,
+                ..Outcome::idle()
+            },
+        )
+    }
+
+    #[test]
+    fn a_new_paused_cluster_starts_with_the_status_its_first_reconcile_computes() {
+        let obj = created(serde_json::json!({"replicas": 3, "version": "3.5.1", "paused": true}));
+        let status = initial(&obj, &plan::Thresholds::default()).expect("a status for a new cluster");
+        assert_eq!(status.phase, Some(ClusterPhase::Paused));
+        assert_eq!(status.observed_generation, Some(1));
+        assert_eq!(get(&status, CONDITION_PROGRESSING).reason, "Paused");
+        assert_eq!(get(&status, CONDITION_AVAILABLE).reason, "Bootstrapping");
+        let again = first_reconcile(
+            obj,
+            &status,
+            Step::Wait {
+                reason: plan::WaitReason::Paused,
+            },
+        );
+        assert!(!differs(&status, &again), "{status:#?}\n{again:#?}");
+    }
+
+    #[test]
+    fn a_new_cluster_starts_bootstrapping_and_the_first_reservation_writes_nothing_new() {
+        let obj = created(serde_json::json!({"replicas": 3, "version": "3.5.1"}));
+        let status = initial(&obj, &plan::Thresholds::default()).expect("a status for a new cluster");
+        assert_eq!(status.phase, Some(ClusterPhase::Creating));
+        assert_eq!(status.replicas, Some(0));
+        let progressing = get(&status, CONDITION_PROGRESSING);
+        assert_eq!(
+            (
+                progressing.status.as_str(),
+                progressing.reason.as_str(),
+                progressing.message.as_str()
+            ),
+            ("True", "Bootstrapping", "creating 3 members")
+        );
+        assert_eq!(get(&status, CONDITION_READY).status, "False");
+        // The controller reserves members under its own names: the same status.
+        let names = vec![
+            "fresh-a1".to_owned(),
+            "fresh-b2".to_owned(),
+            "fresh-c3".to_owned(),
+        ];
+        let again = first_reconcile(obj.clone(), &status, Step::ReserveForBootstrap { names });
+        assert!(!differs(&status, &again), "{status:#?}\n{again:#?}");
+        // Its next step does say something new, and is written.
+        let next = first_reconcile(obj, &status, Step::Start { members: Vec::new() });
+        assert!(differs(&status, &next));
+    }
+
+    #[test]
+    fn no_initial_status_for_a_restore_an_invalid_object_or_one_already_looked_at() {
+        let thresholds = plan::Thresholds::default();
+        let restore = created(serde_json::json!({
+            "replicas": 1, "version": "3.5.1", "bootstrap": {"restore": {"backupName": "nightly"}}
+        }));
+        assert!(ValidatedCluster::new(&restore).unwrap().restore_request.is_some());
+        assert_eq!(initial(&restore, &thresholds), None);
+        let mut nameless = created(serde_json::json!({"replicas": 1}));
+        nameless.metadata.uid = None;
+        assert_eq!(initial(&nameless, &thresholds), None);
+        let mut seen = created(serde_json::json!({"replicas": 1}));
+        seen.status = Some(EtcdClusterStatus {
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(initial(&seen, &thresholds), None);
+        // Without any status (not through the server's create) it is new too.
+        let mut bare = created(serde_json::json!({"replicas": 1}));
+        bare.status = None;
+        assert!(initial(&bare, &thresholds).is_some());
     }
 }

@@ -5,6 +5,7 @@
 //! logic is `etcd-operator-controller`.
 
 pub mod allocator;
+pub mod controller_init;
 pub mod flags;
 pub mod local;
 pub mod serve_mode;

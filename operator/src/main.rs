@@ -273,21 +273,17 @@ fn spawn_member_controller<R: etcd_operator_controller::runtime::Runtime>(
     ))
 }
 
-/// The finalizers local mode's new objects get: the controller's cleanup finalizer when it runs
-/// in this process (for the namespaces it manages), none with `--no-controller` (nothing would
-/// remove it, and deletes would hang).
-fn create_finalizers(
+/// What local mode's new objects get: the controller's cleanup finalizer and first status when
+/// it runs in this process (for the namespaces it manages), nothing with `--no-controller`
+/// (nothing would remove the finalizer, and deletes would hang; nothing would keep the status).
+fn controller_init(
     no_controller: bool,
     controller: &ControllerArgs,
-) -> Arc<[etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer]> {
+) -> Arc<[etcd_operator_apiserver::registry::controller_init::ControllerInit]> {
     if no_controller {
         return Arc::new([]);
     }
-    Arc::new([
-        etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer::cluster_cleanup(
-            controller.namespaces(),
-        ),
-    ])
+    etcd_operator::controller_init::for_controller(controller)
 }
 
 async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
@@ -371,7 +367,7 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         // Local mode has no Namespace objects: any DNS-1123 label is one (docs/api.md).
         namespaces: None,
         metrics: Some(Arc::new(registry)),
-        create_finalizers: create_finalizers(no_controller, &controller),
+        controller_init: controller_init(no_controller, &controller),
     };
     // Outermost: the overload refusals (429, 504) are counted too.
     let app = http::metrics::instrument(
@@ -586,23 +582,20 @@ mod tests {
     }
 
     #[test]
-    fn new_clusters_get_the_cleanup_finalizer_only_with_the_controller() {
-        use etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer;
-        assert!(create_finalizers(true, &ControllerArgs::default()).is_empty());
-        assert_eq!(
-            &*create_finalizers(false, &ControllerArgs::default()),
-            [CreateFinalizer::cluster_cleanup(Vec::new())]
-        );
+    fn new_clusters_get_the_cleanup_finalizer_and_first_status_only_with_the_controller() {
+        assert!(controller_init(true, &ControllerArgs::default()).is_empty());
+        let every = controller_init(false, &ControllerArgs::default());
+        assert_eq!(every.len(), 1);
+        assert_eq!(every[0].finalizer(), etcd_operator_api::CLEANUP_FINALIZER);
+        assert!(every[0].namespaces().is_empty());
+        assert!(every[0].sets_status());
         // Only in the namespaces the controller manages (blanks dropped, as it drops them).
         let controller = ControllerArgs {
             watch_namespaces: vec![" team-a".into(), String::new()],
             ..ControllerArgs::default()
         };
-        let finalizers = create_finalizers(false, &controller);
-        assert_eq!(
-            &*finalizers,
-            [CreateFinalizer::cluster_cleanup(vec!["team-a".into()])]
-        );
+        let finalizers = controller_init(false, &controller);
+        assert_eq!(finalizers[0].namespaces(), ["team-a".to_owned()]);
         assert!(finalizers[0].applies_to(kind::Kind::CLUSTER, "team-a"));
         assert!(!finalizers[0].applies_to(kind::Kind::CLUSTER, "team-b"));
     }

@@ -638,12 +638,30 @@ spec:
   paused: true
 "#;
 
+/// (reconciles that waited because their cluster is paused, reconciles finished, status
+/// write included), from `/metrics`.
+fn paused_reconciles(op: &LocalOperator) -> (u64, u64) {
+    let text = kubectl(op, &["get", "--raw", "/metrics"], None).unwrap();
+    let sum = |keep: &dyn Fn(&str) -> bool| {
+        text.lines()
+            .filter(|l| keep(l))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    (
+        sum(&|l| l.starts_with("etcd_operator_reconcile_waits_total{") && l.contains("reason=\"Paused\"")),
+        sum(&|l| l.starts_with("etcd_operator_reconcile_duration_seconds_count")),
+    )
+}
+
 /// With its controller, local mode creates a cluster with the controller's cleanup finalizer
-/// already on (the controller need not write it, issue 24); with `--no-controller` it adds
-/// none, since nothing would remove it. A delete completes either way: the controller runs its
-/// cleanup and takes the finalizer off.
+/// and its first status already on (the controller need not write them, issue 24): after the
+/// controller looked at the paused cluster, the object is still the one the create stored. With
+/// `--no-controller` it adds neither, since nothing would remove the finalizer or keep the
+/// status (`observedGeneration: 0`: nobody looked). A delete completes either way: the
+/// controller runs its cleanup and takes the finalizer off.
 #[tokio::test]
-async fn the_cleanup_finalizer_comes_with_the_create_only_when_the_controller_runs() {
+async fn the_cleanup_finalizer_and_first_status_come_with_the_create_only_when_the_controller_runs() {
     for (args, expected) in [
         (Vec::new(), serde_json::json!(["etcd.operator.dev/cleanup"])),
         (vec!["--no-controller".to_string()], Value::Null),
@@ -665,6 +683,66 @@ async fn the_cleanup_finalizer_comes_with_the_create_only_when_the_controller_ru
             expected,
             "{args:?}"
         );
+        let status = &created["status"];
+        if args.is_empty() {
+            assert_eq!(status["phase"], "Paused", "{created:#}");
+            assert_eq!(status["observedGeneration"], 1, "{created:#}");
+            let types: Vec<&str> = status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c["type"].as_str())
+                .collect();
+            for t in [
+                "Available",
+                "Progressing",
+                "Degraded",
+                "Ready",
+                "Reconciling",
+                "Stalled",
+            ] {
+                assert!(types.contains(&t), "{t} in {types:?}");
+            }
+            // The controller looks at the cluster (its only one) and has nothing to add.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let (waits, done) = paused_reconciles(&op);
+                if waits >= 1 && done >= 1 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the controller never looked at the paused cluster"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let now: Value = serde_json::from_str(
+                &kubectl(
+                    &op,
+                    &["get", "ec", "held", "-o", "json", "--show-managed-fields"],
+                    None,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(
+                now["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+                "the controller wrote the cluster again: {now:#}"
+            );
+            let managers: Vec<&str> = now["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["manager"].as_str())
+                .collect();
+            assert_eq!(managers, ["kubectl-create"], "{now:#}");
+        } else {
+            assert_eq!(
+                status,
+                &serde_json::json!({"observedGeneration": 0}),
+                "{created:#}"
+            );
+        }
         kubectl(&op, &["delete", "ec", "held", "--wait", "--timeout=60s"], None).unwrap();
         let err = kubectl_fails(&op, &["get", "ec", "held"], None);
         assert!(err.contains("NotFound"), "{args:?}: {err}");

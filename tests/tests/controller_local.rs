@@ -93,6 +93,85 @@ async fn three_members_become_available_and_serve_from_every_member() {
     assert_eq!(condition(&s, "Ready").unwrap()["reason"], "Reconciled");
 }
 
+/// A new cluster carries its first status from the create on (the server writes what the
+/// controller's first reconcile computes: bootstrapping, nothing formed yet), and the
+/// controller's first write is its next step, not the same status again (issue 24).
+#[tokio::test]
+async fn a_new_cluster_has_its_first_status_from_the_create_and_the_controller_writes_only_progress() {
+    use futures::StreamExt;
+    use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
+
+    let op = LocalOperator::start().await.unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(op.kubeconfig()).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let ar = ApiResource {
+        group: "etcd.operator.dev".into(),
+        version: "v1alpha2".into(),
+        api_version: "etcd.operator.dev/v1alpha2".into(),
+        kind: "EtcdCluster".into(),
+        plural: "etcdclusters".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+
+    let out = kubectl(
+        &op,
+        &["create", "-o", "json", "-f", "-"],
+        Some(&cluster_yaml("fresh", 1)),
+    )
+    .unwrap();
+    let created: Value = serde_json::from_str(&out).unwrap();
+    let first = &created["status"];
+    assert_eq!(first["phase"], "Creating", "{created:#}");
+    assert_eq!(first["observedGeneration"], 1, "{created:#}");
+    let progressing = condition(first, "Progressing").unwrap();
+    assert_eq!(
+        (
+            &progressing["status"],
+            &progressing["reason"],
+            &progressing["message"]
+        ),
+        (
+            &"True".into(),
+            &"Bootstrapping".into(),
+            &"creating 1 members".into()
+        ),
+        "{created:#}"
+    );
+    assert_eq!(condition(first, "Ready").unwrap()["status"], "False");
+
+    // Every change from the create on, until the cluster is available.
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut events = api
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut statuses: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while statuses.last().is_none_or(|s| !available(s, 1)) {
+        assert!(Instant::now() < deadline, "not available in time: {statuses:#?}");
+        match tokio::time::timeout(Duration::from_secs(60), events.next()).await {
+            Ok(Some(Ok(WatchEvent::Modified(obj)))) => statuses.push(obj.data["status"].clone()),
+            Ok(Some(Ok(WatchEvent::Bookmark(_)))) => {}
+            other => panic!("unexpected watch answer {other:?} after {statuses:#?}"),
+        }
+    }
+    let controllers_first = &statuses[0];
+    assert_ne!(
+        condition(controllers_first, "Progressing").unwrap()["reason"],
+        "Bootstrapping",
+        "the controller wrote the first status again: {statuses:#?}"
+    );
+}
+
 #[tokio::test]
 async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete() {
     let op = LocalOperator::start().await.unwrap();

@@ -107,10 +107,10 @@ pub struct AppState {
     pub namespaces: Option<Arc<dyn admission::CreateAdmission>>,
     /// The process's metrics registry, served at `/metrics` (404 there when `None`).
     pub metrics: Option<Arc<prometheus_client::registry::Registry>>,
-    /// Finalizers new objects get at create: the co-located controller's, for the namespaces it
-    /// manages. Empty when no controller of this deployment manages them (a finalizer nobody
-    /// removes would hold every delete).
-    pub create_finalizers: Arc<[crate::registry::create_finalizer::CreateFinalizer]>,
+    /// What new objects get at create for the controller of this deployment, in the namespaces
+    /// it manages: its finalizer and initial status. Empty when no controller of this deployment
+    /// manages them (a finalizer nobody removes would hold every delete).
+    pub controller_init: Arc<[crate::registry::controller_init::ControllerInit]>,
 }
 
 impl std::fmt::Debug for AppState {

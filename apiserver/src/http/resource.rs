@@ -17,7 +17,7 @@ use super::negotiate::{Output, negotiate};
 use super::request_info::{RequestInfo, query_value};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::table::{self, IncludeObject};
-use crate::registry::create_finalizer::{self, CreateFinalizer};
+use crate::registry::controller_init::{self, ControllerInit};
 use crate::registry::kind::Kind;
 use crate::registry::strategy::{RequestObject, Write};
 use crate::registry::{self, UpdateDecision};
@@ -40,7 +40,7 @@ struct Target {
     /// Serve mode's namespace lifecycle check on creates.
     namespaces: Option<std::sync::Arc<dyn super::admission::CreateAdmission>>,
     /// The finalizers new objects get (the co-located controller's).
-    create_finalizers: std::sync::Arc<[CreateFinalizer]>,
+    controller_init: std::sync::Arc<[ControllerInit]>,
 }
 
 /// Entry point for every path not routed elsewhere.
@@ -101,7 +101,7 @@ async fn dispatch(state: AppState, req: Request) -> Result<Response, ApiError> {
         query,
         output: negotiate(accept)?,
         namespaces: state.namespaces.clone(),
-        create_finalizers: state.create_finalizers.clone(),
+        controller_init: state.controller_init.clone(),
         agent_manager: managed::manager_from_user_agent(
             parts
                 .headers
@@ -236,9 +236,9 @@ impl Target {
     }
 
     /// What the server sets on a new object after its `managedFields` are recorded (so no
-    /// client owns it): the co-located controller's finalizer.
+    /// client owns it): the co-located controller's finalizer and initial status.
     fn prepare_create(&self, namespace: &str, stored: &mut Value) {
-        create_finalizer::prepare_create(&self.create_finalizers, self.kind, namespace, stored);
+        controller_init::prepare_create(&self.controller_init, self.kind, namespace, stored);
     }
 
     /// Who writes, for `metadata.managedFields`: `fieldManager`, else the User-Agent's product.
@@ -498,7 +498,7 @@ fn clone_target(t: &Target) -> Target {
         output: t.output,
         agent_manager: t.agent_manager.clone(),
         namespaces: t.namespaces.clone(),
-        create_finalizers: t.create_finalizers.clone(),
+        controller_init: t.controller_init.clone(),
     }
 }
 

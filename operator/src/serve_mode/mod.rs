@@ -315,12 +315,9 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         metrics: Some(Arc::new(registry)),
         // The controllers of this deployment (this replica's or another's, by leader election
         // or shards) manage the clusters of their namespaces: those get the cleanup finalizer
-        // at create, which saves the controller a write per new cluster.
-        create_finalizers: Arc::new([
-            etcd_operator_apiserver::registry::create_finalizer::CreateFinalizer::cluster_cleanup(
-                args.controller.namespaces(),
-            ),
-        ]),
+        // and the controller's first status at create, which saves the controller two writes
+        // per new cluster.
+        controller_init: crate::controller_init::for_controller(&args.controller),
     };
     // The controller's own requests on the loopback listener are counted too, as kube-apiserver
     // counts its loopback clients'.
