@@ -382,7 +382,8 @@ fn step_reason(step: &Step) -> (&'static str, String) {
 /// The new status. `previous` keeps transition times of unchanged conditions, the cluster ID
 /// when etcd did not answer, and the last backup.
 pub fn compute(spec: &ValidatedCluster, observed: &Observed, outcome: &Outcome) -> EtcdClusterStatus {
-    let previous = spec.status.clone().unwrap_or_default();
+    let none = EtcdClusterStatus::default();
+    let previous = spec.status.as_ref().unwrap_or(&none);
     let generation = spec.generation;
     let name = spec.cluster.name.clone();
     let paused = spec.paused;
@@ -751,15 +752,65 @@ pub fn initial(obj: &EtcdCluster, thresholds: &plan::Thresholds) -> Option<EtcdC
 }
 
 /// Whether two statuses differ in anything but condition timestamps.
+/// Field by field, without copying either (it runs in every reconcile); the destructuring names
+/// every field, so a field added to the status cannot be left out.
 pub fn differs(a: &EtcdClusterStatus, b: &EtcdClusterStatus) -> bool {
-    let strip = |s: &EtcdClusterStatus| {
-        let mut s = s.clone();
-        for c in s.conditions.iter_mut().flatten() {
-            c.last_transition_time = Time(jiff::Timestamp::UNIX_EPOCH);
+    let EtcdClusterStatus {
+        phase,
+        conditions,
+        observed_generation,
+        replicas,
+        ready_replicas,
+        members,
+        cluster_id,
+        leader,
+        current_version,
+        client_endpoints,
+        selector,
+        last_backup,
+        upgrade,
+        rollout,
+        recovery,
+        maintenance,
+    } = a;
+    let same_conditions = match (conditions, &b.conditions) {
+        (Some(x), Some(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|(c, d)| {
+                    let Condition {
+                        type_,
+                        status,
+                        reason,
+                        message,
+                        observed_generation,
+                        last_transition_time: _,
+                    } = c;
+                    *type_ == d.type_
+                        && *status == d.status
+                        && *reason == d.reason
+                        && *message == d.message
+                        && *observed_generation == d.observed_generation
+                })
         }
-        s
+        (None, None) => true,
+        _ => false,
     };
-    strip(a) != strip(b)
+    !(same_conditions
+        && *phase == b.phase
+        && *observed_generation == b.observed_generation
+        && *replicas == b.replicas
+        && *ready_replicas == b.ready_replicas
+        && *members == b.members
+        && *cluster_id == b.cluster_id
+        && *leader == b.leader
+        && *current_version == b.current_version
+        && *client_endpoints == b.client_endpoints
+        && *selector == b.selector
+        && *last_backup == b.last_backup
+        && *upgrade == b.upgrade
+        && *rollout == b.rollout
+        && *recovery == b.recovery
+        && *maintenance == b.maintenance)
 }
 
 /// `ours` on top of the freshest stored status: what other writers own there (`lastBackup`, and
@@ -1756,5 +1807,89 @@ mod tests {
         let mut bare = created(serde_json::json!({"replicas": 1}));
         bare.status = None;
         assert!(initial(&bare, &thresholds).is_some());
+    }
+
+    /// A status with every field set, each to something a change can be told from.
+    fn everything() -> EtcdClusterStatus {
+        serde_json::from_value(serde_json::json!({
+            "phase": "Running", "observedGeneration": 3, "replicas": 3, "readyReplicas": 3,
+            "members": [{"name": "a", "id": "1"}], "clusterID": "c", "leader": "a",
+            "currentVersion": "3.5.1", "clientEndpoints": ["http://a:2379"], "selector": "s",
+            "lastBackup": {"revision": 1}, "upgrade": {"phase": "Rolling"},
+            "rollout": {"phase": "Rolling"}, "recovery": {"request": "q"},
+            "maintenance": {"lastDefragmentation": "2026-01-01T00:00:00Z"},
+            "conditions": [{"type": "Available", "status": "True", "reason": "R", "message": "m",
+                            "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn statuses_differ_in_any_field_but_a_conditions_transition_time() {
+        let base = everything();
+        assert!(!differs(&base, &base.clone()));
+        let mut later = base.clone();
+        later.conditions.as_mut().unwrap()[0].last_transition_time =
+            Time("2026-02-01T00:00:00Z".parse().unwrap());
+        assert!(!differs(&base, &later));
+        let changes: Vec<(&str, Box<dyn Fn(&mut EtcdClusterStatus)>)> = vec![
+            ("phase", Box::new(|s| s.phase = Some(ClusterPhase::Failed))),
+            (
+                "observedGeneration",
+                Box::new(|s| s.observed_generation = Some(4)),
+            ),
+            ("replicas", Box::new(|s| s.replicas = Some(2))),
+            ("readyReplicas", Box::new(|s| s.ready_replicas = None)),
+            ("members", Box::new(|s| s.members = Some(Vec::new()))),
+            ("clusterID", Box::new(|s| s.cluster_id = None)),
+            ("leader", Box::new(|s| s.leader = Some("b".into()))),
+            (
+                "currentVersion",
+                Box::new(|s| s.current_version = Some("3.5.2".into())),
+            ),
+            ("clientEndpoints", Box::new(|s| s.client_endpoints = None)),
+            ("selector", Box::new(|s| s.selector = None)),
+            ("lastBackup", Box::new(|s| s.last_backup = None)),
+            ("upgrade", Box::new(|s| s.upgrade = None)),
+            ("rollout", Box::new(|s| s.rollout = None)),
+            ("recovery", Box::new(|s| s.recovery = None)),
+            ("maintenance", Box::new(|s| s.maintenance = None)),
+            ("conditions", Box::new(|s| s.conditions = None)),
+            (
+                "a condition more",
+                Box::new(|s| {
+                    let extra = s.conditions.as_ref().unwrap()[0].clone();
+                    s.conditions.as_mut().unwrap().push(extra);
+                }),
+            ),
+            (
+                "type",
+                Box::new(|s| s.conditions.as_mut().unwrap()[0].type_ = "Ready".into()),
+            ),
+            (
+                "status",
+                Box::new(|s| s.conditions.as_mut().unwrap()[0].status = "False".into()),
+            ),
+            (
+                "reason",
+                Box::new(|s| s.conditions.as_mut().unwrap()[0].reason = "S".into()),
+            ),
+            (
+                "message",
+                Box::new(|s| s.conditions.as_mut().unwrap()[0].message = "n".into()),
+            ),
+            (
+                "condition's generation",
+                Box::new(|s| {
+                    s.conditions.as_mut().unwrap()[0].observed_generation = Some(2);
+                }),
+            ),
+        ];
+        for (what, change) in changes {
+            let mut other = base.clone();
+            change(&mut other);
+            assert!(differs(&base, &other), "{what}");
+            assert!(differs(&other, &base), "{what}");
+        }
     }
 }
