@@ -26,12 +26,75 @@ use kube::runtime::controller::Controller;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 /// A `Controller` over every EtcdCluster `api` reaches, as `Controller::new` builds it, with
-/// the store's objects projected by [`project`].
+/// the store's objects projected by [`project`], on the changes [`looked_at`] sees.
 pub fn controller(api: Api<EtcdCluster>) -> Controller<EtcdCluster> {
     let (reader, writer) = reflector::store();
     let clusters = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(project))
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(
+            |c: &EtcdCluster| Some(looked_at(c)),
+            kube::runtime::utils::PredicateConfig::default(),
+        );
     Controller::for_stream(clusters, reader)
+}
+
+/// A digest of what makes the member controller look at an EtcdCluster again: its uid, its
+/// generation (the server raises it on every spec change), its deletion, its finalizers and the
+/// annotations it reads (the projection keeps only those). Not `resourceVersion` and not
+/// `status`: an annotation no controller reads, a label, or a status write (the controller's
+/// own, or the backup controller's `lastBackup`) changes nothing to do, and each would have
+/// cost a reconcile (observe every member, plan, compute a status) for nothing. The
+/// controller's own requeues and resyncs are not events and are not filtered.
+pub fn looked_at(cluster: &EtcdCluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let meta = &cluster.metadata;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.uid.hash(&mut h);
+    meta.generation.hash(&mut h);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    if let Some(annotations) = &meta.annotations {
+        for (key, value) in annotations.iter().filter(|(key, _)| read_annotation(key)) {
+            key.hash(&mut h);
+            value.hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// Hand-written because kube-runtime's `predicate_filter` takes the owned events of a watch, not
+/// the shared store's: lets through the EtcdClusters whose [`looked_at`] digest changed since
+/// the last one of the same object, as kube-runtime's `predicate_filter` does. The digests of
+/// objects gone from `store` are dropped whenever the map has grown to twice the store.
+fn changed_only<S>(
+    events: S,
+    store: reflector::Store<EtcdCluster>,
+) -> impl futures::Stream<Item = S::Item> + Send
+where
+    S: futures::Stream<Item = std::sync::Arc<EtcdCluster>> + Send,
+{
+    use futures::StreamExt as _;
+    let mut seen: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
+    events.filter(move |cluster| {
+        let key = (
+            cluster.metadata.namespace.clone().unwrap_or_default(),
+            cluster.metadata.name.clone().unwrap_or_default(),
+        );
+        let digest = looked_at(cluster);
+        let changed = seen.insert(key, digest) != Some(digest);
+        if seen.len() > 64 && seen.len() > 2 * store.len() {
+            seen.retain(|(namespace, name), _| {
+                store
+                    .get(&reflector::ObjectRef::new(name).within(namespace))
+                    .is_some()
+            });
+            crate::sparse::shrink_when_sparse(&mut seen);
+        }
+        std::future::ready(changed)
+    })
 }
 
 /// How many events the shared watch holds for a controller that has not taken them yet (past
@@ -60,14 +123,17 @@ impl std::fmt::Debug for SharedClusters {
 pub fn shared(api: Api<EtcdCluster>) -> SharedClusters {
     use futures::StreamExt as _;
     let (reader, writer) = reflector::store_shared(SHARED_BUFFER);
-    let subscribe = || {
-        writer
-            .subscribe()
-            .map(|events| Controller::for_shared_stream(events, reader.clone()))
-    };
+    // The member controller sees the changes [`looked_at`] digests; the scheduled backups every
+    // event (they read `status.lastBackup`).
+    let members = writer
+        .subscribe()
+        .map(|events| Controller::for_shared_stream(changed_only(events, reader.clone()), reader.clone()));
+    let backups = writer
+        .subscribe()
+        .map(|events| Controller::for_shared_stream(events, reader.clone()));
     // A writer made by `store_shared` always has subscribers to give; were it not so, each
     // controller would watch on its own (as before the watch was shared).
-    let (Some(members), Some(backups)) = (subscribe(), subscribe()) else {
+    let (Some(members), Some(backups)) = (members, backups) else {
         return SharedClusters {
             members: controller(api.clone()),
             backups: controller(api),
@@ -245,5 +311,142 @@ mod tests {
         plain.metadata.annotations = Some([("example.com/note".to_owned(), "x".to_owned())].into());
         project(&mut plain);
         assert_eq!(plain.metadata.annotations, None);
+    }
+
+    #[test]
+    fn the_digest_changes_with_what_the_member_controller_acts_on_and_nothing_else() {
+        let base = full();
+        let digest = looked_at(&base);
+        // What it acts on.
+        let changes: Vec<(&str, Box<dyn Fn(&mut EtcdCluster)>)> = vec![
+            ("uid", Box::new(|c| c.metadata.uid = Some("u-2".into()))),
+            ("generation", Box::new(|c| c.metadata.generation = Some(5))),
+            ("deletion", Box::new(|c| c.metadata.deletion_timestamp = None)),
+            ("finalizers", Box::new(|c| c.metadata.finalizers = None)),
+            (
+                "a request annotation",
+                Box::new(|c| {
+                    c.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(api::DEFRAGMENT_ANNOTATION.into(), "2026-02-02T00:00:00Z".into());
+                }),
+            ),
+        ];
+        for (what, change) in changes {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_ne!(looked_at(&other), digest, "{what}");
+        }
+        // What it does not.
+        let same: Vec<(&str, Box<dyn Fn(&mut EtcdCluster)>)> = vec![
+            (
+                "resourceVersion",
+                Box::new(|c| c.metadata.resource_version = Some("43".into())),
+            ),
+            ("status", Box::new(|c| c.status = None)),
+            ("labels", Box::new(|c| c.metadata.labels = None)),
+            ("managedFields", Box::new(|c| c.metadata.managed_fields = None)),
+            (
+                "another annotation",
+                Box::new(|c| {
+                    c.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert("bench.etcd.operator.dev/seq".into(), "8".into());
+                }),
+            ),
+            ("the projection", Box::new(project)),
+        ];
+        for (what, change) in same {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_eq!(looked_at(&other), digest, "{what}");
+        }
+    }
+
+    /// `name` in namespace `ns` at `generation`, with `annotation` (a value of the defragment
+    /// request annotation, if any), status saying `phase`.
+    fn object(name: &str, generation: i64, request: Option<&str>, phase: &str) -> EtcdCluster {
+        let mut c: EtcdCluster = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}"),
+                         "generation": generation, "resourceVersion": format!("{generation}{phase}")},
+            "spec": {"replicas": 1},
+            "status": {"phase": phase},
+        }))
+        .unwrap_or_else(|e| panic!("decodes: {e}"));
+        if let Some(value) = request {
+            c.metadata.annotations = Some([(api::DEFRAGMENT_ANNOTATION.to_owned(), value.to_owned())].into());
+        }
+        c
+    }
+
+    #[tokio::test]
+    async fn only_changes_the_member_controller_acts_on_wake_it_and_gone_objects_are_forgotten() {
+        use futures::StreamExt as _;
+        use std::sync::Arc;
+        let (store, mut writer) = reflector::store::<EtcdCluster>();
+        let events = vec![
+            object("a", 1, None, "Creating"),
+            object("a", 1, None, "Running"), // its own status write: nothing to do
+            object("b", 1, None, "Creating"),
+            object("a", 2, None, "Running"), // a spec change
+            object("a", 2, Some("2026-01-01T00:00:00Z"), "Running"), // a request
+            object("a", 2, Some("2026-01-01T00:00:00Z"), "Running"), // nothing new
+            object("b", 1, None, "Running"),
+        ];
+        for e in &events {
+            writer.apply_watcher_event(&watcher::Event::Apply(e.clone()));
+        }
+        let passed: Vec<(String, Option<i64>)> = changed_only(
+            futures::stream::iter(events.into_iter().map(Arc::new)),
+            store.clone(),
+        )
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.metadata.generation))
+        .collect()
+        .await;
+        assert_eq!(
+            passed,
+            [
+                ("a".to_owned(), Some(1)),
+                ("b".to_owned(), Some(1)),
+                ("a".to_owned(), Some(2)),
+                ("a".to_owned(), Some(2)),
+            ]
+        );
+
+        // A fleet comes and goes: what is gone is forgotten, so an object seen again with a
+        // digest it had before (here: the same uid, for the test) is looked at.
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Arc<EtcdCluster>>();
+        let mut filtered = Box::pin(changed_only(rx, store.clone()));
+        let mut next_name = async |tx: &futures::channel::mpsc::UnboundedSender<Arc<EtcdCluster>>,
+                                   c: &EtcdCluster| {
+            tx.unbounded_send(Arc::new(c.clone()))
+                .unwrap_or_else(|e| panic!("{e}"));
+            tokio::time::timeout(std::time::Duration::from_secs(5), filtered.next())
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.metadata.name.clone())
+        };
+        let fleet: Vec<EtcdCluster> = (0..200)
+            .map(|i| object(&format!("c{i}"), 1, None, "Creating"))
+            .collect();
+        for c in &fleet {
+            writer.apply_watcher_event(&watcher::Event::Apply(c.clone()));
+            assert_eq!(next_name(&tx, c).await, c.metadata.name);
+        }
+        for c in &fleet[1..] {
+            writer.apply_watcher_event(&watcher::Event::Delete(c.clone()));
+        }
+        // c0's status changes (dropped), then c0's spec (passes): the first event cleaned up.
+        let _ = tx.unbounded_send(Arc::new(object("c0", 1, None, "Running")));
+        assert_eq!(
+            next_name(&tx, &object("c0", 2, None, "Running")).await.as_deref(),
+            Some("c0")
+        );
+        let c5 = &fleet[5];
+        writer.apply_watcher_event(&watcher::Event::Apply(c5.clone()));
+        assert_eq!(next_name(&tx, c5).await.as_deref(), Some("c5"));
     }
 }
