@@ -313,12 +313,15 @@ mod tests {
         assert_eq!(plain.metadata.annotations, None);
     }
 
+    /// One change to an object, named in the test's table.
+    type Change<T> = Box<dyn Fn(&mut T)>;
+
     #[test]
     fn the_digest_changes_with_what_the_member_controller_acts_on_and_nothing_else() {
         let base = full();
         let digest = looked_at(&base);
         // What it acts on.
-        let changes: Vec<(&str, Box<dyn Fn(&mut EtcdCluster)>)> = vec![
+        let changes: Vec<(&str, Change<EtcdCluster>)> = vec![
             ("uid", Box::new(|c| c.metadata.uid = Some("u-2".into()))),
             ("generation", Box::new(|c| c.metadata.generation = Some(5))),
             ("deletion", Box::new(|c| c.metadata.deletion_timestamp = None)),
@@ -339,7 +342,7 @@ mod tests {
             assert_ne!(looked_at(&other), digest, "{what}");
         }
         // What it does not.
-        let same: Vec<(&str, Box<dyn Fn(&mut EtcdCluster)>)> = vec![
+        let same: Vec<(&str, Change<EtcdCluster>)> = vec![
             (
                 "resourceVersion",
                 Box::new(|c| c.metadata.resource_version = Some("43".into())),

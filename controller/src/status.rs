@@ -1824,6 +1824,9 @@ mod tests {
         .unwrap()
     }
 
+    /// One change to a status, named in the test's table.
+    type Change = Box<dyn Fn(&mut EtcdClusterStatus)>;
+
     #[test]
     fn statuses_differ_in_any_field_but_a_conditions_transition_time() {
         let base = everything();
@@ -1832,7 +1835,7 @@ mod tests {
         later.conditions.as_mut().unwrap()[0].last_transition_time =
             Time("2026-02-01T00:00:00Z".parse().unwrap());
         assert!(!differs(&base, &later));
-        let changes: Vec<(&str, Box<dyn Fn(&mut EtcdClusterStatus)>)> = vec![
+        let changes: Vec<(&str, Change)> = vec![
             ("phase", Box::new(|s| s.phase = Some(ClusterPhase::Failed))),
             (
                 "observedGeneration",
