@@ -170,6 +170,24 @@ async fn a_new_cluster_has_its_first_status_from_the_create_and_the_controller_w
         "Bootstrapping",
         "the controller wrote the first status again: {statuses:#?}"
     );
+    // Its status writes are recorded under its field manager.
+    let now: Value = serde_json::from_str(
+        &kubectl(
+            &op,
+            &["get", "ec", "fresh", "-o", "json", "--show-managed-fields"],
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let status_managers: Vec<&str> = now["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["subresource"] == "status")
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert_eq!(status_managers, ["etcd-operator"], "{now:#}");
 }
 
 #[tokio::test]

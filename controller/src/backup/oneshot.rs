@@ -9,7 +9,7 @@ use std::time::Duration;
 use etcd_operator_api::backup::{BackupPhase, EtcdBackup, EtcdBackupStatus};
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -293,10 +293,14 @@ async fn write_status(
 ) -> Result<(), BackupError> {
     // The controller owns the whole status of an EtcdBackup: a merge patch replacing it is safe.
     let patch = json!({"status": status});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(BackupError::PatchStatus)
+    api.patch_status(
+        name,
+        &crate::resources::status_patch_params(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(BackupError::PatchStatus)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use etcd_operator_api::status::{CONDITION_BACKUP_SUCCEEDED, EtcdClusterStatus};
 use etcd_operator_api::v1alpha2::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
@@ -279,7 +279,11 @@ async fn patch_status(
             record,
         );
         match api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                name,
+                &crate::resources::status_patch_params(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Ok(_) => return Ok(()),

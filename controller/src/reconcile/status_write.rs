@@ -4,7 +4,7 @@
 
 use etcd_operator_api::status::EtcdClusterStatus;
 use etcd_operator_api::v1alpha2::EtcdCluster;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 
 use super::ReconcileError;
 use crate::status;
@@ -38,7 +38,11 @@ pub(super) async fn write_status(
         let patch = serde_json::from_value(status::status_patch(&status, &resource_version))
             .map_err(|e| ReconcileError::PatchStatus(kube::Error::SerdeError(e)))?;
         match api
-            .patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch_status(
+                name,
+                &crate::resources::status_patch_params(),
+                &Patch::<()>::Json(patch),
+            )
             .await
         {
             Ok(_) => return Ok(()),
@@ -140,6 +144,9 @@ mod tests {
         let (request, send) = handle.next_request().await.expect("a request");
         assert_eq!(request.method(), method);
         assert_eq!(request.uri().path(), PATH);
+        if method == Method::PATCH {
+            assert_eq!(request.uri().query(), Some("&fieldManager=etcd-operator"));
+        }
         let bytes = request.into_body().collect_bytes().await.unwrap();
         let body = if bytes.is_empty() {
             Value::Null

@@ -28,8 +28,18 @@ pub use pod::{
 pub use pvc::build_pvc;
 pub use service::{build_client_service, build_peer_service};
 
-/// Field manager of every server-side apply and the reporting controller of Events.
+/// Field manager of every server-side apply and status write, and the reporting controller of
+/// Events.
 pub const FIELD_MANAGER: &str = "etcd-operator";
+
+/// A status patch under [`FIELD_MANAGER`] (without it the API server records the writer as its
+/// User-Agent, or `unknown`, in `managedFields`).
+pub fn status_patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..kube::api::PatchParams::default()
+    }
+}
 /// Annotation holding the member's [`MemberConfig`] as JSON, on its Pod and its PVC.
 pub const MEMBER_CONFIG_ANNOTATION: &str = "etcd.operator.dev/member-config";
 /// Annotation on a PVC that was released (kept) when its member or cluster was removed:
