@@ -574,24 +574,12 @@ async fn server_side_apply_field_managers_migration_and_diff() {
 
 #[tokio::test]
 async fn kube_rs_patch_apply_creates_and_conflicts() {
-    use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-    use kube::config::{KubeConfigOptions, Kubeconfig};
+    use etcd_operator_tests::kube_client::{connect, etcd_clusters};
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
     let op = LocalOperator::start().await.unwrap();
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = Kubeconfig::read_from(op.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let ar = ApiResource {
-        group: "etcd.operator.dev".into(),
-        version: "v1alpha2".into(),
-        api_version: "etcd.operator.dev/v1alpha2".into(),
-        kind: "EtcdCluster".into(),
-        plural: "etcdclusters".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let client = connect(&op.kubeconfig(), Default::default()).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &etcd_clusters());
     let body = |replicas: u32| {
         serde_json::json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdCluster",
             "metadata": {"name": "rs"}, "spec": {"replicas": replicas, "version": "3.5.1"}})

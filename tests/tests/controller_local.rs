@@ -98,25 +98,13 @@ async fn three_members_become_available_and_serve_from_every_member() {
 /// controller's first write is its next step, not the same status again (issue 24).
 #[tokio::test]
 async fn a_new_cluster_has_its_first_status_from_the_create_and_the_controller_writes_only_progress() {
+    use etcd_operator_tests::kube_client::{connect, etcd_clusters};
     use futures::StreamExt;
-    use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
+    use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 
     let op = LocalOperator::start().await.unwrap();
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = kube::config::Kubeconfig::read_from(op.kubeconfig()).unwrap();
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-            .await
-            .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let ar = ApiResource {
-        group: "etcd.operator.dev".into(),
-        version: "v1alpha2".into(),
-        api_version: "etcd.operator.dev/v1alpha2".into(),
-        kind: "EtcdCluster".into(),
-        plural: "etcdclusters".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let client = connect(&op.kubeconfig(), Default::default()).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &etcd_clusters());
 
     let out = kubectl(
         &op,
