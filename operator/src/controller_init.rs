@@ -18,9 +18,12 @@ pub struct FirstStatus {
 
 impl InitialStatus for FirstStatus {
     fn initial_status(&self, stored: &Value) -> Option<Value> {
-        // The stored form is the v1alpha2 hub the controller reads; one that does not read as it
-        // gets no status here, and the controller says what is wrong when it looks.
-        let cluster: etcd_operator_api::v1alpha2::EtcdCluster = match serde_json::from_value(stored.clone()) {
+        // The stored form is the v1alpha2 hub the controller reads (deserialized from the value
+        // in place, not from a copy of it); one that does not read as it gets no status here,
+        // and the controller says what is wrong when it looks.
+        let cluster = match <etcd_operator_api::v1alpha2::EtcdCluster as serde::Deserialize>::deserialize(
+            stored,
+        ) {
             Ok(cluster) => cluster,
             Err(error) => {
                 tracing::debug!(%error, "a new EtcdCluster does not read as the controller's type; no initial status");
