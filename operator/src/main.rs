@@ -231,19 +231,15 @@ async fn member_cluster_client(path: &std::path::Path) -> Result<kube::Client, L
     kube::Client::try_from(config).map_err(|e| err(&e))
 }
 
-async fn controller_client(
+/// The controller's client of local mode: in process, as the controller's certificate identity
+/// (the identity it would present over loopback HTTPS), on `app`.
+fn controller_client(
+    app: axum::Router,
     identity: &local::kubeconfig::ClientIdentity,
 ) -> Result<kube::Client, LocalModeError> {
-    let err = |e: &dyn std::fmt::Display| LocalModeError::ControllerClient(e.to_string());
-    let yaml = local::kubeconfig::Kubeconfig::for_identity(identity)
-        .to_yaml()
-        .map_err(|e| err(&e))?;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).map_err(|e| err(&e))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| err(&e))?;
-    kube::Client::try_from(config).map_err(|e| err(&e))
+    let service = serve::InProcess::from_pem(app, &identity.cert_pem)
+        .map_err(|e| LocalModeError::ControllerClient(etcd_operator_api::report::chain(&e)))?;
+    Ok(kube::Client::new(service, "default"))
 }
 
 /// The member controller of local mode on `runtime` (local processes, or Pods with
@@ -369,19 +365,21 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
         metrics: Some(Arc::new(registry)),
         controller_init: controller_init(no_controller, &controller),
     };
+    let router = http::router(state);
+    // The controller's requests are counted too, as kube-apiserver counts its loopback client's,
+    // and not refused for overload, as kube-apiserver exempts that client.
+    let in_process = http::metrics::instrument(router.clone(), api_metrics.clone());
     // Outermost: the overload refusals (429, 504) are counted too.
-    let app = http::metrics::instrument(
-        http::overload::limit(http::router(state), overload.options()),
-        api_metrics,
-    );
+    let app = http::metrics::instrument(http::overload::limit(router, overload.options()), api_metrics);
     tracing::info!(
         url = %env.server_url,
         kubeconfig = %env.kubeconfig_path.display(),
         "etcd-operator local is serving; try: KUBECONFIG={} kubectl get etcdclusters",
         env.kubeconfig_path.display()
     );
-    // The controller reaches the API over loopback HTTPS with its own client certificate.
-    let controller_client = controller_client(&env.controller_identity).await?;
+    // The controller reaches the API in process, as its own client certificate's identity: no
+    // TLS, socket or HTTP framing between it and the router (`serve::in_process`).
+    let controller_client = controller_client(in_process, &env.controller_identity)?;
     // S3 keys for backups and for restores: the environment, else the credentials file.
     let credentials = etcd_operator_controller::backup::Credentials::Environment {
         file: backup_credentials_file,
@@ -462,10 +460,9 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
             backups_stopped,
         ))
     };
-    // On Ctrl-C the controllers stop first: their watches are connections to this very server,
-    // which would otherwise hold its drain for the whole drain timeout. Once they are gone (and
-    // with them the last clone of their kube client and its pooled connections), the server
-    // drains what is left and stops.
+    // On Ctrl-C the controllers stop first (their watches and requests are in process and hold
+    // no connection, but they write to the storage the server is about to leave); then the
+    // server drains its clients' connections and stops.
     let shutdown = async move {
         serve::shutdown_signal().await;
         let _ = stop_controller.send(());

@@ -736,3 +736,73 @@ async fn the_cleanup_finalizer_and_first_status_come_with_the_create_only_when_t
         assert!(err.contains("NotFound"), "{args:?}: {err}");
     }
 }
+
+/// Established TCP connections whose server side is `port` on this machine (`/proc/net/tcp`
+/// and `tcp6`: state `01`, local port `port`).
+fn established_to(port: u16) -> usize {
+    let local_port = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    fields.get(1).is_some_and(|local| local.ends_with(&local_port))
+                        && fields.get(3) == Some(&"01")
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// The co-located controller reaches the API in process (issue 24): while its watch of the
+/// EtcdClusters is open (the server counts it) and it has looked at a cluster, no TCP
+/// connection to the server is open once kubectl's have closed. Over loopback HTTPS, the
+/// controller's watch held one for as long as it ran.
+#[tokio::test]
+async fn the_controller_reaches_the_api_in_process_and_holds_no_connection() {
+    let op = LocalOperator::start().await.unwrap();
+    let port: u16 = op
+        .listen()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {}", op.listen()));
+    kubectl(&op, &["create", "-f", "-"], Some(PAUSED_CLUSTER)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let watchers = loop {
+        let (waits, done) = paused_reconciles(&op);
+        let text = kubectl(&op, &["get", "--raw", "/metrics"], None).unwrap();
+        let watchers: u64 = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_registered_watchers{") && l.contains("resource=\"etcdclusters\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if waits >= 1 && done >= 1 && watchers >= 1 {
+            break watchers;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller never watched and looked at the cluster: {waits} waits, {done} reconciles, {watchers} watches"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // kubectl has exited: its connections close within moments; the controller's would not.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let open = established_to(port);
+        if open == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{open} connections to the server stay open with {watchers} watches and no client running"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
