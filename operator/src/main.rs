@@ -236,9 +236,8 @@ async fn member_cluster_client(path: &std::path::Path) -> Result<kube::Client, L
 fn controller_client(
     app: axum::Router,
     identity: &local::kubeconfig::ClientIdentity,
-) -> Result<kube::Client, LocalModeError> {
-    let service = serve::InProcess::from_pem(app, &identity.cert_pem)
-        .map_err(|e| LocalModeError::ControllerClient(etcd_operator_api::report::chain(&e)))?;
+) -> Result<kube::Client, serve::in_process::InProcessCertificateError> {
+    let service = serve::InProcess::from_pem(app, &identity.cert_pem)?;
     Ok(kube::Client::new(service, "default"))
 }
 
@@ -379,7 +378,8 @@ async fn run_local(args: LocalArgs) -> Result<(), LocalModeError> {
     );
     // The controller reaches the API in process, as its own client certificate's identity: no
     // TLS, socket or HTTP framing between it and the router (`serve::in_process`).
-    let controller_client = controller_client(in_process, &env.controller_identity)?;
+    let controller_client = controller_client(in_process, &env.controller_identity)
+        .map_err(|e| LocalModeError::ControllerClient(etcd_operator_api::report::chain(&e)))?;
     // S3 keys for backups and for restores: the environment, else the credentials file.
     let credentials = etcd_operator_controller::backup::Credentials::Environment {
         file: backup_credentials_file,
