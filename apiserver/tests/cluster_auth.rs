@@ -346,7 +346,8 @@ struct Harness {
     pki: Pki,
     stub: Stub,
     addr: SocketAddr,
-    loopback_addr: SocketAddr,
+    /// What the controller's in-process client talks to (serve mode's `app`).
+    app: Router,
     loopback: Loopback,
     etcd_client: etcd_client::Client,
     _tasks: Vec<AbortOnDrop>,
@@ -429,16 +430,9 @@ impl Harness {
         let addr = listener.local_addr().unwrap();
         let tls = serving.reloadable();
         let public_app = app.clone();
+        let in_process_app = app;
         tasks.push(spawn(async move {
             serve::serve(listener, tls, public_app, std::future::pending())
-                .await
-                .unwrap();
-        }));
-        let private = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let loopback_addr = private.local_addr().unwrap();
-        let private_tls = loopback.server_config().unwrap();
-        tasks.push(spawn(async move {
-            serve::serve(private, private_tls, app, std::future::pending())
                 .await
                 .unwrap();
         }));
@@ -446,7 +440,7 @@ impl Harness {
             pki,
             stub,
             addr,
-            loopback_addr,
+            app: in_process_app,
             loopback,
             etcd_client,
             _tasks: tasks,
@@ -1404,10 +1398,13 @@ async fn h2_and_http1_both_work() {
     }
 }
 
+/// The controller's identity works in process (serve mode's controller client) as a member of
+/// `system:masters`, and nowhere else: no listener takes a certificate of the loopback CA, and
+/// the same leaf in process from another peer address is refused.
 #[tokio::test]
-async fn the_controller_loopback_identity_works_only_on_its_own_listener() {
+async fn the_controller_loopback_identity_works_only_in_process() {
     let h = Harness::start(Some(&["front-proxy-client"])).await;
-    let client = h.loopback.client(h.loopback_addr).await.unwrap();
+    let client = h.loopback.client(h.app.clone()).unwrap();
     let list: Value = client
         .request(
             http::Request::get("/apis/etcd.operator.dev/v1alpha2/etcdclusters")
@@ -1420,23 +1417,34 @@ async fn the_controller_loopback_identity_works_only_on_its_own_listener() {
     // system:masters: never reviewed.
     assert_eq!(h.stub.state.reviews(), 0);
 
-    let loopback_ca = h.loopback.ca_pem().to_owned();
+    // Over the network the public listener refuses the loopback identity at the handshake (its
+    // client CAs are the cluster's, never the loopback CA).
+    let serving_ca = h.pki.serving_ca.pem().cert_pem.clone();
     let all = [&rustls::version::TLS13, &rustls::version::TLS12];
-    // No certificate, or a certificate of any cluster CA: the loopback listener refuses the
-    // handshake (it requires a certificate from its in-memory CA).
-    for identity in [None, Some(&h.pki.alice), Some(&h.pki.proxy)] {
-        let config = client_config(&loopback_ca, &all, &[b"h2"], identity);
-        let result = send(
-            h.loopback_addr,
-            config,
-            Method::GET,
-            COLL,
-            &proxied("admin"),
-            None,
-        )
-        .await;
-        assert!(result.is_err(), "the loopback listener answered: {result:?}");
-    }
+    let config = client_config(
+        &serving_ca,
+        &all,
+        &[b"h2"],
+        Some(h.loopback.controller_identity()),
+    );
+    let result = send(h.addr, config, Method::GET, COLL, &[], None).await;
+    assert!(
+        result.is_err(),
+        "the public listener took the loopback identity: {:?}",
+        result.map(|r| (r.status, r.text()))
+    );
+
+    // In process from a peer that is not the loopback address: refused (401).
+    let leaf = CertificateDer::from_pem_slice(h.loopback.controller_identity().cert_pem.as_bytes()).unwrap();
+    let mut request = http::Request::get(COLL).body(axum::body::Body::empty()).unwrap();
+    request
+        .extensions_mut()
+        .insert(serve::PeerCertificates(Arc::new(vec![leaf])));
+    request
+        .extensions_mut()
+        .insert(serve::RemoteAddr("10.0.0.7:4242".parse().unwrap()));
+    let response = tower::ServiceExt::oneshot(h.app.clone(), request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test]

@@ -66,8 +66,8 @@ pub struct ServeArgs {
     /// Leader election for the controllers (needed with more than one replica).
     #[command(flatten)]
     pub leader_election: leader::LeaderElectionArgs,
-    /// The API server's overload limits (on the public listener; the controllers' loopback
-    /// listener is not limited, as kube-apiserver exempts its loopback client).
+    /// The API server's overload limits (on the public listener; the controllers' in-process
+    /// requests are not limited, as kube-apiserver exempts its loopback client).
     #[command(flatten)]
     pub overload: crate::flags::OverloadArgs,
     /// The controller's thresholds.
@@ -319,8 +319,8 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         // per new cluster.
         controller_init: crate::controller_init::for_controller(&args.controller),
     };
-    // The controller's own requests on the loopback listener are counted too, as kube-apiserver
-    // counts its loopback clients'.
+    // The controller's own requests (in process, `serve::InProcess`) are counted too, as
+    // kube-apiserver counts its loopback client's, and not limited, as it exempts that client.
     let router = http::router(state);
     let app = http::metrics::instrument(router.clone(), api_metrics.clone());
 
@@ -330,22 +330,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
             addr: args.listen,
             source,
         })?;
-    let loopback_addr = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0));
-    let private = TcpListener::bind(loopback_addr)
-        .await
-        .map_err(|source| ServeModeError::Listen {
-            addr: loopback_addr,
-            source,
-        })?;
-    let private_addr = private.local_addr().map_err(|source| ServeModeError::Listen {
-        addr: loopback_addr,
-        source,
-    })?;
-    let private_tls = serve::ReloadableTls::from(loopback.server_config()?);
 
-    // The controller: EtcdClusters through the loopback listener as its own identity; Pods,
-    // PVCs, Services and Events through kube-apiserver with the pod's ServiceAccount.
-    let controller_client = loopback.client(private_addr).await?;
+    // The controller: EtcdClusters in process as its own identity; Pods, PVCs, Services and
+    // Events through kube-apiserver with the pod's ServiceAccount.
+    let controller_client = loopback.client(app)?;
     let controllers = spawn_controllers(
         kube.clone(),
         controller_client,
@@ -355,11 +343,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         &args.controller,
     );
 
-    let stop_private = tasks.clone();
-    let private_server = tokio::spawn(serve::serve(private, private_tls, app.clone(), async move {
-        stop_private.cancelled().await;
-    }));
-    tracing::info!(listen = %args.listen, loopback = %private_addr, "etcd-operator serve is starting");
+    tracing::info!(listen = %args.listen, "etcd-operator serve is starting");
     // Outermost on the public port: the overload refusals (429, 504) are counted.
     let public_app = http::metrics::instrument(
         http::overload::limit(router, args.overload.options()),
@@ -374,13 +358,6 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeModeError> {
         }
         Ok(_) => {}
         Err(_) => tracing::warn!("the controllers did not stop within 10 s"),
-    }
-    match tokio::time::timeout(Duration::from_secs(15), private_server).await {
-        Ok(Ok(Err(error))) => {
-            tracing::warn!(error = %etcd_operator_api::report::Chain(&error), "loopback listener")
-        }
-        Ok(_) => {}
-        Err(_) => tracing::warn!("the loopback listener did not stop within 15 s"),
     }
     background.abort_all();
     if let Some(compactor) = compactor {
