@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::serve::PeerCertificates;
 pub use crate::serve::auth::UserInfo;
+use crate::serve::{ConnectionUser, PeerCertificates};
 
 use super::error::ApiError;
 use super::request_info::RequestInfo;
@@ -64,10 +64,17 @@ pub struct LocalAuthenticator;
 impl Authenticator for LocalAuthenticator {
     fn authenticate<'a>(&'a self, parts: &'a mut http::request::Parts) -> AuthenticateFuture<'a> {
         strip_identity_headers(&mut parts.headers);
-        let user = parts
-            .extensions
-            .get::<PeerCertificates>()
-            .and_then(crate::serve::auth::authenticate_local);
+        let from_certificate = || {
+            parts
+                .extensions
+                .get::<PeerCertificates>()
+                .and_then(crate::serve::auth::authenticate_local)
+        };
+        // Once per connection: its certificate does not change between its requests.
+        let user = match parts.extensions.get::<ConnectionUser>() {
+            Some(memo) => memo.0.get_or_init(from_certificate).clone(),
+            None => from_certificate(),
+        };
         Box::pin(async move { Ok(user) })
     }
 }
@@ -89,6 +96,86 @@ impl Authorizer for AllowAuthenticated {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parts_with(peer: Option<PeerCertificates>, memo: Option<&ConnectionUser>) -> http::request::Parts {
+        let mut request = http::Request::get("/").body(()).unwrap();
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(peer);
+        }
+        if let Some(memo) = memo {
+            request.extensions_mut().insert(memo.clone());
+        }
+        request.into_parts().0
+    }
+
+    fn client_chain(user: &str) -> PeerCertificates {
+        let ca = crate::pki::CertificateAuthority::generate("test-ca", std::time::Duration::from_secs(3600))
+            .unwrap();
+        let leaf = ca.issue(&crate::pki::LeafSpec::client(user, &["devs"])).unwrap();
+        let der =
+            <rustls_pki_types::CertificateDer<'static> as rustls_pki_types::pem::PemObject>::from_pem_slice(
+                leaf.cert_pem.as_bytes(),
+            )
+            .unwrap();
+        PeerCertificates(std::sync::Arc::new(vec![der]))
+    }
+
+    #[tokio::test]
+    async fn a_connections_certificate_user_is_worked_out_once_and_kept() {
+        let memo = ConnectionUser::default();
+        let mut first = parts_with(Some(client_chain("alice")), Some(&memo));
+        let user = LocalAuthenticator
+            .authenticate(&mut first)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.name, "alice");
+        assert_eq!(
+            memo.0.get().cloned().flatten().map(|u| u.name),
+            Some("alice".to_owned())
+        );
+        // The next request of the connection takes the kept user: the memo is what is read.
+        let kept = ConnectionUser::default();
+        let _ = kept.0.set(Some(UserInfo {
+            name: "kept".into(),
+            uid: None,
+            groups: Vec::new(),
+            extra: Default::default(),
+        }));
+        let mut next = parts_with(Some(client_chain("alice")), Some(&kept));
+        let user = LocalAuthenticator.authenticate(&mut next).await.unwrap().unwrap();
+        assert_eq!(user.name, "kept");
+        // Anonymous connections are remembered as anonymous.
+        let anonymous = ConnectionUser::default();
+        let mut parts = parts_with(Some(PeerCertificates::default()), Some(&anonymous));
+        assert!(
+            LocalAuthenticator
+                .authenticate(&mut parts)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(anonymous.0.get(), Some(&None));
+    }
+
+    #[tokio::test]
+    async fn without_a_memo_each_request_reads_its_certificate() {
+        let mut parts = parts_with(Some(client_chain("bob")), None);
+        let user = LocalAuthenticator
+            .authenticate(&mut parts)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.name, "bob");
+        let mut parts = parts_with(None, None);
+        assert!(
+            LocalAuthenticator
+                .authenticate(&mut parts)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
 
     #[test]
     fn identity_headers_are_stripped() {

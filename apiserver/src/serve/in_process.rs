@@ -19,7 +19,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tower::ServiceExt;
 
-use super::{PeerCertificates, RemoteAddr};
+use super::{ConnectionUser, PeerCertificates, RemoteAddr};
 
 /// The peer address in-process requests carry: the loopback address, port 0 (no socket).
 pub const IN_PROCESS_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
@@ -35,6 +35,8 @@ pub struct InProcessCertificateError(#[source] rustls_pki_types::pem::Error);
 pub struct InProcess {
     app: Router,
     peer: PeerCertificates,
+    /// One "connection" for all its clones: the certificate's user is worked out once.
+    user: ConnectionUser,
 }
 
 impl std::fmt::Debug for InProcess {
@@ -51,6 +53,7 @@ impl InProcess {
         Self {
             app,
             peer: PeerCertificates(Arc::new(chain)),
+            user: ConnectionUser::default(),
         }
     }
 
@@ -82,6 +85,7 @@ where
         let mut request = request.map(axum::body::Body::new);
         // What the accept loop puts on every request of a connection (see `server`).
         request.extensions_mut().insert(self.peer.clone());
+        request.extensions_mut().insert(self.user.clone());
         request.extensions_mut().insert(RemoteAddr(IN_PROCESS_PEER));
         self.app.clone().oneshot(request)
     }

@@ -14,7 +14,8 @@ pub mod tls;
 pub use auth::{AUTHENTICATED_GROUP, UserInfo};
 pub use in_process::InProcess;
 pub use server::{
-    PeerCertificates, RemoteAddr, ServeError, ServeOptions, serve, serve_with, shutdown_signal,
+    ConnectionUser, PeerCertificates, RemoteAddr, ServeError, ServeOptions, serve, serve_with,
+    shutdown_signal,
 };
 pub use tls::{ReloadableTls, TlsError, install_crypto_provider, server_config};
 

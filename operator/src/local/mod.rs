@@ -99,8 +99,9 @@ pub struct LocalEnv {
     pub etcd_client: etcd_client::Client,
     /// `DIR/kubeconfig` (admin).
     pub kubeconfig_path: PathBuf,
-    /// The in-process controller's identity for loopback HTTPS to this server
-    /// (`Kubeconfig::for_identity(&env.controller_identity)` renders it as a kubeconfig).
+    /// The co-located controller's identity: its certificate goes with its in-process requests
+    /// (`serve::InProcess`); `Kubeconfig::for_identity(&env.controller_identity)` renders it as
+    /// a kubeconfig for a client over HTTPS.
     pub controller_identity: ClientIdentity,
 }
 
