@@ -949,6 +949,49 @@ async fn conflicts_and_existing_names_are_409_and_missing_resource_versions_422(
         .await;
 }
 
+/// A create answers with the object a read of it right after returns: in the storage version
+/// as JSON the very bytes (the server answers with what it wrote, not a second encoding), in
+/// v1alpha1 converted, and as YAML.
+async fn a_create_answers_with_the_object_a_get_returns(backing: Backing) {
+    let api = Api::start(backing).await;
+    let r = api.post(&coll(NS), &cluster("a")).await;
+    r.expect(201);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let got = api.get(&obj(NS, "a")).await;
+    got.expect(200);
+    assert_eq!(
+        std::str::from_utf8(&r.body).unwrap(),
+        std::str::from_utf8(&got.body).unwrap()
+    );
+    assert_ne!(r.json()["metadata"]["resourceVersion"], Value::Null);
+
+    let v1 = format!("{GROUP_PATH}/v1alpha1/namespaces/{NS}/etcdclusters");
+    let body = json!({"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
+                      "metadata": {"name": "old"},
+                      "spec": {"size": 3, "version": etcd_operator_api::versions::DEFAULT_ETCD_VERSION}});
+    let r = api.post(&v1, &body).await;
+    let created = r.expect(201);
+    assert_eq!(created["apiVersion"], "etcd.operator.dev/v1alpha1", "{created:#}");
+    assert_eq!(created["spec"]["size"], 3, "{created:#}");
+    assert_eq!(created, api.get(&format!("{v1}/old")).await.expect(200));
+
+    let r = api
+        .call(
+            Method::POST,
+            &coll(NS),
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/yaml"),
+            ],
+            cluster("y").to_string(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(r.header("content-type"), Some("application/yaml"));
+    let yaml: Value = serde_yaml::from_slice(&r.body).unwrap();
+    assert_eq!(yaml, api.get(&obj(NS, "y")).await.expect(200));
+}
+
 async fn missing_objects_are_404_for_every_verb(backing: Backing) {
     let api = Api::start(backing).await;
     api.create("a").await;
@@ -3867,6 +3910,7 @@ macro_rules! both_backings {
 
 both_backings!(
     resource_versions_that_are_not_numbers_are_invalid_input_not_conflicts,
+    a_create_answers_with_the_object_a_get_returns,
     local_authenticator_refuses_requests_without_a_client_certificate_except_health_checks,
     malformed_and_non_object_bodies_are_400_and_store_nothing,
     wrong_kind_or_api_version_is_400_and_stores_nothing,

@@ -887,10 +887,20 @@ async fn create(
         }
         stored
     } else {
-        storage
-            .create(namespace, &name, stored)
+        let created = storage
+            .create_raw(namespace, &name, stored)
             .await
-            .map_err(|e| t.storage_error(e, &name))?
+            .map_err(|e| t.storage_error(e, &name))?;
+        // In the storage version as JSON the answer is the bytes written, as a get of the
+        // object answers: the object is not encoded a second time.
+        if serves_stored_json(t) && created.servable() {
+            let body = created.to_json().map_err(|e| t.storage_error(e, &name))?;
+            let mut response = json_bytes_response(axum::body::Body::from(body));
+            *response.status_mut() = StatusCode::CREATED;
+            add_warnings(&mut response, &warnings);
+            return Ok(response);
+        }
+        created.decode().map_err(|e| t.storage_error(e, &name))?
     };
     offload(heavy, || {
         object_response(StatusCode::CREATED, &t.in_version(result)?, t, &warnings)

@@ -550,6 +550,29 @@ impl Storage {
     pub async fn create(&self, namespace: &str, name: &str, mut obj: Value) -> Result<Value, StorageError> {
         let (key, _) = self.key(namespace, name)?;
         let bytes = encode(&key, &mut obj)?;
+        let rev = self.put_new(key, bytes).await?;
+        set_resource_version(&mut obj, rev);
+        Ok(obj)
+    }
+
+    /// [`Storage::create`], returning the object as the bytes written (what a read of it right
+    /// after returns): a response in the storage version needs no second encoding of the object.
+    pub async fn create_raw(
+        &self,
+        namespace: &str,
+        name: &str,
+        mut obj: Value,
+    ) -> Result<RawObject, StorageError> {
+        let (key, rel) = self.key(namespace, name)?;
+        let bytes = encode(&key, &mut obj)?;
+        drop(obj);
+        let data: Arc<[u8]> = Arc::from(bytes.as_slice());
+        let rev = self.put_new(key, bytes).await?;
+        Ok(RawObject::new(Arc::from(rel), StoredObj::new(data, rev)))
+    }
+
+    /// Writes `bytes` at `key` if the key does not exist; the revision of the write.
+    async fn put_new(&self, key: String, bytes: Vec<u8>) -> Result<u64, StorageError> {
         let outcome = self
             .inner
             .backend
@@ -566,8 +589,7 @@ impl Storage {
             }
         };
         self.inner.observe(rev as i64);
-        set_resource_version(&mut obj, rev);
-        Ok(obj)
+        Ok(rev)
     }
 
     /// Reads one object; `None` when it does not exist.

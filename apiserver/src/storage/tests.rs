@@ -492,6 +492,36 @@ async fn delete_through_guaranteed_update() {
     );
 }
 
+#[tokio::test]
+async fn create_raw_returns_the_bytes_a_read_returns() {
+    let f = fixture().await;
+    let created = f
+        .storage
+        .create_raw("ns", "a", object("ns", "a", 3))
+        .await
+        .unwrap();
+    assert_eq!(created.key(), "ns/a");
+    assert!(created.servable());
+    let got = f
+        .storage
+        .get_raw("ns", "a", ReadConsistency::Consistent)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(created.resource_version(), got.resource_version());
+    assert_eq!(created.to_json().unwrap(), got.to_json().unwrap());
+    assert_eq!(
+        created.decode().unwrap(),
+        with_rv(object("ns", "a", 3), created.resource_version())
+    );
+    let err = f
+        .storage
+        .create_raw("ns", "a", object("ns", "a", 5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists { .. }), "{err:?}");
+}
+
 async fn create_many(storage: &Storage, ns: &str, n: usize) -> Vec<String> {
     let mut names = Vec::new();
     for i in 0..n {
