@@ -104,8 +104,16 @@ fn key_element(item: &Value, keys: &[&str]) -> Option<String> {
 /// and keyed list items (whose value is `true`: their existence, not their content).
 pub fn leaves(obj: &Value, scope: Scope) -> BTreeMap<Path, Value> {
     let mut out = BTreeMap::new();
+    visit_leaves(obj, scope, &mut |path, value| {
+        out.insert(path.clone(), value.clone());
+    });
+    out
+}
+
+/// Calls `sink` with the path and value of every owned leaf of `obj` (see [`leaves`]).
+fn visit_leaves(obj: &Value, scope: Scope, sink: &mut dyn FnMut(&Path, &Value)) {
     let Some(top) = obj.as_object() else {
-        return out;
+        return;
     };
     for (k, v) in top {
         if !in_scope(k, scope) || v.is_null() {
@@ -121,18 +129,20 @@ pub fn leaves(obj: &Value, scope: Scope) -> BTreeMap<Path, Value> {
                         mv,
                         &mut vec!["f:metadata".to_string(), format!("f:{mk}")],
                         &mut vec!["metadata", mk],
-                        &mut out,
+                        sink,
                     );
                 }
             }
             continue;
         }
-        walk(v, &mut vec![format!("f:{k}")], &mut vec![k.as_str()], &mut out);
+        walk(v, &mut vec![format!("f:{k}")], &mut vec![k.as_str()], sink);
     }
-    out
 }
 
-fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, out: &mut BTreeMap<Path, Value>) {
+/// A keyed list item's or a set value's leaf: its existence.
+const EXISTS: Value = Value::Bool(true);
+
+fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, sink: &mut dyn FnMut(&Path, &Value)) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
@@ -141,19 +151,17 @@ fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, out: &mut B
                 }
                 path.push(format!("f:{k}"));
                 names.push(k);
-                walk(child, path, names, out);
+                walk(child, path, names, sink);
                 names.pop();
                 path.pop();
             }
         }
         Value::Array(items) => match list_type(names) {
-            ListType::Atomic => {
-                out.insert(path.clone(), v.clone());
-            }
+            ListType::Atomic => sink(path, v),
             ListType::Set => {
                 for item in items {
                     path.push(format!("v:{item}"));
-                    out.insert(path.clone(), Value::Bool(true));
+                    sink(path, &EXISTS);
                     path.pop();
                 }
             }
@@ -163,7 +171,7 @@ fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, out: &mut B
                         continue;
                     };
                     path.push(key);
-                    out.insert(path.clone(), Value::Bool(true));
+                    sink(path, &EXISTS);
                     if let Value::Object(m) = item {
                         for (k, child) in m {
                             if child.is_null() {
@@ -171,7 +179,7 @@ fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, out: &mut B
                             }
                             path.push(format!("f:{k}"));
                             names.push(k);
-                            walk(child, path, names, out);
+                            walk(child, path, names, sink);
                             names.pop();
                             path.pop();
                         }
@@ -180,15 +188,17 @@ fn walk<'a>(v: &'a Value, path: &mut Path, names: &mut Vec<&'a str>, out: &mut B
                 }
             }
         },
-        other => {
-            out.insert(path.clone(), other.clone());
-        }
+        other => sink(path, other),
     }
 }
 
 /// The fields `obj` sets.
 pub fn fields_of(obj: &Value, scope: Scope) -> FieldSet {
-    FieldSet(leaves(obj, scope).into_keys().collect())
+    let mut out = BTreeSet::new();
+    visit_leaves(obj, scope, &mut |path, _| {
+        out.insert(path.clone());
+    });
+    FieldSet(out)
 }
 
 /// What a write changed: fields added or given another value, and fields removed.
@@ -202,6 +212,19 @@ pub struct Change {
 
 /// The fields that differ between `old` and `new`.
 pub fn diff(old: &Value, new: &Value, scope: Scope) -> Change {
+    // A create (nothing before): every field of `new` is added; no copy of it, of its values or
+    // of the paths twice, as the general case below needs.
+    if old.as_object().is_some_and(Map::is_empty) {
+        return Change {
+            modified: fields_of(new, scope),
+            removed: FieldSet::default(),
+        };
+    }
+    diff_of_leaves(old, new, scope)
+}
+
+/// [`diff`] by walking the leaves of both sides.
+fn diff_of_leaves(old: &Value, new: &Value, scope: Scope) -> Change {
     // Only the parts that differ are walked: a write usually touches one of them (a status
     // write its `status`, an annotation patch `metadata.annotations`), and walking every leaf
     // of both objects was most of the cost of recording managedFields (docs/performance.md).
@@ -925,8 +948,10 @@ mod tests {
         changes.push(c);
         changes.push(base.clone());
         changes.push(json!({}));
+        let nothing = json!({});
         for new in &changes {
-            for (old, new) in [(&base, new), (new, &base)] {
+            // The last pair is a create's: nothing before (`diff`'s shortcut).
+            for (old, new) in [(&base, new), (new, &base), (&nothing, new)] {
                 for scope in [Scope::Main, Scope::Status] {
                     assert_eq!(
                         diff(old, new, scope),
