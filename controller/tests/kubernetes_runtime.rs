@@ -41,6 +41,8 @@ const NAME: &str = "demo";
 const UID: &str = "7c1f5a9e-2b1d-4c3e-9f0a-1e2d3c4b5a69";
 const SELECTOR: &str = "labelSelector=etcd.operator.dev%2Fcluster%3Ddemo";
 const APPLY: &str = "force=true&fieldManager=etcd-operator";
+/// The query of the controller's creates and merge patches.
+const MANAGED: &str = "fieldManager=etcd-operator";
 const APPLY_PATCH: &str = "application/apply-patch+yaml";
 const MERGE_PATCH: &str = "application/merge-patch+json";
 const JSON: &str = "application/json";
@@ -422,7 +424,7 @@ impl ApiServerVerifier {
         let create = self
             .expect(
                 Method::POST,
-                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?"),
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?&{MANAGED}"),
                 Some(JSON),
             )
             .await;
@@ -446,7 +448,11 @@ impl ApiServerVerifier {
             .await
             .reply(StatusCode::OK, &pvc(member, None, false));
         let patch = self
-            .expect(Method::PATCH, &format!("{pvc_path}?"), Some(MERGE_PATCH))
+            .expect(
+                Method::PATCH,
+                &format!("{pvc_path}?&{MANAGED}"),
+                Some(MERGE_PATCH),
+            )
             .await;
         assert_eq!(
             patch.body,
@@ -560,7 +566,7 @@ impl ApiServerVerifier {
     async fn set_aside(&mut self, member: &str, answer: Option<Value>, listed: Vec<Value>, pruned: &[&str]) {
         let path = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{member}-data");
         let patch = self
-            .expect(Method::PATCH, &format!("{path}?"), Some(MERGE_PATCH))
+            .expect(Method::PATCH, &format!("{path}?&{MANAGED}"), Some(MERGE_PATCH))
             .await;
         let at = patch.body["metadata"]["annotations"]["etcd.operator.dev/removed-at"]
             .as_str()
@@ -680,7 +686,7 @@ async fn reserving_again_returns_the_same_member_with_its_recorded_config() {
             api.apply_pdb(2).await;
             api.expect(
                 Method::POST,
-                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?"),
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?&{MANAGED}"),
                 Some(JSON),
             )
             .await
@@ -714,7 +720,7 @@ async fn a_removed_member_s_claim_is_never_taken_over_by_a_new_member() {
             api.apply_pdb(1).await;
             api.expect(
                 Method::POST,
-                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?"),
+                &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?&{MANAGED}"),
                 Some(JSON),
             )
             .await
@@ -752,7 +758,7 @@ async fn removing_a_member_that_never_started_deletes_its_claim() {
                 .await;
             let path = format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{c2}-data");
             let patch = api
-                .expect(Method::PATCH, &format!("{path}?"), Some(MERGE_PATCH))
+                .expect(Method::PATCH, &format!("{path}?&{MANAGED}"), Some(MERGE_PATCH))
                 .await;
             // Answered without a configuration: it never started. Deleted, not set aside
             // (nothing listed, nothing pruned).
@@ -1127,7 +1133,7 @@ async fn changing_a_version_records_it_on_the_volume_claim_then_deletes_the_pod_
                 .reply(StatusCode::OK, &pvc(&a2, Some(&cfg2), false));
             // The new version goes on the PVC first (crash-safe), keeping the old one.
             let patch = api
-                .expect(Method::PATCH, &format!("{pvc_path}?"), Some(MERGE_PATCH))
+                .expect(Method::PATCH, &format!("{pvc_path}?&{MANAGED}"), Some(MERGE_PATCH))
                 .await;
             assert_eq!(
                 patch.body,
@@ -1502,7 +1508,7 @@ async fn removing_a_member_but_keeping_its_data_releases_the_volume_claim() {
             let release = api
                 .expect(
                     Method::PATCH,
-                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{c2}-data?"),
+                    &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{c2}-data?&{MANAGED}"),
                     Some(MERGE_PATCH),
                 )
                 .await;
@@ -1598,7 +1604,7 @@ async fn teardown_keeping_data_releases_every_volume_claim() {
                 let release = api
                     .expect(
                         Method::PATCH,
-                        &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{m}-data?"),
+                        &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims/{m}-data?&{MANAGED}"),
                         Some(MERGE_PATCH),
                     )
                     .await;
@@ -2153,7 +2159,7 @@ mod tls {
             let create = self
                 .expect(
                     Method::POST,
-                    &format!("/api/v1/namespaces/{NS}/secrets?"),
+                    &format!("/api/v1/namespaces/{NS}/secrets?&{MANAGED}"),
                     Some(JSON),
                 )
                 .await;
@@ -2288,7 +2294,7 @@ mod tls {
                 let create = api
                     .expect(
                         Method::POST,
-                        &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?"),
+                        &format!("/api/v1/namespaces/{NS}/persistentvolumeclaims?&{MANAGED}"),
                         Some(JSON),
                     )
                     .await;

@@ -110,6 +110,22 @@ async fn describe_and_get_events_show_a_scale_and_a_killed_member_with_folding_a
         folded["lastTimestamp"].as_str() >= folded["firstTimestamp"].as_str(),
         "{folded:#}"
     );
+    // Its create and its bump are the controller's writes, under its field manager.
+    let event_name = folded["metadata"]["name"].as_str().unwrap_or_default();
+    let with_fields: Value = serde_json::from_str(
+        &kubectl(
+            &op,
+            &["get", "event", event_name, "-o", "json", "--show-managed-fields"],
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let managers: Vec<&str> = with_fields["metadata"]["managedFields"]
+        .as_array()
+        .map(|entries| entries.iter().filter_map(|m| m["manager"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(managers, ["etcd-operator"], "{with_fields:#}");
 
     // `kubectl describe` lists them in its Events section, with the fold as `(x2 over ...)`.
     let described = kubectl(&op, &["describe", "etcdcluster", "ev"], None).unwrap();

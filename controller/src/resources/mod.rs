@@ -32,12 +32,26 @@ pub use service::{build_client_service, build_peer_service};
 /// Events.
 pub const FIELD_MANAGER: &str = "etcd-operator";
 
-/// A status patch under [`FIELD_MANAGER`] (without it the API server records the writer as its
-/// User-Agent, or `unknown`, in `managedFields`).
-pub fn status_patch_params() -> kube::api::PatchParams {
+/// A patch (of status, or a merge patch of an object the controller keeps) under
+/// [`FIELD_MANAGER`]: without it the API server records the writer as its User-Agent, or
+/// `unknown`, in `managedFields`.
+pub fn patch_params() -> kube::api::PatchParams {
     kube::api::PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..kube::api::PatchParams::default()
+    }
+}
+
+/// A status patch under [`FIELD_MANAGER`] (see [`patch_params`]).
+pub fn status_patch_params() -> kube::api::PatchParams {
+    patch_params()
+}
+
+/// A create under [`FIELD_MANAGER`] (see [`patch_params`]).
+pub fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..kube::api::PostParams::default()
     }
 }
 /// Annotation holding the member's [`MemberConfig`] as JSON, on its Pod and its PVC.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, EventSource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::Patch;
 
 use crate::model::ClusterRef;
 use crate::resources::{FIELD_MANAGER, cluster_object_reference};
@@ -308,7 +308,7 @@ impl LocalEvents {
             let at = Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now));
             let patch = serde_json::json!({"count": count, "lastTimestamp": at});
             match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &crate::resources::patch_params(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => {
@@ -322,7 +322,7 @@ impl LocalEvents {
         }
         let name = event_name(cluster, now);
         let event = new_event(cluster, report, name.clone(), now);
-        api.create(&PostParams::default(), &event)
+        api.create(&crate::resources::post_params(), &event)
             .await
             .map_err(|source| RecordEventError::Create {
                 name: name.clone(),

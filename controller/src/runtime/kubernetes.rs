@@ -54,7 +54,7 @@ use etcd_operator_api::naming::{self, MEMBER_LABEL};
 use etcd_operator_api::v1alpha2::StorageMedium;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -784,7 +784,7 @@ impl KubernetesRuntime {
     ) -> Result<Option<MemberConfig>, RuntimeError> {
         let pvcs = self.api::<PersistentVolumeClaim>(cluster);
         let pvc = build_pvc(cluster, spec, name);
-        match pvcs.create(&PostParams::default(), &pvc).await {
+        match pvcs.create(&crate::resources::post_params(), &pvc).await {
             Ok(_) => {
                 info!(cluster = %cluster.key(), member = name, pvc = %pvc.name_any(), "created member PVC");
                 Ok(None)
@@ -849,11 +849,15 @@ impl KubernetesRuntime {
             detail: etcd_operator_api::report::chain(&e),
         })?;
         let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
-        pvcs.patch(&pvc_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_error(
-                "record the member configuration on its PersistentVolumeClaim",
-            ))?;
+        pvcs.patch(
+            &pvc_name,
+            &crate::resources::patch_params(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_error(
+            "record the member configuration on its PersistentVolumeClaim",
+        ))?;
         Ok(config.clone())
     }
 
@@ -1178,11 +1182,15 @@ impl Runtime for KubernetesRuntime {
             detail: etcd_operator_api::report::chain(&e),
         })?;
         let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
-        pvcs.patch(&pvc_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_error(
-                "record the new version on the member PersistentVolumeClaim",
-            ))?;
+        pvcs.patch(
+            &pvc_name,
+            &crate::resources::patch_params(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_error(
+            "record the new version on the member PersistentVolumeClaim",
+        ))?;
         self.delete_member_pod(
             cluster,
             name,
@@ -1350,7 +1358,7 @@ impl Runtime for KubernetesRuntime {
             .unwrap_or_else(|| bytes.to_string());
         let patch = json!({ "spec": { "resources": { "requests": { "storage": size } } } });
         claims
-            .patch(&claim, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&claim, &crate::resources::patch_params(), &Patch::Merge(&patch))
             .await
             .map_err(kube_error("grow the member PersistentVolumeClaim"))?;
         info!(cluster = %cluster.key(), member = name, %size, "grew the member PersistentVolumeClaim");
@@ -1531,7 +1539,7 @@ impl Runtime for KubernetesRuntime {
             ignore_not_found(
                 pvcs.patch(
                     &pvc_name,
-                    &PatchParams::default(),
+                    &crate::resources::patch_params(),
                     &Patch::Merge(&release_patch(cluster, name)),
                 )
                 .await,
@@ -1543,7 +1551,7 @@ impl Runtime for KubernetesRuntime {
             let patched = found(
                 pvcs.patch(
                     &pvc_name,
-                    &PatchParams::default(),
+                    &crate::resources::patch_params(),
                     &Patch::Merge(&set_aside_patch(name, &now)),
                 )
                 .await,
@@ -1673,7 +1681,7 @@ impl Runtime for KubernetesRuntime {
                 ignore_not_found(
                     pvcs.patch(
                         &pvc.name_any(),
-                        &PatchParams::default(),
+                        &crate::resources::patch_params(),
                         &Patch::Merge(&release_patch(cluster, &member)),
                     )
                     .await,

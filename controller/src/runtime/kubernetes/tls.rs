@@ -11,7 +11,7 @@ use etcd_operator_api::naming::MEMBER_LABEL;
 use etcd_operator_api::v1alpha2::IssuerReference;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use rustls_pki_types::ServerName;
 use tracing::{info, warn};
 
@@ -307,7 +307,7 @@ impl KubernetesRuntime {
         .map_err(|e| certificates_error(what.clone())(e.to_string()))?;
         match secrets
             .create(
-                &PostParams::default(),
+                &crate::resources::post_params(),
                 &build_ca_secret(cluster, plane, &CaMaterial::steady(ca.pem())),
             )
             .await
@@ -770,7 +770,7 @@ impl KubernetesRuntime {
                 "data": patch_data,
             });
             secrets
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &crate::resources::patch_params(), &Patch::Merge(&patch))
                 .await
                 .map_err(kube_error("write the CA Secret"))?;
             info!(cluster = %cluster.key(), secret = %name, %from, %to, "CA rotation moved on");
