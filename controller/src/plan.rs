@@ -68,6 +68,9 @@ pub struct Timing {
     /// healthy: its process exited (or its container restarted). A member with failed starts
     /// cannot start; one without is slow.
     pub failed_starts: Vec<(String, u32)>,
+    /// How long each member that is gone (by name) has been gone since it last exited: since
+    /// the first look that found it gone after its last start.
+    pub gone_for: Vec<(String, Duration)>,
     /// How long since each member (by name) last applied a new raft entry, for members whose
     /// status answered at least once while down. A member that applies entries is catching up.
     pub no_progress_for: Vec<(String, Duration)>,
@@ -86,6 +89,22 @@ pub struct Timing {
     /// How long since space was last reclaimed for NOSPACE (compacted, defragmented, disarmed),
     /// as `status.maintenance.lastSpaceReclaim` records it, if it was.
     pub since_reclaim: Option<Duration>,
+}
+
+/// How long a member that exited waits before it is started again, by how often it failed to
+/// stay up since it was last healthy: the first exit restarts it at once (a killed process
+/// comes back without delay), each further one doubles the wait from a second up to five
+/// minutes, as a kubelet's crash-loop back-off does from ten seconds. Without it a member that
+/// dies as it starts is started again many times a second until `crashLoopAfter` replaces it.
+pub fn restart_backoff(failed_starts: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MOST: Duration = Duration::from_secs(300);
+    match failed_starts {
+        0 | 1 => Duration::ZERO,
+        n => FIRST
+            .checked_mul(1u32.checked_shl(n - 2).unwrap_or(u32::MAX))
+            .map_or(MOST, |d| d.min(MOST)),
+    }
 }
 
 /// An `auto` CA is rotated when it is valid for less than this (a year of its ten).
@@ -485,6 +504,17 @@ pub enum WaitReason {
         /// The most any healthy remaining member applied.
         others: u64,
     },
+    /// A member that keeps exiting waits out its restart back-off ([`restart_backoff`]).
+    RestartBackoff {
+        /// The member.
+        name: String,
+        /// How often it failed to stay up since it was last healthy.
+        failed_starts: u32,
+        /// How long until it is started again.
+        retry_in: Duration,
+        /// Why it is gone.
+        reason: String,
+    },
     /// A learner that has not caught up with the leader yet.
     LearnerCatchingUp {
         /// The learner.
@@ -606,6 +636,7 @@ impl WaitReason {
             Self::ReplacementAwaitingRequest { .. } => "ReplacementPending",
             Self::LastUpToDateCopy { .. } => "LastUpToDateCopy",
             Self::LearnerCatchingUp { .. } => "LearnerCatchingUp",
+            Self::RestartBackoff { .. } => "RestartBackOff",
             Self::UnhealthyBeforeScaleUp
             | Self::UnhealthyBeforeScaleDown
             | Self::UnhealthyBeforeRollStep { .. }
@@ -674,6 +705,16 @@ impl std::fmt::Display for WaitReason {
                 "member {name} is to be replaced but has applied raft index {applied}, more than any healthy member that would remain ({others}): its data may be the last up-to-date copy, so it is kept until the others catch up"
             ),
             Self::LearnerCatchingUp { name } => write!(f, "learner {name} is catching up"),
+            Self::RestartBackoff {
+                name,
+                failed_starts,
+                retry_in,
+                reason,
+            } => write!(
+                f,
+                "member {name} exited {failed_starts} times since it was last healthy ({reason}): starting it again in {}s",
+                retry_in.as_secs().max(1)
+            ),
             Self::UnhealthyBeforeScaleUp => {
                 write!(f, "waiting for every member to be healthy before adding one")
             }
@@ -962,24 +1003,40 @@ pub fn plan(
             Some((r, decision))
         })
         .collect();
+    let mut backing_off = None;
     for (r, decision) in &decisions {
         if let (
             Liveness::Gone {
-                restartable: true, ..
+                restartable: true,
+                reason,
             },
             Some(config),
         ) = (&r.liveness, &r.config)
             && !decision.as_ref().is_some_and(Step::is_action)
         {
-            return Step::Start {
-                members: vec![(r.name.clone(), config.clone())],
-            };
+            let failed_starts = lookup_count(&observed.timing.failed_starts, &r.name);
+            let gone_for = lookup_duration(&observed.timing.gone_for, &r.name);
+            let wait = restart_backoff(failed_starts);
+            if gone_for >= wait {
+                return Step::Start {
+                    members: vec![(r.name.clone(), config.clone())],
+                };
+            }
+            backing_off.get_or_insert_with(|| Step::Wait {
+                reason: WaitReason::RestartBackoff {
+                    name: r.name.clone(),
+                    failed_starts,
+                    retry_in: wait - gone_for,
+                    reason: reason.clone(),
+                },
+            });
         }
     }
     if let Some(step) = decisions
         .iter()
         .filter_map(|(_, d)| d.as_ref())
         .find(|d| d.is_action())
+        .or(backing_off.as_ref())
         .or_else(|| decisions.iter().find_map(|(_, d)| d.as_ref()))
     {
         return step.clone();
@@ -1952,6 +2009,18 @@ pub fn renew_expired(desired: &ValidatedCluster, observed: &Observed) -> Option<
     })
 }
 
+/// The count recorded for `name` in a per-member list of [`Timing`] (0 when none is).
+fn lookup_count(list: &[(String, u32)], name: &str) -> u32 {
+    list.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c)
+}
+
+/// The duration recorded for `name` in a per-member list of [`Timing`] (zero when none is).
+fn lookup_duration(list: &[(String, Duration)], name: &str) -> Duration {
+    list.iter()
+        .find(|(n, _)| n == name)
+        .map_or(Duration::ZERO, |(_, d)| *d)
+}
+
 /// Why `m` should be replaced, if it should: its data is gone; it cannot start (it failed at
 /// least once since it was last healthy, or is gone now) and has not been healthy for
 /// `crashLoopAfter`; it runs unhealthy and applied no raft entry for `unhealthyAfter` (a slow
@@ -2843,6 +2912,7 @@ mod tests {
             timing: Timing {
                 unhealthy_for: vec![("c".into(), Duration::from_secs(299))],
                 failed_starts: vec![("c".into(), 4)],
+                gone_for: vec![("c".into(), Duration::from_secs(4))],
                 ..Default::default()
             },
         };
@@ -2884,6 +2954,57 @@ mod tests {
         o.timing.unhealthy_for = vec![("c".into(), Duration::from_secs(25))];
         assert!(matches!(run(&quick, &o), Step::AnnounceReplacement { id: 3, .. }));
         assert!(matches!(run(&d, &o), Step::Wait { .. }));
+    }
+
+    #[test]
+    fn a_member_that_keeps_exiting_is_started_again_after_a_growing_back_off() {
+        let backoffs: Vec<u64> = (0..12).map(|n| restart_backoff(n).as_secs()).collect();
+        assert_eq!(backoffs, [0, 0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+        assert_eq!(restart_backoff(40), Duration::from_secs(300));
+        assert_eq!(restart_backoff(u32::MAX), Duration::from_secs(300));
+
+        let d = desired(3);
+        let mut rt = running(&["a", "b"]);
+        rt.push(crashed("c"));
+        let mut o = Observed {
+            authority: None,
+            runtime: rt,
+            etcd: three_with_c_down(),
+            timing: Timing {
+                unhealthy_for: vec![("c".into(), Duration::from_secs(5))],
+                failed_starts: vec![("c".into(), 1)],
+                ..Default::default()
+            },
+        };
+        // The first exit: started again at once.
+        assert!(matches!(run(&d, &o), Step::Start { ref members } if members[0].0 == "c"));
+        // The fourth: four seconds after it was found gone, not before.
+        o.timing.failed_starts = vec![("c".into(), 4)];
+        o.timing.gone_for = vec![("c".into(), Duration::from_millis(1500))];
+        let Step::Wait { reason } = run(&d, &o) else {
+            panic!("expected the back-off")
+        };
+        assert_eq!(
+            reason,
+            WaitReason::RestartBackoff {
+                name: "c".into(),
+                failed_starts: 4,
+                retry_in: Duration::from_millis(2500),
+                reason: "process exited".into(),
+            }
+        );
+        assert_eq!(reason.code(), "RestartBackOff");
+        assert!(!reason.degrades());
+        assert!(
+            reason.to_string().contains("member c exited 4 times") && reason.to_string().contains("in 2s"),
+            "{reason}"
+        );
+        o.timing.gone_for = vec![("c".into(), Duration::from_secs(4))];
+        assert!(matches!(run(&d, &o), Step::Start { .. }));
+        // The back-off does not hold off a replacement that is due.
+        o.timing.gone_for = vec![("c".into(), Duration::ZERO)];
+        o.timing.unhealthy_for = vec![("c".into(), Duration::from_secs(300))];
+        assert!(matches!(run(&d, &o), Step::AnnounceReplacement { id: 3, .. }));
     }
 
     #[test]
@@ -3035,8 +3156,16 @@ mod tests {
                 ..
             }
         ));
-        // Announced: the member keeps being restarted on its data; nothing is removed.
+        // Announced: the member keeps being restarted on its data (after its back-off);
+        // nothing is removed.
         o.timing.announced = announced(&["c"]);
+        assert!(matches!(
+            run(&d, &o),
+            Step::Wait {
+                reason: WaitReason::RestartBackoff { .. }
+            }
+        ));
+        o.timing.gone_for = vec![("c".into(), restart_backoff(9))];
         assert!(matches!(run(&d, &o), Step::Start { .. }));
         o.runtime = running(&["a", "b", "c"]);
         let Step::Wait { reason } = run(&d, &o) else {

@@ -224,11 +224,13 @@ async fn scale_three_to_five_to_three_then_replace_a_killed_member_then_delete()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // SIGKILL a member and delete its data: it is replaced by a fresh member.
+    // Delete a member's data and SIGKILL it: it is replaced by a fresh member. (In this order:
+    // killed first, the operator may start it again on its data before the data goes, and that
+    // process runs on the deleted files, healthy until it next opens one.)
     let victim = s["members"][0]["name"].as_str().unwrap().to_string();
     let dir = member_dir(&op, "beta", &victim);
-    kill_member(&dir);
     std::fs::remove_dir_all(dir.join("data")).unwrap();
+    kill_member(&dir);
     let s = wait_for(
         &op,
         Watched::status("ec", "beta"),

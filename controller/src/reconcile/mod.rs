@@ -136,6 +136,15 @@ struct Memory {
 }
 
 impl Memory {
+    /// `name` was started (again): the next look that finds it gone counts a new exit, and its
+    /// restart back-off counts from then.
+    fn started_again(&mut self, name: &str) {
+        if let Some(failing) = self.failed_starts.get_mut(name) {
+            failing.was_gone = false;
+            failing.gone_since = None;
+        }
+    }
+
     /// Whether nothing is remembered: the entry can go (a paused or settled cluster without
     /// members holds no memory at all, so a fleet of them costs no table entries).
     fn is_empty(&self) -> bool {
@@ -242,6 +251,9 @@ struct FailedStarts {
     count: u32,
     was_gone: bool,
     restarts: u32,
+    /// When the look that first found it gone after its last start was (what the restart
+    /// back-off counts from).
+    gone_since: Option<Instant>,
 }
 
 /// Shared by every reconcile.
@@ -918,6 +930,13 @@ async fn apply<R: Runtime, M: MemberOps>(
                     (Step::RecoverQuorum { .. }, Err(e)) if e.is_waiting() => Some(step.clone()),
                     _ => None,
                 };
+                // A member started again is no longer the one seen gone: if the next look finds
+                // it gone, it exited again, which counts (even when no look saw it running).
+                if let (Step::Start { members }, Ok(_)) = (&step, &result) {
+                    for (name, _) in members {
+                        memory.started_again(name);
+                    }
+                }
             }
             match &result {
                 // A reclaim goes to status (it holds off the next one, across restarts too).

@@ -102,15 +102,25 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
                         .count
                         .saturating_add(u32::from(gone && !last.was_gone))
                         .saturating_add(r.restarts.saturating_sub(last.restarts));
+                    // Gone since the first look that found it gone after its last start.
+                    let gone_since = match (gone, last.was_gone, last.gone_since) {
+                        (false, ..) => None,
+                        (true, true, Some(since)) => Some(since),
+                        (true, ..) => Some(now),
+                    };
                     still_failing.insert(
                         r.name.clone(),
                         super::FailedStarts {
                             count,
                             was_gone: gone,
                             restarts: r.restarts,
+                            gone_since,
                         },
                     );
                     timing.failed_starts.push((r.name.clone(), count));
+                    if let Some(since) = gone_since {
+                        timing.gone_for.push((r.name.clone(), now - since));
+                    }
                     if let Some((_, since)) = progress.get(&r.name) {
                         timing.no_progress_for.push((r.name.clone(), now - *since));
                     }
@@ -329,11 +339,32 @@ mod tests {
         assert_eq!(failed(&look().await), Some(1));
         ctx.runtime.set_liveness("b", gone());
         assert_eq!(failed(&look().await), Some(2));
+        // How long it has been gone counts from the first look that found it gone...
+        let gone_for = |t: &Timing| t.gone_for.iter().find(|(n, _)| n == "b").map(|(_, d)| *d);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let waited = gone_for(&look().await).unwrap();
+        assert!(waited >= std::time::Duration::from_millis(50), "{waited:?}");
+        // ...and a start in between makes the next gone look a new exit, seen or not running.
+        let started = |ctx: &Context<FakeRuntime, FakeMemberOps>| {
+            ctx.memory
+                .lock()
+                .unwrap()
+                .get_mut("ns/c")
+                .unwrap()
+                .started_again("b")
+        };
+        started(&ctx);
+        let t = look().await;
+        assert_eq!(failed(&t), Some(3));
+        assert!(gone_for(&t).unwrap() < waited, "{t:?}");
+        started(&ctx);
+        assert_eq!(failed(&look().await), Some(4));
 
         // Restarts the platform made (a kubelet's restartCount) count as failures too.
         ctx.runtime.set_liveness("b", Liveness::Running);
+        assert_eq!(gone_for(&look().await), None, "running: not gone");
         ctx.runtime.set_restarts("b", 3);
-        assert_eq!(failed(&look().await), Some(5));
+        assert_eq!(failed(&look().await), Some(7));
 
         // Progress: time without a new applied index grows, and a new index starts it again.
         ctx.runtime.set_liveness("b", Liveness::Running);

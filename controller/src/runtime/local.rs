@@ -541,11 +541,21 @@ impl LocalRuntime {
             }
             mark_data_seen(dir, file);
             Liveness::Running
-        } else if !dir.join("data").exists() {
+        } else if !has_wal(dir) {
             if file.marks_data && !dir.join(DATA_SEEN_MARKER).exists() {
                 Liveness::Gone {
                     reason: "its first start exited before etcd made its data directory".into(),
                     restartable: true,
+                }
+            } else if dir.join("data").exists() {
+                // What etcd leaves when it starts on an emptied data directory as a member the
+                // cluster already has ("has already been bootstrapped"): a database and no log.
+                // Starting it again only repeats that.
+                Liveness::Gone {
+                    reason:
+                        "the process exited and its data directory holds no write-ahead log: its data is gone"
+                            .into(),
+                    restartable: false,
                 }
             } else {
                 Liveness::Gone {
@@ -790,12 +800,18 @@ fn local_template_hash(spec: &ValidatedCluster) -> Option<String> {
 /// data a while longer; it is logged and tried again at the next look.
 fn mark_data_seen(dir: &Path, file: &MemberFile) {
     let marker = dir.join(DATA_SEEN_MARKER);
-    if !file.marks_data || marker.exists() || !dir.join("data").exists() {
+    if !file.marks_data || marker.exists() || !has_wal(dir) {
         return;
     }
     if let Err(error) = std::fs::write(&marker, b"") {
         tracing::warn!(member = %file.name, error = %etcd_operator_api::report::Chain(&error), "mark the member's data as seen");
     }
+}
+
+/// Whether the member's data directory holds etcd's write-ahead log: what etcd itself takes as a
+/// member that has data (it starts on it rather than joining or bootstrapping).
+fn has_wal(dir: &Path) -> bool {
+    dir.join("data").join("member").join("wal").is_dir()
 }
 
 fn running_pid(dir: &Path) -> Option<u32> {
@@ -1152,10 +1168,10 @@ impl Runtime for LocalRuntime {
             survivor,
             "it was never started, so it has no data to recover from",
         )?;
-        if !dir.join("data").is_dir() {
+        if !has_wal(&dir) {
             return Err(RuntimeError::State {
                 member: survivor.to_string(),
-                detail: "its data directory is gone".into(),
+                detail: "its data directory is gone (it holds no write-ahead log)".into(),
             });
         }
         // Every member stops; the others are removed with their data kept aside (under
@@ -1536,8 +1552,8 @@ mod tests {
     }
 
     /// A first start that fails before etcd makes its data (its client port taken) leaves a
-    /// member to start again; once it ran with data, a missing data directory means the data is
-    /// gone; in a member file of before the marker, too.
+    /// member to start again; once it ran with data, a data directory that is missing or holds no
+    /// write-ahead log means the data is gone; in a member file of before the marker, too.
     #[tokio::test]
     async fn a_member_whose_first_start_failed_is_started_again_and_one_whose_data_went_is_not() {
         let root = tempfile::tempdir().unwrap();
@@ -1572,7 +1588,7 @@ mod tests {
         drop(squatter);
         rt.start(&cluster(), &spec(), &m.name, &config).await.unwrap();
         for _ in 0..100 {
-            if dir.join("data").exists() {
+            if has_wal(&dir) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1591,6 +1607,19 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Its data emptied to what etcd leaves when it starts on an empty directory as a member
+        // the cluster already has: a database and no write-ahead log. That is data gone too.
+        std::fs::remove_dir_all(dir.join("data").join("member").join("wal")).unwrap();
+        assert!(dir.join("data").join("member").join("snap").join("db").exists());
+        assert_eq!(
+            liveness().await,
+            Liveness::Gone {
+                reason:
+                    "the process exited and its data directory holds no write-ahead log: its data is gone"
+                        .into(),
+                restartable: false,
+            }
+        );
         std::fs::remove_dir_all(dir.join("data")).unwrap();
         let gone = Liveness::Gone {
             reason: "the process exited and its data directory is gone".into(),
