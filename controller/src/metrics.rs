@@ -90,8 +90,10 @@ pub struct ClusterSample {
     pub desired: usize,
     /// Members in etcd's member list (learners included); `None` when no member answered.
     pub members: Option<usize>,
-    /// Whether the healthy voters are a quorum of the voters.
-    pub quorum: bool,
+    /// Whether the healthy voters are a quorum of the voters; `None` for a cluster that never
+    /// formed and that no member answers for (paused before it started, or bootstrapping): it
+    /// has not lost a quorum it never had, and `EtcdClusterQuorumLost` must not fire for it.
+    pub quorum: Option<bool>,
     /// Each alarm kind and whether it is raised; empty when no member answered.
     pub alarms: Vec<(AlarmKind, bool)>,
     /// Each member the runtime holds or etcd lists, by name.
@@ -99,8 +101,9 @@ pub struct ClusterSample {
 }
 
 impl ClusterSample {
-    /// The values of `observed` for a cluster of `desired` replicas.
-    pub fn of(desired: usize, observed: &Observed) -> Self {
+    /// The values of `observed` for a cluster of `desired` replicas, which formed before (its
+    /// status records a cluster ID) or not.
+    pub fn of(desired: usize, formed_before: bool, observed: &Observed) -> Self {
         let etcd = observed.etcd.as_ref();
         let mut member_samples: Vec<MemberSample> = Vec::new();
         for runtime in &observed.runtime {
@@ -135,7 +138,8 @@ impl ClusterSample {
         Self {
             desired,
             members: etcd.map(|v| v.members.len()),
-            quorum: etcd.is_some_and(|v| voters > 0 && v.healthy_voters() >= quorum(voters)),
+            quorum: (formed_before || etcd.is_some())
+                .then(|| etcd.is_some_and(|v| voters > 0 && v.healthy_voters() >= quorum(voters))),
             alarms: etcd.map_or_else(Vec::new, |v| {
                 ALARMS
                     .iter()
@@ -366,7 +370,12 @@ impl ControllerMetrics {
                 self.members.remove(&labels);
             }
         }
-        self.quorum.get_or_create(&labels).set(i64::from(sample.quorum));
+        match sample.quorum {
+            Some(quorum) => set(&self.quorum, &labels, usize::from(quorum)),
+            None => {
+                self.quorum.remove(&labels);
+            }
+        }
         for kind in ALARMS {
             let alarm = self.alarm_labels(&labels, kind);
             match sample.alarms.iter().find(|(k, _)| *k == kind) {
@@ -379,10 +388,19 @@ impl ControllerMetrics {
             }
         }
         let now: BTreeSet<String> = sample.member_samples.iter().map(|m| m.name.clone()).collect();
+        // A cluster without members holds no entry (a fleet of paused clusters that never
+        // started would hold one each for nothing).
         let before = self
             .recorded_members
             .lock()
-            .map(|mut all| all.insert(labels.clone(), now.clone()).unwrap_or_default())
+            .map(|mut all| {
+                if now.is_empty() {
+                    all.remove(&labels)
+                } else {
+                    all.insert(labels.clone(), now.clone())
+                }
+                .unwrap_or_default()
+            })
             .unwrap_or_default();
         for gone in before.difference(&now) {
             self.remove_member(&labels, gone);
@@ -607,6 +625,7 @@ mod tests {
         // `d` is reserved in the runtime but not in etcd yet.
         let sample = ClusterSample::of(
             5,
+            true,
             &observed(
                 vec![runtime("a"), runtime("b"), runtime("c"), runtime("d")],
                 Some(view),
@@ -615,7 +634,7 @@ mod tests {
         assert_eq!(sample.desired, 5);
         assert_eq!(sample.members, Some(4));
         // 2 healthy voters of 4: no quorum (3 needed)
-        assert!(!sample.quorum);
+        assert_eq!(sample.quorum, Some(false));
         assert_eq!(
             sample.alarms,
             vec![(AlarmKind::NoSpace, true), (AlarmKind::Corrupt, false)]
@@ -640,9 +659,11 @@ mod tests {
 
     #[test]
     fn a_cluster_no_member_answers_has_members_but_no_etcd_figures() {
-        let sample = ClusterSample::of(3, &observed(vec![runtime("a")], None));
+        let sample = ClusterSample::of(3, true, &observed(vec![runtime("a")], None));
         assert_eq!(sample.members, None);
-        assert!(!sample.quorum);
+        assert_eq!(sample.quorum, Some(false), "formed before: quorum lost");
+        let bootstrapping = ClusterSample::of(3, false, &observed(vec![runtime("a")], None));
+        assert_eq!(bootstrapping.quorum, None, "never formed: no quorum to lose");
         assert!(sample.alarms.is_empty());
         assert_eq!(
             sample.member_samples,
@@ -664,6 +685,51 @@ mod tests {
         text.lines().any(|l| l == line)
     }
 
+    /// A cluster that never formed (paused before it started) has its desired size and no
+    /// quorum series, so `EtcdClusterQuorumLost` (`cluster_quorum == 0`) does not fire for it,
+    /// and holds no member bookkeeping; once it formed and lost every member, quorum is 0.
+    #[test]
+    fn a_cluster_that_never_formed_has_no_quorum_series_and_no_member_entry() {
+        let mut registry = Registry::default();
+        let m = ControllerMetrics::register(&mut registry);
+        m.record_cluster(
+            "ns",
+            "p",
+            &ClusterSample::of(3, false, &observed(Vec::new(), None)),
+        );
+        let text = scrape(&registry);
+        assert!(
+            has(
+                &text,
+                r#"etcd_operator_cluster_desired_members{namespace="ns",cluster="p"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("etcd_operator_cluster_quorum{"), "{text}");
+        assert!(m.recorded_members.lock().unwrap().is_empty());
+        // With a member, it has an entry; without again, none.
+        m.record_cluster(
+            "ns",
+            "p",
+            &ClusterSample::of(3, false, &observed(vec![runtime("a")], None)),
+        );
+        assert_eq!(m.recorded_members.lock().unwrap().len(), 1);
+        m.record_cluster(
+            "ns",
+            "p",
+            &ClusterSample::of(3, true, &observed(Vec::new(), None)),
+        );
+        assert!(m.recorded_members.lock().unwrap().is_empty());
+        assert!(
+            has(
+                &scrape(&registry),
+                r#"etcd_operator_cluster_quorum{namespace="ns",cluster="p"} 0"#
+            ),
+            "formed before and no member left: quorum lost"
+        );
+        assert!(!scrape(&registry).contains(r#"member="a""#));
+    }
+
     #[test]
     fn departed_members_and_deleted_clusters_leave_no_series() {
         let mut registry = Registry::default();
@@ -680,6 +746,7 @@ mod tests {
         };
         let sample = ClusterSample::of(
             3,
+            true,
             &observed(
                 vec![runtime("a"), runtime("b"), runtime("c")],
                 Some(three.clone()),
@@ -714,7 +781,7 @@ mod tests {
         // Scaled down to two: `c` is gone from every family.
         let mut two = three;
         two.members.pop();
-        let sample = ClusterSample::of(2, &observed(vec![runtime("a"), runtime("b")], Some(two)));
+        let sample = ClusterSample::of(2, true, &observed(vec![runtime("a"), runtime("b")], Some(two)));
         m.record_cluster("ns", "x", &sample);
         let text = scrape(&registry);
         assert!(!text.contains(r#"cluster="x",member="c""#), "{text}");

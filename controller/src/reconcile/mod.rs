@@ -990,7 +990,7 @@ async fn apply<R: Runtime, M: MemberOps>(
         None => {}
     }
     if observed_once {
-        let sample = ClusterSample::of(view.replicas, &observed);
+        let sample = ClusterSample::of(view.replicas, view.formed_before, &observed);
         ctx.metrics
             .record_cluster(&cluster.namespace, &cluster.name, &sample);
     }
