@@ -2889,6 +2889,18 @@ mod tests {
         );
     }
 
+    /// a and b run; c's process exited (its data kept); etcd lists all three, c down.
+    fn c_crashed(timing: Timing) -> Observed {
+        let mut runtime = running(&["a", "b"]);
+        runtime.push(crashed("c"));
+        Observed {
+            authority: None,
+            runtime,
+            etcd: three_with_c_down(),
+            timing,
+        }
+    }
+
     fn three_with_c_down() -> Option<EtcdView> {
         view(
             vec![
@@ -2903,19 +2915,12 @@ mod tests {
     #[test]
     fn a_member_that_cannot_start_is_restarted_until_crash_loop_after_then_replaced() {
         let d = desired(3);
-        let mut rt = running(&["a", "b"]);
-        rt.push(crashed("c"));
-        let mut o = Observed {
-            authority: None,
-            runtime: rt,
-            etcd: three_with_c_down(),
-            timing: Timing {
-                unhealthy_for: vec![("c".into(), Duration::from_secs(299))],
-                failed_starts: vec![("c".into(), 4)],
-                gone_for: vec![("c".into(), Duration::from_secs(4))],
-                ..Default::default()
-            },
-        };
+        let mut o = c_crashed(Timing {
+            unhealthy_for: vec![("c".into(), Duration::from_secs(299))],
+            failed_starts: vec![("c".into(), 4)],
+            gone_for: vec![("c".into(), Duration::from_secs(4))],
+            ..Default::default()
+        });
         let Step::Start { members } = run(&d, &o) else {
             panic!("expected a restart")
         };
@@ -2964,18 +2969,11 @@ mod tests {
         assert_eq!(restart_backoff(u32::MAX), Duration::from_secs(300));
 
         let d = desired(3);
-        let mut rt = running(&["a", "b"]);
-        rt.push(crashed("c"));
-        let mut o = Observed {
-            authority: None,
-            runtime: rt,
-            etcd: three_with_c_down(),
-            timing: Timing {
-                unhealthy_for: vec![("c".into(), Duration::from_secs(5))],
-                failed_starts: vec![("c".into(), 1)],
-                ..Default::default()
-            },
-        };
+        let mut o = c_crashed(Timing {
+            unhealthy_for: vec![("c".into(), Duration::from_secs(5))],
+            failed_starts: vec![("c".into(), 1)],
+            ..Default::default()
+        });
         // The first exit: started again at once.
         assert!(matches!(run(&d, &o), Step::Start { ref members } if members[0].0 == "c"));
         // The fourth: four seconds after it was found gone, not before.
@@ -3136,18 +3134,11 @@ mod tests {
     fn manual_policy_reports_once_then_waits_for_the_annotation() {
         let mut d = desired(3);
         d.replacement.manual = true;
-        let mut rt = running(&["a", "b"]);
-        rt.push(crashed("c"));
-        let mut o = Observed {
-            authority: None,
-            runtime: rt,
-            etcd: three_with_c_down(),
-            timing: Timing {
-                unhealthy_for: vec![("c".into(), Duration::from_secs(3600))],
-                failed_starts: vec![("c".into(), 9)],
-                ..Default::default()
-            },
-        };
+        let mut o = c_crashed(Timing {
+            unhealthy_for: vec![("c".into(), Duration::from_secs(3600))],
+            failed_starts: vec![("c".into(), 9)],
+            ..Default::default()
+        });
         assert!(matches!(
             run(&d, &o),
             Step::AnnounceReplacement {
