@@ -8,7 +8,8 @@
 //! patched, finalizers through JSON patches), so the projection never reaches the API.
 //!
 //! The member controller and the scheduled-backup controller run on one [`shared`] watch and
-//! store, not one each: every EtcdCluster is held once.
+//! store, not one each: every EtcdCluster is held once. Each is woken only by the changes it
+//! acts on ([`looked_at`], [`backup_looked_at`]).
 //!
 //! What the controllers read of a stored EtcdCluster (checked by the tests below, which resolve
 //! a full and a projected object into the same [`ValidatedCluster`](crate::validated)): the
@@ -65,32 +66,60 @@ pub fn looked_at(cluster: &EtcdCluster) -> u64 {
     h.finish()
 }
 
+/// A digest of what makes the scheduled-backup controller look at an EtcdCluster again: its
+/// uid, generation (the schedule, the destination, `paused`), its deletion and
+/// `status.lastBackup` (which its reconcile counts the next snapshot from). The member
+/// controller's status writes and finalizers change none of these, so they wake it no more:
+/// before, it validated the whole cluster on each of them (three events per new cluster) for
+/// nothing. A backup that failed retries on its own back-off, not on events.
+pub fn backup_looked_at(cluster: &EtcdCluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let meta = &cluster.metadata;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.uid.hash(&mut h);
+    meta.generation.hash(&mut h);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .hash(&mut h);
+    if let Some(last) = cluster.status.as_ref().and_then(|s| s.last_backup.as_ref()) {
+        last.time.as_ref().map(|t| t.0.as_nanosecond()).hash(&mut h);
+        last.revision.hash(&mut h);
+        last.location.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The key an object's digest is kept under: a hash of its namespace and name (8 bytes, where
+/// the two strings took an allocation each per object of a fleet).
+fn object_key(cluster: &EtcdCluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    cluster.metadata.namespace.hash(&mut h);
+    cluster.metadata.name.hash(&mut h);
+    h.finish()
+}
+
 /// Hand-written because kube-runtime's `predicate_filter` takes the owned events of a watch, not
-/// the shared store's: lets through the EtcdClusters whose [`looked_at`] digest changed since
-/// the last one of the same object, as kube-runtime's `predicate_filter` does. The digests of
-/// objects gone from `store` are dropped whenever the map has grown to twice the store.
+/// the shared store's: lets through the EtcdClusters whose `digest` changed since the last one
+/// of the same object, as kube-runtime's `predicate_filter` does. The digests of objects gone
+/// from `store` are dropped whenever the map has grown to twice the store.
 fn changed_only<S>(
     events: S,
     store: reflector::Store<EtcdCluster>,
+    digest: fn(&EtcdCluster) -> u64,
 ) -> impl futures::Stream<Item = S::Item> + Send
 where
     S: futures::Stream<Item = std::sync::Arc<EtcdCluster>> + Send,
 {
     use futures::StreamExt as _;
-    let mut seen: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
+    let mut seen: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     events.filter(move |cluster| {
-        let key = (
-            cluster.metadata.namespace.clone().unwrap_or_default(),
-            cluster.metadata.name.clone().unwrap_or_default(),
-        );
-        let digest = looked_at(cluster);
-        let changed = seen.insert(key, digest) != Some(digest);
+        let now = digest(cluster);
+        let changed = seen.insert(object_key(cluster), now) != Some(now);
         if seen.len() > 64 && seen.len() > 2 * store.len() {
-            seen.retain(|(namespace, name), _| {
-                store
-                    .get(&reflector::ObjectRef::new(name).within(namespace))
-                    .is_some()
-            });
+            let live: std::collections::HashSet<u64> = store.state().iter().map(|c| object_key(c)).collect();
+            seen.retain(|key, _| live.contains(key));
             crate::sparse::shrink_when_sparse(&mut seen);
         }
         std::future::ready(changed)
@@ -123,14 +152,17 @@ impl std::fmt::Debug for SharedClusters {
 pub fn shared(api: Api<EtcdCluster>) -> SharedClusters {
     use futures::StreamExt as _;
     let (reader, writer) = reflector::store_shared(SHARED_BUFFER);
-    // The member controller sees the changes [`looked_at`] digests; the scheduled backups every
-    // event (they read `status.lastBackup`).
-    let members = writer
-        .subscribe()
-        .map(|events| Controller::for_shared_stream(changed_only(events, reader.clone()), reader.clone()));
-    let backups = writer
-        .subscribe()
-        .map(|events| Controller::for_shared_stream(events, reader.clone()));
+    // The member controller sees the changes [`looked_at`] digests; the scheduled backups those
+    // [`backup_looked_at`] digests.
+    let members = writer.subscribe().map(|events| {
+        Controller::for_shared_stream(changed_only(events, reader.clone(), looked_at), reader.clone())
+    });
+    let backups = writer.subscribe().map(|events| {
+        Controller::for_shared_stream(
+            changed_only(events, reader.clone(), backup_looked_at),
+            reader.clone(),
+        )
+    });
     // A writer made by `store_shared` always has subscribers to give; were it not so, each
     // controller would watch on its own (as before the watch was shared).
     let (Some(members), Some(backups)) = (members, backups) else {
@@ -368,6 +400,63 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_backup_digest_changes_with_what_the_backup_controller_acts_on_and_nothing_else() {
+        let base = full();
+        let digest = backup_looked_at(&base);
+        let changes: Vec<(&str, Change<EtcdCluster>)> = vec![
+            ("uid", Box::new(|c| c.metadata.uid = Some("u-2".into()))),
+            ("generation", Box::new(|c| c.metadata.generation = Some(5))),
+            ("deletion", Box::new(|c| c.metadata.deletion_timestamp = None)),
+            (
+                "the last backup",
+                Box::new(|c| {
+                    if let Some(last) = c.status.as_mut().and_then(|s| s.last_backup.as_mut()) {
+                        last.revision = Some(10);
+                    }
+                }),
+            ),
+            (
+                "no last backup",
+                Box::new(|c| {
+                    if let Some(status) = c.status.as_mut() {
+                        status.last_backup = None;
+                    }
+                }),
+            ),
+        ];
+        for (what, change) in changes {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_ne!(backup_looked_at(&other), digest, "{what}");
+        }
+        // The member controller's status writes and finalizers, and what it alone reads.
+        let same: Vec<(&str, Change<EtcdCluster>)> = vec![
+            (
+                "resourceVersion",
+                Box::new(|c| c.metadata.resource_version = Some("43".into())),
+            ),
+            (
+                "conditions and members",
+                Box::new(|c| {
+                    if let Some(status) = c.status.as_mut() {
+                        status.conditions = None;
+                        status.members = None;
+                        status.ready_replicas = Some(5);
+                    }
+                }),
+            ),
+            ("finalizers", Box::new(|c| c.metadata.finalizers = None)),
+            ("request annotations", Box::new(|c| c.metadata.annotations = None)),
+            ("the projection", Box::new(project)),
+        ];
+        for (what, change) in same {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_eq!(backup_looked_at(&other), digest, "{what}");
+        }
+    }
+
     /// `name` in namespace `ns` at `generation`, with `annotation` (a value of the defragment
     /// request annotation, if any), status saying `phase`.
     fn object(name: &str, generation: i64, request: Option<&str>, phase: &str) -> EtcdCluster {
@@ -404,6 +493,7 @@ mod tests {
         let passed: Vec<(String, Option<i64>)> = changed_only(
             futures::stream::iter(events.into_iter().map(Arc::new)),
             store.clone(),
+            looked_at,
         )
         .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.metadata.generation))
         .collect()
@@ -421,7 +511,7 @@ mod tests {
         // A fleet comes and goes: what is gone is forgotten, so an object seen again with a
         // digest it had before (here: the same uid, for the test) is looked at.
         let (tx, rx) = futures::channel::mpsc::unbounded::<Arc<EtcdCluster>>();
-        let mut filtered = Box::pin(changed_only(rx, store.clone()));
+        let mut filtered = Box::pin(changed_only(rx, store.clone(), looked_at));
         let mut next_name = async |tx: &futures::channel::mpsc::UnboundedSender<Arc<EtcdCluster>>,
                                    c: &EtcdCluster| {
             tx.unbounded_send(Arc::new(c.clone()))
