@@ -160,13 +160,29 @@ pub enum MetadataError {
     NoPackage(String),
 }
 
+/// The platform rustc builds for by default (`host:` of `rustc -vV`).
+fn host_triple() -> Result<String, MetadataError> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let out = std::process::Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .map_err(MetadataError::Run)?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
+        .ok_or_else(|| MetadataError::Failed("rustc -vV names no host platform".to_owned()))
+}
+
 /// The packages `package` depends on for building it (normal and build dependencies, not
-/// dev-dependencies), transitively, by name: from `cargo metadata` over the workspace at
-/// `workspace`.
+/// dev-dependencies) on this host, transitively, by name: from `cargo metadata` over the
+/// workspace at `workspace`. Offline and for this host's platform only: the packages other
+/// platforms need (e.g. Android's) are not downloaded by a build here, and need not be.
 pub fn build_dependencies(workspace: &Path, package: &str) -> Result<BTreeSet<String>, MetadataError> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let host = host_triple()?;
     let out = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host])
         .current_dir(workspace)
         .output()
         .map_err(MetadataError::Run)?;
