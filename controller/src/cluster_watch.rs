@@ -201,6 +201,11 @@ fn read_annotation(key: &str) -> bool {
 
 /// What the stores keep of an EtcdCluster: what the controllers read (see the module's
 /// documentation), not `managedFields`, labels, owner references or annotations they do not read.
+///
+/// The lists kept are cut to their length: serde_json decodes a list without knowing its
+/// length, so a `Vec` grows by doubling and six conditions held room for eight (1,024 bytes for
+/// 768), one finalizer room for four. Held for every cluster of a fleet, that was about 3 MB at
+/// 10,000 clusters.
 pub fn project(cluster: &mut EtcdCluster) {
     let meta = &mut cluster.metadata;
     meta.managed_fields = None;
@@ -210,6 +215,20 @@ pub fn project(cluster: &mut EtcdCluster) {
         annotations.retain(|key, _| read_annotation(key));
         if annotations.is_empty() {
             meta.annotations = None;
+        }
+    }
+    if let Some(finalizers) = meta.finalizers.as_mut() {
+        finalizers.shrink_to_fit();
+    }
+    if let Some(status) = cluster.status.as_mut() {
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.shrink_to_fit();
+        }
+        if let Some(members) = status.members.as_mut() {
+            members.shrink_to_fit();
+        }
+        if let Some(endpoints) = status.client_endpoints.as_mut() {
+            endpoints.shrink_to_fit();
         }
     }
 }
@@ -315,6 +334,52 @@ mod tests {
         assert_eq!(
             (&p.creation_timestamp, &p.deletion_timestamp, &p.finalizers),
             (&f.creation_timestamp, &f.deletion_timestamp, &f.finalizers)
+        );
+    }
+
+    /// Decoded from JSON, the lists have room to spare; projected, none.
+    #[test]
+    fn the_projection_cuts_the_lists_it_keeps_to_their_length() {
+        // From text, as a watch event decodes (a `Value` knows its lists' lengths; text not).
+        let text = json!({
+            "metadata": {"name": "a", "finalizers": ["etcd.operator.dev/cleanup"]},
+            "spec": {},
+            "status": {
+                "conditions": (0..6).map(|i| json!({"type": format!("T{i}"), "status": "True",
+                    "reason": "R", "message": "m", "lastTransitionTime": "2026-01-02T00:00:00Z"}))
+                    .collect::<Vec<_>>(),
+                "members": [{"name": "a-1"}, {"name": "a-2"}, {"name": "a-3"}],
+                "clientEndpoints": ["http://a-1:2379", "http://a-2:2379", "http://a-3:2379"],
+            },
+        })
+        .to_string();
+        let mut cluster: EtcdCluster = serde_json::from_str(&text).unwrap_or_else(|e| panic!("decodes: {e}"));
+        let room = |c: &EtcdCluster| {
+            let status = c.status.as_ref().unwrap();
+            [
+                c.metadata.finalizers.as_ref().map(|v| v.capacity() - v.len()),
+                status.conditions.as_ref().map(|v| v.capacity() - v.len()),
+                status.members.as_ref().map(|v| v.capacity() - v.len()),
+                status.client_endpoints.as_ref().map(|v| v.capacity() - v.len()),
+            ]
+        };
+        assert!(
+            room(&cluster).iter().any(|r| r.is_some_and(|r| r > 0)),
+            "decoded lists have room to spare (else this test checks nothing): {:?}",
+            room(&cluster)
+        );
+        project(&mut cluster);
+        assert_eq!(room(&cluster), [Some(0); 4]);
+        assert_eq!(
+            cluster
+                .status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .as_ref()
+                .unwrap()
+                .len(),
+            6
         );
     }
 

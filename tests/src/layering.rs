@@ -182,7 +182,14 @@ pub fn build_dependencies(workspace: &Path, package: &str) -> Result<BTreeSet<St
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let host = host_triple()?;
     let out = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--offline",
+            "--filter-platform",
+            &host,
+        ])
         .current_dir(workspace)
         .output()
         .map_err(MetadataError::Run)?;
