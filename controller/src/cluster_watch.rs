@@ -202,10 +202,10 @@ fn read_annotation(key: &str) -> bool {
 /// What the stores keep of an EtcdCluster: what the controllers read (see the module's
 /// documentation), not `managedFields`, labels, owner references or annotations they do not read.
 ///
-/// The lists kept are cut to their length: serde_json decodes a list without knowing its
-/// length, so a `Vec` grows by doubling and six conditions held room for eight (1,024 bytes for
-/// 768), one finalizer room for four. Held for every cluster of a fleet, that was about 3 MB at
-/// 10,000 clusters.
+/// The lists kept are cut to their length: serde_json decodes a list from text without knowing
+/// its length, so a `Vec` grows by doubling and six conditions hold room for eight (1,024 bytes
+/// for 768), one finalizer room for four. That is how the watcher's initial list decodes its
+/// items (a watch event's object is buffered first and comes with exact lengths).
 pub fn project(cluster: &mut EtcdCluster) {
     let meta = &mut cluster.metadata;
     meta.managed_fields = None;
@@ -340,7 +340,7 @@ mod tests {
     /// Decoded from JSON, the lists have room to spare; projected, none.
     #[test]
     fn the_projection_cuts_the_lists_it_keeps_to_their_length() {
-        // From text, as a watch event decodes (a `Value` knows its lists' lengths; text not).
+        // From text, as the watcher's initial list decodes (a `Value` knows its lists' lengths).
         let text = json!({
             "metadata": {"name": "a", "finalizers": ["etcd.operator.dev/cleanup"]},
             "spec": {},
