@@ -49,13 +49,7 @@ pub fn controller(api: Api<EtcdCluster>) -> Controller<EtcdCluster> {
 pub fn looked_at(cluster: &EtcdCluster) -> u64 {
     use std::hash::{Hash, Hasher};
     let meta = &cluster.metadata;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    meta.uid.hash(&mut h);
-    meta.generation.hash(&mut h);
-    meta.deletion_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .hash(&mut h);
+    let mut h = identity_and_spec(cluster);
     meta.finalizers.hash(&mut h);
     if let Some(annotations) = &meta.annotations {
         for (key, value) in annotations.iter().filter(|(key, _)| read_annotation(key)) {
@@ -74,6 +68,19 @@ pub fn looked_at(cluster: &EtcdCluster) -> u64 {
 /// nothing. A backup that failed retries on its own back-off, not on events.
 pub fn backup_looked_at(cluster: &EtcdCluster) -> u64 {
     use std::hash::{Hash, Hasher};
+    let mut h = identity_and_spec(cluster);
+    if let Some(last) = cluster.status.as_ref().and_then(|s| s.last_backup.as_ref()) {
+        last.time.as_ref().map(|t| t.0.as_nanosecond()).hash(&mut h);
+        last.revision.hash(&mut h);
+        last.location.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// A hasher fed with what both controllers' digests start from: the object's uid, its generation
+/// (the server raises it on every spec change) and its deletion.
+fn identity_and_spec(cluster: &EtcdCluster) -> std::collections::hash_map::DefaultHasher {
+    use std::hash::Hash;
     let meta = &cluster.metadata;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     meta.uid.hash(&mut h);
@@ -82,12 +89,7 @@ pub fn backup_looked_at(cluster: &EtcdCluster) -> u64 {
         .as_ref()
         .map(|t| t.0.as_second())
         .hash(&mut h);
-    if let Some(last) = cluster.status.as_ref().and_then(|s| s.last_backup.as_ref()) {
-        last.time.as_ref().map(|t| t.0.as_nanosecond()).hash(&mut h);
-        last.revision.hash(&mut h);
-        last.location.hash(&mut h);
-    }
-    h.finish()
+    h
 }
 
 /// The key an object's digest is kept under: a hash of its namespace and name (8 bytes, where

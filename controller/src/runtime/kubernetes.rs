@@ -145,6 +145,26 @@ fn kube_error(op: &'static str) -> impl FnOnce(kube::Error) -> RuntimeError {
     move |source| RuntimeError::Kube { op, source }
 }
 
+/// Records `config` as member `name`'s configuration on its claim `pvc_name` (a merge patch of
+/// the annotation its Pod is created from); `op` names the step in an error.
+async fn record_config(
+    pvcs: &Api<PersistentVolumeClaim>,
+    pvc_name: &str,
+    name: &str,
+    config: &MemberConfig,
+    op: &'static str,
+) -> Result<(), RuntimeError> {
+    let encoded = resources::encode_config(name, config).map_err(|e| RuntimeError::State {
+        member: name.to_owned(),
+        detail: etcd_operator_api::report::chain(&e),
+    })?;
+    let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
+    pvcs.patch(pvc_name, &crate::resources::patch_params(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_error(op))?;
+    Ok(())
+}
+
 fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.is_not_found())
 }
@@ -844,20 +864,14 @@ impl KubernetesRuntime {
             }
             return Ok(recorded);
         }
-        let encoded = resources::encode_config(name, config).map_err(|e| RuntimeError::State {
-            member: name.to_owned(),
-            detail: etcd_operator_api::report::chain(&e),
-        })?;
-        let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
-        pvcs.patch(
+        record_config(
+            &pvcs,
             &pvc_name,
-            &crate::resources::patch_params(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(kube_error(
+            name,
+            config,
             "record the member configuration on its PersistentVolumeClaim",
-        ))?;
+        )
+        .await?;
         Ok(config.clone())
     }
 
@@ -1177,20 +1191,14 @@ impl Runtime for KubernetesRuntime {
         let from = std::mem::replace(&mut config.version, version.to_owned());
         config.previous_version = Some(from.clone());
         // Record on the PVC first: the Pod is recreated from it, also by a restarted operator.
-        let encoded = resources::encode_config(name, &config).map_err(|e| RuntimeError::State {
-            member: name.to_owned(),
-            detail: etcd_operator_api::report::chain(&e),
-        })?;
-        let patch = json!({ "metadata": { "annotations": { MEMBER_CONFIG_ANNOTATION: encoded } } });
-        pvcs.patch(
+        record_config(
+            &pvcs,
             &pvc_name,
-            &crate::resources::patch_params(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(kube_error(
+            name,
+            &config,
             "record the new version on the member PersistentVolumeClaim",
-        ))?;
+        )
+        .await?;
         self.delete_member_pod(
             cluster,
             name,
