@@ -26,11 +26,23 @@ use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
+/// How long one watch request to this project's API lasts before the watcher renews it
+/// (kube-runtime's default: 290 s). kube-client reads a watch through a line buffer that keeps
+/// the size of the largest event the request carried for as long as the request lasts: an object
+/// near the 1.5 MiB request limit would hold megabytes that long. A renewal resumes from the last
+/// event or bookmark seen (no list), as one in-process request for the co-located controller.
+pub const WATCH_RENEWAL_SECS: u32 = 60;
+
+/// The watcher configuration of the controllers' watches of this project's API.
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_RENEWAL_SECS)
+}
+
 /// A `Controller` over every EtcdCluster `api` reaches, as `Controller::new` builds it, with
 /// the store's objects projected by [`project`], on the changes [`looked_at`] sees.
 pub fn controller(api: Api<EtcdCluster>) -> Controller<EtcdCluster> {
     let (reader, writer) = reflector::store();
-    let clusters = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(project))
+    let clusters = reflector::reflector(writer, watcher(api, watch_config()).modify(project))
         .applied_objects()
         .predicate_filter(
             |c: &EtcdCluster| Some(looked_at(c)),
@@ -174,7 +186,7 @@ pub fn shared(api: Api<EtcdCluster>) -> SharedClusters {
             watch: Box::pin(std::future::ready(())),
         };
     };
-    let watch = watcher(api, watcher::Config::default())
+    let watch = watcher(api, watch_config())
         .modify(project)
         .reflect_shared(writer)
         .for_each(|_| std::future::ready(()));
@@ -608,5 +620,81 @@ mod tests {
         let c5 = &fleet[5];
         writer.apply_watcher_event(&watcher::Event::Apply(c5.clone()));
         assert_eq!(next_name(&tx, c5).await.as_deref(), Some("c5"));
+    }
+
+    /// The shared watch asks for [`WATCH_RENEWAL_SECS`] and, when a request ends, renews it from
+    /// the last bookmark it saw: no second list.
+    #[tokio::test]
+    async fn the_shared_watch_renews_its_request_from_where_it_was() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        use std::pin::pin;
+        use tower_test::mock;
+
+        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let shared = shared(Api::all(kube::Client::new(service, "default")));
+        let watch = tokio::spawn(shared.watch);
+        let mut handle = pin!(handle);
+        let mut next = async || {
+            let (request, send) =
+                tokio::time::timeout(std::time::Duration::from_secs(10), handle.next_request())
+                    .await
+                    .expect("the watcher sends its next request")
+                    .expect("a request");
+            assert_eq!(
+                request.uri().path(),
+                "/apis/etcd.operator.dev/v1alpha2/etcdclusters"
+            );
+            let query: std::collections::BTreeMap<String, String> =
+                url::form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+                    .into_owned()
+                    .collect();
+            (query, send)
+        };
+        let reply = |send: mock::SendResponse<Response<Body>>, body: String| {
+            send.send_response(Response::new(Body::from(body.into_bytes())));
+        };
+
+        let (list, send) = next().await;
+        assert_eq!(list.get("watch"), None, "{list:?}");
+        reply(
+            send,
+            json!({"apiVersion": "etcd.operator.dev/v1alpha2", "kind": "EtcdClusterList",
+                "metadata": {"resourceVersion": "7"}, "items": []})
+            .to_string(),
+        );
+        let (first, send) = next().await;
+        assert_eq!(first.get("watch").map(String::as_str), Some("true"), "{first:?}");
+        assert_eq!(
+            first.get("timeoutSeconds").map(String::as_str),
+            Some("60"),
+            "{first:?}"
+        );
+        assert_eq!(
+            first.get("resourceVersion").map(String::as_str),
+            Some("7"),
+            "{first:?}"
+        );
+        // The request's time is up after a bookmark: its body ends.
+        let bookmark = json!({"type": "BOOKMARK", "object": {"apiVersion": "etcd.operator.dev/v1alpha2",
+            "kind": "EtcdCluster", "metadata": {"resourceVersion": "9"}}});
+        reply(send, format!("{bookmark}\n"));
+        let (renewed, _send) = next().await;
+        assert_eq!(
+            renewed.get("watch").map(String::as_str),
+            Some("true"),
+            "{renewed:?}"
+        );
+        assert_eq!(
+            renewed.get("timeoutSeconds").map(String::as_str),
+            Some("60"),
+            "{renewed:?}"
+        );
+        assert_eq!(
+            renewed.get("resourceVersion").map(String::as_str),
+            Some("9"),
+            "{renewed:?}"
+        );
+        watch.abort();
     }
 }

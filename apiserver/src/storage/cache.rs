@@ -305,6 +305,9 @@ pub(crate) enum Control {
 }
 
 enum WatchEnd {
+    /// A message of this many bytes came: open a new etcd watch at once (see
+    /// [`super::StorageOptions::watch_reopen_bytes`]).
+    Outsized(usize),
     Compacted(i64),
     Failed(String),
     Disconnect(Duration),
@@ -429,6 +432,9 @@ pub(crate) async fn run(
         let start = inner.read_state(|s| s.rev) + 1;
         match watch_once(&inner, start, &mut control, &cancel).await {
             WatchEnd::Cancelled => break,
+            WatchEnd::Outsized(bytes) => {
+                tracing::debug!(prefix = %inner.prefix, start, bytes, "etcd watch message was outsized; reopening the watch to free its buffer");
+            }
             WatchEnd::Compacted(compact_rev) => {
                 tracing::warn!(prefix = %inner.prefix, start, compact_rev, "watch cache fell behind a compaction; relisting");
                 need_list = true;
@@ -473,6 +479,9 @@ async fn watch_once(
         Ok(s) => s,
         Err(e) => return WatchEnd::Failed(crate::error::chain(&e)),
     };
+    inner
+        .backing_watches
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut progress_sent: Option<Instant> = None;
     let mut expiry = tokio::time::interval(EXPIRY_CHECK);
     expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -503,13 +512,30 @@ async fn watch_once(
                     inner.with_state_mut(|s| s.rev = s.rev.max(rev));
                 }
                 Ok(Some(WatchResponse::Events(events))) => {
+                    let bytes = message_bytes(&events);
                     // Checked outside the lock: readers only wait for the inserts.
                     let changes = prepare_events(inner, events);
                     inner.with_state_mut(|s| apply_changes(s, changes));
+                    if bytes >= inner.options.watch_reopen_bytes {
+                        // Every event up to the cache's revision is applied: the next watch
+                        // starts right after it and misses nothing.
+                        return WatchEnd::Outsized(bytes);
+                    }
                 }
             },
         }
     }
+}
+
+/// About the size of the etcd message that carried `events` (keys and values; the framing
+/// around them is small).
+fn message_bytes(events: &[BackendEvent]) -> usize {
+    events
+        .iter()
+        .map(|e| {
+            e.kv.key.len() + e.kv.value.len() + e.prev.as_ref().map_or(0, |p| p.key.len() + p.value.len())
+        })
+        .sum()
 }
 
 /// How often an idle cache looks for events past their retention.

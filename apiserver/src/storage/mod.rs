@@ -87,6 +87,11 @@ pub struct StorageOptions {
     /// How long an object lives after its last write (kube-apiserver's `--event-ttl` for
     /// Events: 1 h); `None`: for ever. Needs a backend with expiry (etcd leases).
     pub ttl: Option<Duration>,
+    /// After an etcd watch message of at least this many bytes, the watch cache reopens its
+    /// etcd watch at the next revision: the gRPC stream keeps a decode buffer the size of the
+    /// largest message it carried for as long as it lives (a 1.5 MiB object's event would hold
+    /// megabytes for good).
+    pub watch_reopen_bytes: usize,
 }
 
 impl Default for StorageOptions {
@@ -102,6 +107,7 @@ impl Default for StorageOptions {
             ready_timeout: Duration::from_secs(2),
             compact_key: "compact_rev_key".to_owned(),
             ttl: None,
+            watch_reopen_bytes: 512 * 1024,
         }
     }
 }
@@ -217,6 +223,8 @@ pub(crate) struct Inner {
     pub(crate) progress_trusted: std::sync::atomic::AtomicBool,
     control: mpsc::UnboundedSender<Control>,
     compaction: tokio::sync::Mutex<compact::CompactState>,
+    /// etcd watches the cache opened (the first, reconnects, reopens after outsized messages).
+    pub(crate) backing_watches: AtomicU64,
 }
 
 impl Inner {
@@ -491,6 +499,7 @@ impl Storage {
             progress_trusted: std::sync::atomic::AtomicBool::new(false),
             control: control_tx,
             compaction: tokio::sync::Mutex::new(compact::CompactState::default()),
+            backing_watches: AtomicU64::new(0),
         });
         let cancel = CancellationToken::new();
         tokio::spawn(cache::run(Arc::clone(&inner), control_rx, cancel.clone()));

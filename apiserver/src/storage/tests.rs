@@ -968,6 +968,92 @@ async fn watch_from_resource_version_sends_only_later_changes() {
     );
 }
 
+/// Waits until the cache has opened `n` etcd watches in all.
+async fn wait_backing_watches(storage: &Storage, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let opened = storage
+            .inner
+            .backing_watches
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if opened == n {
+            return;
+        }
+        assert!(
+            opened < n && Instant::now() < deadline,
+            "the cache opened {opened} etcd watches, expected {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_outsized_event_reopens_the_etcd_watch_and_loses_nothing() {
+    let f = fixture_with(StorageOptions {
+        watch_reopen_bytes: 64 * 1024,
+        ..StorageOptions::default()
+    })
+    .await;
+    let first = f.storage.create("ns", "a", object("ns", "a", 1)).await.unwrap();
+    wait_backing_watches(&f.storage, 1).await;
+    let mut w = f
+        .storage
+        .watch(&WatchOptions {
+            resource_version: Some(rv_of(&first).to_string()),
+            ..WatchOptions::default()
+        })
+        .unwrap();
+
+    // A 100 KB object, and right behind it writes by another server (straight to etcd) that
+    // may reach etcd while the cache reopens its watch.
+    let mut huge = object("ns", "huge", 1);
+    huge["metadata"]["annotations"] = json!({"big": "x".repeat(100 * 1024)});
+    let huge = f.storage.create("ns", "huge", huge).await.unwrap();
+    let mut client = f.client.clone();
+    let mut behind = Vec::new();
+    for name in ["b", "c", "d"] {
+        let put = client
+            .put(
+                format!("{PREFIX}ns/{name}"),
+                object("ns", name, 1).to_string(),
+                None,
+            )
+            .await
+            .unwrap();
+        behind.push((
+            "ADDED".to_owned(),
+            name.to_owned(),
+            put.header().unwrap().revision() as u64,
+        ));
+    }
+    let mut expected = vec![("ADDED".to_owned(), "huge".to_owned(), rv_of(&huge))];
+    expected.extend(behind);
+    let mut seen = Vec::new();
+    for _ in 0..expected.len() {
+        seen.push(describe(&next_event(&mut w).await));
+    }
+    assert_eq!(seen, expected);
+    assert_no_event(&mut w, Duration::from_millis(200)).await;
+    // One reopen, for the outsized message only.
+    wait_backing_watches(&f.storage, 2).await;
+    let list = f.storage.list(&ListOptions::default()).await.unwrap();
+    let names: Vec<String> = list.items.iter().map(name_of).collect();
+    assert_eq!(names, ["a", "b", "c", "d", "huge"]);
+
+    // Small writes keep the watch, and so does the huge object's deletion (etcd sends the key).
+    set_replicas(&f.storage, "ns", "a", 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_backing_watches(&f.storage, 2).await;
+    let deleted = client.delete(format!("{PREFIX}ns/huge"), None).await.unwrap();
+    let deleted_rev = deleted.header().unwrap().revision() as u64;
+    assert_eq!(describe(&next_event(&mut w).await).1, "a");
+    assert_eq!(
+        describe(&next_event(&mut w).await),
+        ("DELETED".into(), "huge".into(), deleted_rev)
+    );
+    wait_backing_watches(&f.storage, 2).await;
+}
+
 #[tokio::test]
 async fn watch_bookmarks_only_when_allowed() {
     let f = fixture_with(StorageOptions {

@@ -11,7 +11,6 @@ use etcd_operator_api::v1alpha2::EtcdCluster;
 use futures::StreamExt;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use serde_json::json;
 
 use super::{BackupContext, BackupError, take_and_store};
@@ -26,7 +25,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<EtcdBackup> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    Controller::new(api, crate::cluster_watch::watch_config())
         .reconcile_all_on(ctx.shards.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
