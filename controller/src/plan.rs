@@ -2266,7 +2266,7 @@ fn plan_without_etcd(
         };
     }
     if !not_running.is_empty() && !desired.formed_before {
-        return Step::Start { members: not_running };
+        return start_when_backed_off(not_running, observed);
     }
     if desired.formed_before {
         // A full outage (every process gone: a host reboot, every Pod deleted): members whose
@@ -2288,7 +2288,7 @@ fn plan_without_etcd(
             .filter_map(|r| Some((r.name.clone(), r.config.clone()?)))
             .collect();
         if !restartable.is_empty() {
-            return Step::Start { members: restartable };
+            return start_when_backed_off(restartable, observed);
         }
         return Step::Wait {
             reason: WaitReason::QuorumLost,
@@ -2296,6 +2296,44 @@ fn plan_without_etcd(
     }
     Step::Wait {
         reason: WaitReason::BootstrapForming,
+    }
+}
+
+/// Starts the members of `candidates` whose restart back-off ([`restart_backoff`]) is over,
+/// while no member answers (a bootstrap, or a full outage); when none is due yet, waits for the
+/// first that will be. A member never seen gone is due at once. Without it, members that exit as
+/// they start would be started again as fast as their exits wake the controller.
+fn start_when_backed_off(candidates: Vec<(String, MemberConfig)>, observed: &Observed) -> Step {
+    let mut due = Vec::new();
+    let mut first_due: Option<WaitReason> = None;
+    let mut soonest = Duration::MAX;
+    for (name, config) in candidates {
+        let failed_starts = lookup_count(&observed.timing.failed_starts, &name);
+        let gone_for = lookup_duration(&observed.timing.gone_for, &name);
+        let wait = restart_backoff(failed_starts);
+        if gone_for >= wait {
+            due.push((name, config));
+        } else if wait - gone_for < soonest {
+            soonest = wait - gone_for;
+            let reason = observed
+                .runtime
+                .iter()
+                .find_map(|r| match &r.liveness {
+                    Liveness::Gone { reason, .. } if r.name == name => Some(reason.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            first_due = Some(WaitReason::RestartBackoff {
+                name,
+                failed_starts,
+                retry_in: soonest,
+                reason,
+            });
+        }
+    }
+    match first_due {
+        Some(reason) if due.is_empty() => Step::Wait { reason },
+        _ => Step::Start { members: due },
     }
 }
 
@@ -4166,6 +4204,70 @@ mod tests {
                 reason: WaitReason::Paused
             }
         ));
+    }
+
+    #[test]
+    fn without_an_answer_members_that_keep_exiting_start_again_after_their_back_off() {
+        let gone = |name: &str| {
+            runtime(
+                name,
+                Liveness::Gone {
+                    reason: "exited".into(),
+                    restartable: true,
+                },
+                Some(InitialState::New),
+            )
+        };
+        let timing = |counts: [u32; 3], gone_secs: [u64; 3]| Timing {
+            failed_starts: ["a", "b", "c"]
+                .iter()
+                .map(|n| n.to_string())
+                .zip(counts)
+                .collect(),
+            gone_for: ["a", "b", "c"]
+                .iter()
+                .map(|n| n.to_string())
+                .zip(gone_secs.map(Duration::from_secs))
+                .collect(),
+            ..Timing::default()
+        };
+        let names = |step: Step| match step {
+            Step::Start { members } => members.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            other => panic!("expected a start: {other:?}"),
+        };
+        for formed_before in [true, false] {
+            let mut d = desired(3);
+            d.formed_before = formed_before;
+            let mut o = Observed {
+                authority: None,
+                runtime: vec![gone("a"), gone("b"), gone("c")],
+                etcd: None,
+                timing: timing([1, 1, 1], [0, 0, 0]),
+            };
+            // A first exit: started again at once, all together.
+            assert_eq!(
+                names(run(&d, &o)),
+                ["a", "b", "c"],
+                "formed before: {formed_before}"
+            );
+            // Later exits wait 1, 2, 4 s...: only the members whose wait is over start.
+            o.timing = timing([3, 2, 4], [1, 1, 1]);
+            assert_eq!(names(run(&d, &o)), ["b"], "formed before: {formed_before}");
+            // None is due: wait for the first that will be, and say so.
+            o.timing = timing([3, 4, 5], [1, 1, 1]);
+            assert_eq!(
+                run(&d, &o),
+                Step::Wait {
+                    reason: WaitReason::RestartBackoff {
+                        name: "a".into(),
+                        failed_starts: 3,
+                        retry_in: Duration::from_secs(1),
+                        reason: "exited".into(),
+                    }
+                },
+                "formed before: {formed_before}"
+            );
+        }
     }
 
     #[test]

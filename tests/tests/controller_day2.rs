@@ -80,6 +80,73 @@ async fn a_host_reboot_that_took_the_operator_too_brings_the_cluster_back() {
     back_with_the_same_id_and_data(&op, "reboot", &before, &killed).await;
 }
 
+/// Members that exit as they start after an outage (here: their client ports are taken) are
+/// started again with a growing back-off, not as fast as their exits wake the controller; once
+/// they can start, the cluster comes back with its ID and data.
+#[tokio::test]
+async fn members_that_exit_as_they_start_after_an_outage_are_started_again_with_a_back_off() {
+    let mut op = LocalOperator::start().await.unwrap();
+    let before = three_members_with_a_key(&op, "loop").await;
+    // The operator down first, so that nothing starts the members before their ports are taken.
+    op.crash();
+    let killed = kill_every_member(&op, "loop");
+    assert_eq!(killed.len(), 3);
+    let mut taken = Vec::new();
+    for ep in client_endpoints(&before) {
+        let addr = ep
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .to_owned();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match std::net::TcpListener::bind(&addr) {
+                Ok(l) => break l,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => panic!("cannot take {addr} from the killed member: {e}"),
+            }
+        };
+        taken.push(listener);
+    }
+    let logged_before = op.log().len();
+    op.start_again().await.unwrap();
+
+    let watched = Duration::from_secs(12);
+    let s = wait_for(
+        &op,
+        Watched::status("ec", "loop"),
+        "the wait for the restart back-off in the status",
+        Duration::from_secs(60),
+        |s| {
+            condition(s, "Progressing")
+                .and_then(|c| c["message"].as_str())
+                .is_some_and(|m| {
+                    m.contains("since it was last healthy") && m.contains("starting it again in")
+                })
+        },
+    )
+    .await
+    .unwrap();
+    let message = condition(&s, "Progressing").unwrap()["message"].to_string();
+    assert!(message.contains("loop-"), "{message}");
+    tokio::time::sleep(watched).await;
+    let log = op.log();
+    let starts = log[logged_before..]
+        .lines()
+        .filter(|l| l.contains("started etcd member") && l.contains("loop-"))
+        .count();
+    // With waits of 0, 1, 2, 4, 8 s each member starts about five times in 12 s (and once more
+    // per member while the status was awaited); without them, hundreds of times.
+    assert!(
+        (3..=3 * 9).contains(&starts),
+        "{starts} member starts while their ports were taken"
+    );
+
+    drop(taken);
+    back_with_the_same_id_and_data(&op, "loop", &before, &killed).await;
+}
+
 #[tokio::test]
 #[allow(clippy::print_stdout)]
 async fn a_cluster_past_its_quota_is_reclaimed_and_takes_writes_again_losing_nothing() {

@@ -88,43 +88,32 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
                     let since = memory.unhealthy_since.get(&r.name).copied().unwrap_or(now);
                     still_unhealthy.insert(r.name.clone(), since);
                     timing.unhealthy_for.push((r.name.clone(), now - since));
-                    // Each exit (a transition to gone) counts once per episode, and so does each
-                    // restart the platform made itself (a kubelet restarting a container).
-                    let last = memory
-                        .failed_starts
-                        .get(&r.name)
-                        .copied()
-                        .unwrap_or(super::FailedStarts {
-                            restarts: r.restarts,
-                            ..Default::default()
-                        });
-                    let count = last
-                        .count
-                        .saturating_add(u32::from(gone && !last.was_gone))
-                        .saturating_add(r.restarts.saturating_sub(last.restarts));
-                    // Gone since the first look that found it gone after its last start.
-                    let gone_since = match (gone, last.was_gone, last.gone_since) {
-                        (false, ..) => None,
-                        (true, true, Some(since)) => Some(since),
-                        (true, ..) => Some(now),
-                    };
-                    still_failing.insert(
-                        r.name.clone(),
-                        super::FailedStarts {
-                            count,
-                            was_gone: gone,
-                            restarts: r.restarts,
-                            gone_since,
-                        },
-                    );
-                    timing.failed_starts.push((r.name.clone(), count));
-                    if let Some(since) = gone_since {
+                    let failing = count_exits(memory.failed_starts.get(&r.name).copied(), r, now);
+                    still_failing.insert(r.name.clone(), failing);
+                    timing.failed_starts.push((r.name.clone(), failing.count));
+                    if let Some(since) = failing.gone_since {
                         timing.gone_for.push((r.name.clone(), now - since));
                     }
                     if let Some((_, since)) = progress.get(&r.name) {
                         timing.no_progress_for.push((r.name.clone(), now - *since));
                     }
                 }
+            }
+        }
+        if etcd.is_none() {
+            // No member answers (a bootstrap, or a full outage): the members the planner starts
+            // again are counted the same way, for the same back-off. A running one keeps its
+            // count, so that its next exit adds to it.
+            for r in &runtime {
+                if r.config.is_none() || r.liveness == Liveness::Reserved {
+                    continue;
+                }
+                let failing = count_exits(memory.failed_starts.get(&r.name).copied(), r, now);
+                if let Some(since) = failing.gone_since {
+                    timing.failed_starts.push((r.name.clone(), failing.count));
+                    timing.gone_for.push((r.name.clone(), now - since));
+                }
+                still_failing.insert(r.name.clone(), failing);
             }
         }
         memory.failed_starts = still_failing;
@@ -167,6 +156,37 @@ pub(super) async fn observe<R: Runtime, M: MemberOps>(
         },
         tls_failure,
     ))
+}
+
+/// The failure record of `r` after this look, from its record after the last one (`None`: it
+/// was not down then). Each exit (a transition to gone) counts once, and so does each restart
+/// the platform made itself (a kubelet restarting a container); the back-off counts from the
+/// first look that found it gone after its last start.
+fn count_exits(
+    last: Option<super::FailedStarts>,
+    r: &crate::model::RuntimeMember,
+    now: Instant,
+) -> super::FailedStarts {
+    let gone = matches!(r.liveness, Liveness::Gone { .. });
+    let last = last.unwrap_or(super::FailedStarts {
+        restarts: r.restarts,
+        ..Default::default()
+    });
+    let count = last
+        .count
+        .saturating_add(u32::from(gone && !last.was_gone))
+        .saturating_add(r.restarts.saturating_sub(last.restarts));
+    let gone_since = match (gone, last.was_gone, last.gone_since) {
+        (false, ..) => None,
+        (true, true, Some(since)) => Some(since),
+        (true, ..) => Some(now),
+    };
+    super::FailedStarts {
+        count,
+        was_gone: gone,
+        restarts: r.restarts,
+        gone_since,
+    }
 }
 
 #[cfg(test)]
@@ -275,6 +295,101 @@ mod tests {
                 Call::Observe(vec!["https://a:2379".into()]),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn without_an_answer_the_exits_of_started_members_are_counted_until_etcd_answers_healthy() {
+        use crate::member_ops::fake::healthy_member;
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let started = |name: &str| RuntimeMember {
+            config: Some(crate::model::MemberConfig {
+                version: "3.5.1".into(),
+                initial_cluster: vec![
+                    ("a".into(), "http://a:2380".into()),
+                    ("b".into(), "http://b:2380".into()),
+                ],
+                initial_state: InitialState::New,
+                cluster_token: "t".into(),
+                previous_version: None,
+                restore: None,
+            }),
+            peer_url: format!("http://{name}:2380"),
+            ..member(name, Liveness::Running)
+        };
+        let gone = || Liveness::Gone {
+            reason: "the process exited".into(),
+            restartable: true,
+        };
+        let ctx = Context::with_member_ops(
+            kube::Client::new(service, "default"),
+            FakeRuntime::new(
+                vec![started("a"), started("b"), member("c", Liveness::Reserved)],
+                None,
+            ),
+            Thresholds::default(),
+            FakeMemberOps::new(None),
+        );
+        let cluster = ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        };
+        let look = || async {
+            observe(&cluster, &ctx, "3.5.1", None, None)
+                .await
+                .unwrap()
+                .0
+                .timing
+        };
+        let started_again = |name: &str| {
+            ctx.memory
+                .lock()
+                .unwrap()
+                .get_mut("ns/c")
+                .unwrap()
+                .started_again(name)
+        };
+
+        // Running without an answer: nothing counted yet; gone: one exit each, with a clock.
+        assert_eq!(look().await.failed_starts, []);
+        ctx.runtime.set_liveness("a", gone());
+        ctx.runtime.set_liveness("b", gone());
+        let t = look().await;
+        assert_eq!(t.failed_starts, [("a".to_owned(), 1), ("b".to_owned(), 1)]);
+        assert_eq!(t.gone_for.len(), 2, "{t:?}");
+        assert_eq!(
+            look().await.failed_starts,
+            [("a".to_owned(), 1), ("b".to_owned(), 1)]
+        );
+        // Both started again: b is found gone again at once, a runs for a while and then exits.
+        started_again("a");
+        started_again("b");
+        ctx.runtime.set_liveness("a", Liveness::Running);
+        let t = look().await;
+        assert_eq!(t.failed_starts, [("b".to_owned(), 2)], "a runs: not gone");
+        ctx.runtime.set_liveness("a", gone());
+        assert_eq!(
+            look().await.failed_starts,
+            [("a".to_owned(), 2), ("b".to_owned(), 2)]
+        );
+
+        // etcd answers and both are healthy: the counts are forgotten.
+        ctx.runtime.set_liveness("a", Liveness::Running);
+        ctx.runtime.set_liveness("b", Liveness::Running);
+        ctx.members.set_view(Some(crate::model::EtcdView {
+            cluster_id: 1,
+            members: vec![
+                healthy_member(1, "a", "3.5.1", 1),
+                healthy_member(2, "b", "3.5.1", 1),
+            ],
+            leader: 1,
+            alarms: Vec::new(),
+        }));
+        assert_eq!(look().await.failed_starts, []);
+        ctx.members.set_view(None);
+        ctx.runtime.set_liveness("b", gone());
+        assert_eq!(look().await.failed_starts, [("b".to_owned(), 1)]);
     }
 
     fn sick(view: &mut crate::model::EtcdView, applied: u64) {
