@@ -197,6 +197,31 @@ mod tests {
     use crate::plan::Thresholds;
     use crate::runtime::fake::FakeRuntime;
 
+    type Request = http::Request<kube::client::Body>;
+    type Response = http::Response<kube::client::Body>;
+
+    /// A kube client's service that no test here answers (observing calls only the runtime
+    /// and the members), and the handle that keeps it open.
+    fn api_service() -> (
+        tower_test::mock::Mock<Request, Response>,
+        tower_test::mock::Handle<Request, Response>,
+    ) {
+        tower_test::mock::pair()
+    }
+
+    fn cluster() -> ClusterRef {
+        ClusterRef {
+            namespace: "ns".into(),
+            name: "c".into(),
+            uid: "u".into(),
+        }
+    }
+
+    /// The timing facts of one look.
+    async fn timing(cluster: &ClusterRef, ctx: &Context<FakeRuntime, FakeMemberOps>) -> Timing {
+        observe(cluster, ctx, "3.5.1", None, None).await.unwrap().0.timing
+    }
+
     fn member(name: &str, liveness: Liveness) -> RuntimeMember {
         RuntimeMember {
             name: name.into(),
@@ -214,8 +239,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bootstrap_whose_members_die_at_once_keeps_its_clock_running() {
-        let (service, _handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let (service, _handle) = api_service();
         let started = |name: &str, liveness| RuntimeMember {
             config: Some(crate::model::MemberConfig {
                 version: "3.5.1".into(),
@@ -237,11 +261,7 @@ mod tests {
             Thresholds::default(),
             FakeMemberOps::new(None),
         );
-        let cluster = ClusterRef {
-            namespace: "ns".into(),
-            name: "c".into(),
-            uid: "u".into(),
-        };
+        let cluster = cluster();
         let first = observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap().0;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         let second = observe(&cluster, &ctx, "3.5.1", None, None).await.unwrap().0;
@@ -262,8 +282,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_member_url_is_registered_with_the_clusters_identity_before_etcd_is_asked() {
-        let (service, _handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let (service, _handle) = api_service();
         let ctx = Context::with_member_ops(
             kube::Client::new(service, "default"),
             FakeRuntime::new(
@@ -273,11 +292,7 @@ mod tests {
             Thresholds::default(),
             FakeMemberOps::new(None),
         );
-        let cluster = ClusterRef {
-            namespace: "ns".into(),
-            name: "c".into(),
-            uid: "u".into(),
-        };
+        let cluster = cluster();
         let tls = ClientTls {
             ca_pem: "ca".into(),
             cert_pem: "cert".into(),
@@ -300,8 +315,7 @@ mod tests {
     #[tokio::test]
     async fn without_an_answer_the_exits_of_started_members_are_counted_until_etcd_answers_healthy() {
         use crate::member_ops::fake::healthy_member;
-        let (service, _handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let (service, _handle) = api_service();
         let started = |name: &str| RuntimeMember {
             config: Some(crate::model::MemberConfig {
                 version: "3.5.1".into(),
@@ -330,18 +344,8 @@ mod tests {
             Thresholds::default(),
             FakeMemberOps::new(None),
         );
-        let cluster = ClusterRef {
-            namespace: "ns".into(),
-            name: "c".into(),
-            uid: "u".into(),
-        };
-        let look = || async {
-            observe(&cluster, &ctx, "3.5.1", None, None)
-                .await
-                .unwrap()
-                .0
-                .timing
-        };
+        let cluster = cluster();
+        let look = || timing(&cluster, &ctx);
         let started_again = |name: &str| {
             ctx.memory
                 .lock()
@@ -402,8 +406,7 @@ mod tests {
     #[tokio::test]
     async fn exits_progress_and_announcements_are_remembered_per_member_while_it_is_down() {
         use crate::member_ops::fake::healthy_member;
-        let (service, _handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let (service, _handle) = api_service();
         let mut a = member("a", Liveness::Running);
         let mut b = member("b", Liveness::Running);
         a.peer_url = "http://a:2380".into();
@@ -424,18 +427,8 @@ mod tests {
             Thresholds::default(),
             FakeMemberOps::new(Some(view.clone())),
         );
-        let cluster = ClusterRef {
-            namespace: "ns".into(),
-            name: "c".into(),
-            uid: "u".into(),
-        };
-        let look = || async {
-            observe(&cluster, &ctx, "3.5.1", None, None)
-                .await
-                .unwrap()
-                .0
-                .timing
-        };
+        let cluster = cluster();
+        let look = || timing(&cluster, &ctx);
         let failed = |t: &Timing| t.failed_starts.iter().find(|(n, _)| n == "b").map(|(_, c)| *c);
         let gone = || Liveness::Gone {
             reason: "the process exited".into(),
