@@ -305,8 +305,8 @@ pub(crate) enum Control {
 }
 
 enum WatchEnd {
-    /// A message of this many bytes came: open a new etcd watch at once (see
-    /// [`super::StorageOptions::watch_reopen_bytes`]).
+    /// A message of this many bytes came, and the watch went quiet after it: open a new etcd
+    /// watch at once (see [`super::StorageOptions::watch_reopen_bytes`]).
     Outsized(usize),
     Compacted(i64),
     Failed(String),
@@ -483,12 +483,19 @@ async fn watch_once(
         .backing_watches
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut progress_sent: Option<Instant> = None;
+    // After an outsized message: the largest one, and when the watch is reopened unless more
+    // messages come first. Reopened only once the stream is quiet: under a burst a new etcd watch
+    // starts behind and catches up in large batches, which would call for reopening again.
+    let mut outsized: Option<(usize, tokio::time::Instant)> = None;
     let mut expiry = tokio::time::interval(EXPIRY_CHECK);
     expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return WatchEnd::Cancelled,
             _ = expiry.tick() => expire_events(inner),
+            () = sleep_until_some(outsized.map(|(_, at)| at)) => {
+                return WatchEnd::Outsized(outsized.map_or(0, |(bytes, _)| bytes));
+            }
             c = control.recv() => match c {
                 None => return WatchEnd::Cancelled,
                 Some(Control::Disconnect(pause)) => return WatchEnd::Disconnect(pause),
@@ -516,14 +523,23 @@ async fn watch_once(
                     // Checked outside the lock: readers only wait for the inserts.
                     let changes = prepare_events(inner, events);
                     inner.with_state_mut(|s| apply_changes(s, changes));
-                    if bytes >= inner.options.watch_reopen_bytes {
-                        // Every event up to the cache's revision is applied: the next watch
-                        // starts right after it and misses nothing.
-                        return WatchEnd::Outsized(bytes);
+                    // Every event up to the cache's revision is applied when the watch is reopened:
+                    // the next one starts right after it and misses nothing.
+                    let largest = outsized.map_or(0, |(b, _)| b).max(bytes);
+                    if largest >= inner.options.watch_reopen_bytes {
+                        outsized = Some((largest, tokio::time::Instant::now() + inner.options.watch_reopen_quiet));
                     }
                 }
             },
         }
+    }
+}
+
+/// Completes at `at`; never when `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -88,10 +88,13 @@ pub struct StorageOptions {
     /// Events: 1 h); `None`: for ever. Needs a backend with expiry (etcd leases).
     pub ttl: Option<Duration>,
     /// After an etcd watch message of at least this many bytes, the watch cache reopens its
-    /// etcd watch at the next revision: the gRPC stream keeps a decode buffer the size of the
-    /// largest message it carried for as long as it lives (a 1.5 MiB object's event would hold
-    /// megabytes for good).
+    /// etcd watch at the next revision once no events came for `watch_reopen_quiet`: the gRPC
+    /// stream keeps a decode buffer the size of the largest message it carried for as long as it
+    /// lives (a 1.5 MiB object's event would hold megabytes for good).
     pub watch_reopen_bytes: usize,
+    /// See `watch_reopen_bytes`. Not during a burst: a new etcd watch starts behind and catches
+    /// up in large batches, which would call for reopening again.
+    pub watch_reopen_quiet: Duration,
 }
 
 impl Default for StorageOptions {
@@ -108,6 +111,7 @@ impl Default for StorageOptions {
             compact_key: "compact_rev_key".to_owned(),
             ttl: None,
             watch_reopen_bytes: 512 * 1024,
+            watch_reopen_quiet: Duration::from_millis(500),
         }
     }
 }

@@ -970,7 +970,7 @@ async fn watch_from_resource_version_sends_only_later_changes() {
 
 /// Waits until the cache has opened `n` etcd watches in all.
 async fn wait_backing_watches(storage: &Storage, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let opened = storage
             .inner
@@ -991,6 +991,7 @@ async fn wait_backing_watches(storage: &Storage, n: u64) {
 async fn an_outsized_event_reopens_the_etcd_watch_and_loses_nothing() {
     let f = fixture_with(StorageOptions {
         watch_reopen_bytes: 64 * 1024,
+        watch_reopen_quiet: Duration::from_secs(2),
         ..StorageOptions::default()
     })
     .await;
@@ -1004,14 +1005,21 @@ async fn an_outsized_event_reopens_the_etcd_watch_and_loses_nothing() {
         })
         .unwrap();
 
-    // A 100 KB object, and right behind it writes by another server (straight to etcd) that
-    // may reach etcd while the cache reopens its watch.
+    // A 100 KB object, and behind it writes by another server (straight to etcd), each within
+    // the quiet time of the one before: the watch stays open while events keep coming.
     let mut huge = object("ns", "huge", 1);
     huge["metadata"]["annotations"] = json!({"big": "x".repeat(100 * 1024)});
     let huge = f.storage.create("ns", "huge", huge).await.unwrap();
     let mut client = f.client.clone();
-    let mut behind = Vec::new();
+    let mut expected = vec![("ADDED".to_owned(), "huge".to_owned(), rv_of(&huge))];
+    let opened = || {
+        f.storage
+            .inner
+            .backing_watches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
     for name in ["b", "c", "d"] {
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let put = client
             .put(
                 format!("{PREFIX}ns/{name}"),
@@ -1020,30 +1028,39 @@ async fn an_outsized_event_reopens_the_etcd_watch_and_loses_nothing() {
             )
             .await
             .unwrap();
-        behind.push((
+        expected.push((
             "ADDED".to_owned(),
             name.to_owned(),
             put.header().unwrap().revision() as u64,
         ));
     }
-    let mut expected = vec![("ADDED".to_owned(), "huge".to_owned(), rv_of(&huge))];
-    expected.extend(behind);
+    assert_eq!(opened(), 1, "reopened while events kept coming");
     let mut seen = Vec::new();
     for _ in 0..expected.len() {
         seen.push(describe(&next_event(&mut w).await));
     }
     assert_eq!(seen, expected);
-    assert_no_event(&mut w, Duration::from_millis(200)).await;
-    // One reopen, for the outsized message only.
+    // Quiet: reopened, once, for the outsized message only; a write right after is seen.
     wait_backing_watches(&f.storage, 2).await;
+    let put = client
+        .put(format!("{PREFIX}ns/e"), object("ns", "e", 1).to_string(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        describe(&next_event(&mut w).await),
+        (
+            "ADDED".into(),
+            "e".into(),
+            put.header().unwrap().revision() as u64
+        )
+    );
+    assert_no_event(&mut w, Duration::from_millis(200)).await;
     let list = f.storage.list(&ListOptions::default()).await.unwrap();
     let names: Vec<String> = list.items.iter().map(name_of).collect();
-    assert_eq!(names, ["a", "b", "c", "d", "huge"]);
+    assert_eq!(names, ["a", "b", "c", "d", "e", "huge"]);
 
     // Small writes keep the watch, and so does the huge object's deletion (etcd sends the key).
     set_replicas(&f.storage, "ns", "a", 2).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    wait_backing_watches(&f.storage, 2).await;
     let deleted = client.delete(format!("{PREFIX}ns/huge"), None).await.unwrap();
     let deleted_rev = deleted.header().unwrap().revision() as u64;
     assert_eq!(describe(&next_event(&mut w).await).1, "a");
@@ -1051,7 +1068,8 @@ async fn an_outsized_event_reopens_the_etcd_watch_and_loses_nothing() {
         describe(&next_event(&mut w).await),
         ("DELETED".into(), "huge".into(), deleted_rev)
     );
-    wait_backing_watches(&f.storage, 2).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(opened(), 2, "reopened after small messages");
 }
 
 #[tokio::test]
