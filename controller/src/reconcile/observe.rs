@@ -314,7 +314,6 @@ mod tests {
 
     #[tokio::test]
     async fn without_an_answer_the_exits_of_started_members_are_counted_until_etcd_answers_healthy() {
-        use crate::member_ops::fake::healthy_member;
         let (service, _handle) = api_service();
         let started = |name: &str| RuntimeMember {
             config: Some(crate::model::MemberConfig {
@@ -381,7 +380,17 @@ mod tests {
         // etcd answers and both are healthy: the counts are forgotten.
         ctx.runtime.set_liveness("a", Liveness::Running);
         ctx.runtime.set_liveness("b", Liveness::Running);
-        ctx.members.set_view(Some(crate::model::EtcdView {
+        ctx.members.set_view(Some(two_healthy()));
+        assert_eq!(look().await.failed_starts, []);
+        ctx.members.set_view(None);
+        ctx.runtime.set_liveness("b", gone());
+        assert_eq!(look().await.failed_starts, [("b".to_owned(), 1)]);
+    }
+
+    /// Members a (the leader) and b, healthy.
+    fn two_healthy() -> crate::model::EtcdView {
+        use crate::member_ops::fake::healthy_member;
+        crate::model::EtcdView {
             cluster_id: 1,
             members: vec![
                 healthy_member(1, "a", "3.5.1", 1),
@@ -389,11 +398,7 @@ mod tests {
             ],
             leader: 1,
             alarms: Vec::new(),
-        }));
-        assert_eq!(look().await.failed_starts, []);
-        ctx.members.set_view(None);
-        ctx.runtime.set_liveness("b", gone());
-        assert_eq!(look().await.failed_starts, [("b".to_owned(), 1)]);
+        }
     }
 
     fn sick(view: &mut crate::model::EtcdView, applied: u64) {
@@ -411,15 +416,7 @@ mod tests {
         let mut b = member("b", Liveness::Running);
         a.peer_url = "http://a:2380".into();
         b.peer_url = "http://b:2380".into();
-        let mut view = crate::model::EtcdView {
-            cluster_id: 1,
-            members: vec![
-                healthy_member(1, "a", "3.5.1", 1),
-                healthy_member(2, "b", "3.5.1", 1),
-            ],
-            leader: 1,
-            alarms: Vec::new(),
-        };
+        let mut view = two_healthy();
         sick(&mut view, 10);
         let ctx = Context::with_member_ops(
             kube::Client::new(service, "default"),
