@@ -639,14 +639,22 @@ async fn kubernetes_runtime_grows_member_volumes_when_the_storage_class_allows_i
             .is_some_and(|m| m.contains("StorageClass fixed does not set allowVolumeExpansion: true")),
         "{degraded:#}"
     );
-    assert!(
+    // The Event is recorded beside the status, not before it: wait for it too.
+    let warned = || {
         kube_api
             .objects("events")
             .iter()
-            .any(|e| e["reason"] == "VolumeExpansionNotAllowed" && e["type"] == "Warning"),
-        "no Warning Event: {:#?}",
-        kube_api.objects("events")
-    );
+            .any(|e| e["reason"] == "VolumeExpansionNotAllowed" && e["type"] == "Warning")
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !warned() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Warning Event: {:#?}",
+            kube_api.objects("events")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let claims = claims_of("fx");
     assert_eq!(
         claims[0]["spec"]["resources"]["requests"]["storage"], "1Gi",
