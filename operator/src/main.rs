@@ -43,7 +43,7 @@ struct LocalArgs {
     #[arg(long, default_value = "127.0.0.1:8443")]
     listen: std::net::SocketAddr,
     /// The etcd binary for the backing etcd (default: $ETCD_OPERATOR_ETCD, then
-    /// .tools/etcd/3.5.1/etcd found from here upwards, then `etcd` on the PATH).
+    /// .tools/etcd/3.5.34/etcd found from here upwards, then `etcd` on the PATH).
     #[arg(long)]
     etcd_binary: Option<std::path::PathBuf>,
     /// Directory of etcd binaries for cluster members, as `<dir>/<version>/etcd` (default:

@@ -277,8 +277,8 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Tells people that `member` is about to be replaced (or, with `policy: Manual`, needs
     /// replacing): a Warning Event with reason [`MEMBER_REPLACING_REASON`] where the runtime has
-    /// Events (Kubernetes), a warning in the operator's log otherwise. Best effort: a failure is
-    /// logged, never returned.
+    /// Events (Kubernetes, and local mode when its API serves them), a warning in the operator's
+    /// log otherwise. Best effort: a failure is logged, never returned.
     fn announce_replacement(
         &self,
         cluster: &ClusterRef,
@@ -288,8 +288,8 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Reports a problem with the cluster to people: a Warning Event on the EtcdCluster with
     /// `reason` (a stable code) and `action` (what was being done) where the runtime has Events
-    /// (Kubernetes), a warning in the operator's log otherwise. Best effort: a failure is logged,
-    /// never returned.
+    /// (Kubernetes, and local mode when its API serves them), a warning in the operator's log
+    /// otherwise. Best effort: a failure is logged, never returned.
     fn warn(
         &self,
         cluster: &ClusterRef,
