@@ -1,7 +1,9 @@
 //! The backing etcd of local mode: one etcd process on free loopback ports, its data, log, ports,
 //! pid and certificates under `DIR/etcd/`, owned by a guard that stops it (SIGTERM, then SIGKILL).
 //! It serves mutual TLS on its client and peer ports (certificates of its own CA, see
-//! [`super::etcd_pki`]) and plain HTTP on loopback only for `/metrics` and `/health`.
+//! [`super::etcd_pki`]), plain HTTP on loopback only for `/metrics` and `/health`, and plain gRPC
+//! on a Unix socket in its private directory, `DIR/etcd/client.sock:0`, for the API server's
+//! storage (see [`connect`]).
 //!
 //! Finding the binary, choosing ports and spotting a stale etcd of a crashed run are hand-written
 //! (a few lines each over `std` and `/proc`); no crate among the dependencies does them.
@@ -37,6 +39,11 @@ const MEMBER_NAME: &str = "backing";
 const LOG_TAIL_BYTES: u64 = 4000;
 /// How often a start is retried when a port chosen as free was taken meanwhile.
 const START_ATTEMPTS: usize = 3;
+/// The file name of the Unix socket etcd serves its clients on, in its directory. etcd parses
+/// a `unix://` listen URL as `host:port` and binds the socket at the host and port as given.
+const SOCKET_NAME: &str = "client.sock:0";
+/// The longest path a Unix socket can have on Linux (`sun_path` holds 108 bytes with the NUL).
+const SOCKET_PATH_MAX: usize = 107;
 
 /// Finding, starting or stopping the backing etcd failed.
 #[derive(Debug, thiserror::Error)]
@@ -260,6 +267,7 @@ pub struct BackingEtcd {
     pid: u32,
     ports: EtcdPorts,
     endpoint: String,
+    socket: Option<PathBuf>,
     tls: ClientTls,
     dir: PathBuf,
     stop_timeout: Duration,
@@ -339,6 +347,13 @@ impl BackingEtcd {
         // Checked at every start: what expires within 30 days or no longer chains is issued again.
         let pki = etcd_pki::ensure(&pki_dir(dir)).map_err(BackingEtcdError::Pki)?;
         let endpoint = format!("https://127.0.0.1:{}", ports.client);
+        let socket = client_socket(dir);
+        let listen = match &socket {
+            // Relative to etcd's working directory, `dir`, and in the `host:port` form every
+            // release parses (3.5.1 and older refuse `unix:///absolute/path`).
+            Some(_) => format!("{endpoint},unix://{SOCKET_NAME}"),
+            None => endpoint.clone(),
+        };
         let peer_url = format!("https://127.0.0.1:{}", ports.peer);
         let metrics_url = format!("http://127.0.0.1:{}", ports.metrics);
         let (cert, key) = pki.pair_paths("server");
@@ -354,7 +369,7 @@ impl BackingEtcd {
         let mut cmd = tokio::process::Command::new(&options.binary);
         cmd.arg(format!("--name={MEMBER_NAME}"))
             .arg(format!("--data-dir={}", data.display()))
-            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(format!("--listen-client-urls={listen}"))
             .arg(format!("--advertise-client-urls={endpoint}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
@@ -374,6 +389,7 @@ impl BackingEtcd {
             .arg(format!("--max-request-bytes={}", options.max_request_bytes))
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
+            .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)
@@ -397,6 +413,7 @@ impl BackingEtcd {
             pid,
             ports,
             endpoint,
+            socket,
             tls: pki.client_tls(),
             dir: dir.clone(),
             stop_timeout: options.stop_timeout,
@@ -549,6 +566,12 @@ impl BackingEtcd {
         &self.tls
     }
 
+    /// The Unix socket etcd also serves its clients on (plain gRPC); `None` when the directory's
+    /// path is too long for one, and the storage uses the TLS endpoint.
+    pub fn client_socket(&self) -> Option<&Path> {
+        self.socket.as_deref()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -570,9 +593,9 @@ impl BackingEtcd {
     }
 
     /// A client for the API server's storage: no per-request timeout (watches are long), HTTP/2
-    /// keep-alive so a dead etcd is noticed.
+    /// keep-alive so a dead etcd is noticed; over the Unix socket when there is one.
     pub async fn connect(&self) -> Result<Client, etcd_client::Error> {
-        connect(&self.endpoint, &self.tls).await
+        connect(&self.endpoint, self.socket.as_deref(), &self.tls).await
     }
 
     async fn connect_with(&self, options: ConnectOptions) -> Result<Client, etcd_client::Error> {
@@ -651,16 +674,57 @@ fn poll_exit(child: &mut tokio::process::Child, timeout: Duration) -> bool {
     }
 }
 
-/// A client for the API server's storage at `endpoint`, presenting `tls`: no per-request timeout
-/// (watches are long), HTTP/2 keep-alive so a dead etcd is noticed. Its channel reconnects by
-/// itself when etcd comes back on the same endpoint.
-pub async fn connect(endpoint: &str, tls: &ClientTls) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-        .with_keep_alive_while_idle(true)
-        .with_tls(tls.options());
-    Client::connect([endpoint], Some(options)).await
+/// How long the storage's client waits for a connection to etcd.
+const STORAGE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The storage client's HTTP/2 keep-alive: a ping this often, etcd dead when one goes unanswered
+/// this long.
+const STORAGE_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(5));
+
+/// A client for the API server's storage: no per-request timeout (watches are long), HTTP/2
+/// keep-alive so a dead etcd is noticed. Its channel reconnects by itself when etcd comes back.
+///
+/// With `socket`, over etcd's Unix socket in the private etcd directory, in plain gRPC: every
+/// request and every watch event of the storage takes this path, and TLS and TCP on it cost
+/// about a sixth of the server's CPU per write (docs/performance.md, change 32). The directory is
+/// the process owner's alone (mode 0700), as the client key that TLS would present is. Otherwise
+/// at `endpoint` over mutual TLS, presenting `tls`.
+pub async fn connect(
+    endpoint: &str,
+    socket: Option<&Path>,
+    tls: &ClientTls,
+) -> Result<Client, etcd_client::Error> {
+    let (interval, timeout) = STORAGE_KEEP_ALIVE;
+    let Some(socket) = socket else {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(STORAGE_CONNECT_TIMEOUT)
+            .with_keep_alive(interval, timeout)
+            .with_keep_alive_while_idle(true)
+            .with_tls(tls.options());
+        return Client::connect([endpoint], Some(options)).await;
+    };
+    let path = socket.to_path_buf();
+    // The URI is not dialled: the connector below opens the socket; gRPC needs an authority.
+    let channel = tonic::transport::Endpoint::from_static("http://backing-etcd.local")
+        .connect_timeout(STORAGE_CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(interval)
+        .keep_alive_timeout(timeout)
+        .keep_alive_while_idle(true)
+        .connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
+            let path = path.clone();
+            async move {
+                tokio::net::UnixStream::connect(path)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }));
+    Client::from_channel(etcd_client::Channel::Tonic(channel), None).await
+}
+
+/// The Unix socket etcd serves its clients on beside its TLS port, `DIR/etcd/client.sock:0`;
+/// `None` when that path is longer than a socket's path can be (then only TLS).
+fn client_socket(dir: &Path) -> Option<PathBuf> {
+    let path = dir.join(SOCKET_NAME);
+    (path.as_os_str().len() <= SOCKET_PATH_MAX).then_some(path)
 }
 
 /// Options of the short-lived clients that check etcd answers (start-up wait, peer URL).

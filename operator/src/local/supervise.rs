@@ -68,6 +68,7 @@ pub enum EtcdState {
 #[derive(Debug)]
 pub struct SupervisedEtcd {
     endpoint: String,
+    socket: Option<std::path::PathBuf>,
     metrics_url: String,
     tls: ClientTls,
     data_dir: std::path::PathBuf,
@@ -80,6 +81,7 @@ impl SupervisedEtcd {
     /// Supervises `etcd`, started with `options`: from now on an exit restarts it.
     pub fn start(etcd: BackingEtcd, options: BackingEtcdOptions) -> Self {
         let endpoint = etcd.endpoint().to_owned();
+        let socket = etcd.client_socket().map(std::path::Path::to_path_buf);
         let metrics_url = etcd.metrics_url();
         let tls = etcd.client_tls().clone();
         let data_dir = etcd.data_dir();
@@ -88,6 +90,7 @@ impl SupervisedEtcd {
         let task = tokio::spawn(supervise(etcd, options, state_tx, stop.clone()));
         Self {
             endpoint,
+            socket,
             metrics_url,
             tls,
             data_dir,
@@ -107,9 +110,10 @@ impl SupervisedEtcd {
         &self.metrics_url
     }
 
-    /// A client as the storage's: TLS with the client certificate of the backing etcd's CA.
+    /// A client as the storage's: over etcd's Unix socket, or TLS with the client certificate
+    /// of the backing etcd's CA when there is no socket (see [`super::backing_etcd::connect`]).
     pub async fn connect(&self) -> Result<etcd_client::Client, etcd_client::Error> {
-        super::backing_etcd::connect(&self.endpoint, &self.tls).await
+        super::backing_etcd::connect(&self.endpoint, self.socket.as_deref(), &self.tls).await
     }
 
     /// The etcd data directory.

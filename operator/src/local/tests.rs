@@ -530,6 +530,81 @@ async fn a_stale_etcd_of_a_crashed_run_is_stopped_first() {
     etcd.shutdown().await.unwrap();
 }
 
+/// Puts `key` and reads it back through `client`, each within 10 s.
+async fn put_and_get(client: &mut etcd_client::Client, key: &str) -> Result<Vec<u8>, String> {
+    let within = Duration::from_secs(10);
+    tokio::time::timeout(within, client.put(key, "value", None))
+        .await
+        .map_err(|_| format!("put {key}: no answer in {within:?}"))?
+        .map_err(|e| format!("put {key}: {e}"))?;
+    let got = tokio::time::timeout(within, client.get(key, None))
+        .await
+        .map_err(|_| format!("get {key}: no answer in {within:?}"))?
+        .map_err(|e| format!("get {key}: {e}"))?;
+    Ok(got
+        .kvs()
+        .first()
+        .map(|kv| kv.value().to_vec())
+        .unwrap_or_default())
+}
+
+#[tokio::test]
+async fn the_storage_reaches_the_backing_etcd_over_its_private_unix_socket() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    let socket = etcd
+        .client_socket()
+        .expect("a short directory gets a socket")
+        .to_path_buf();
+    assert_eq!(
+        socket,
+        dir.path().canonicalize().unwrap().join("etcd/client.sock:0")
+    );
+    assert!(std::fs::metadata(&socket).unwrap().file_type().is_socket());
+    assert_eq!(
+        mode(socket.parent().unwrap()),
+        0o700,
+        "only the owner reaches the socket"
+    );
+    let tls = etcd.client_tls().clone();
+
+    // The storage's client goes over the socket: it works with a TLS endpoint nobody serves,
+    let mut client = etcd.connect().await.unwrap();
+    assert_eq!(put_and_get(&mut client, "/registry/a").await.unwrap(), b"value");
+    let mut over_socket = backing_etcd::connect("https://127.0.0.1:1", Some(&socket), &tls)
+        .await
+        .unwrap();
+    assert_eq!(
+        put_and_get(&mut over_socket, "/registry/b").await.unwrap(),
+        b"value"
+    );
+    // and fails with a socket that is not there, though the TLS endpoint is etcd's.
+    let mut nowhere =
+        backing_etcd::connect(etcd.endpoint(), Some(&dir.path().join("etcd/nothing.sock")), &tls)
+            .await
+            .unwrap();
+    let err = put_and_get(&mut nowhere, "/registry/c").await.unwrap_err();
+    assert!(err.starts_with("put /registry/c"), "{err}");
+    // The TLS port still serves everyone else (members' tools, a client without the socket).
+    let mut over_tls = backing_etcd::connect(etcd.endpoint(), None, &tls).await.unwrap();
+    assert_eq!(put_and_get(&mut over_tls, "/registry/a").await.unwrap(), b"value");
+    etcd.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_backing_etcd_in_a_directory_too_deep_for_a_socket_serves_the_storage_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    // `DIR/etcd/client.sock:0` longer than the 107 bytes a socket's path can hold.
+    let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
+    let etcd = BackingEtcd::start(etcd_options(&deep)).await.unwrap();
+    assert_eq!(etcd.client_socket(), None);
+    assert!(!deep.join("etcd/client.sock:0").exists());
+    let mut client = etcd.connect().await.unwrap();
+    assert_eq!(put_and_get(&mut client, "/registry/a").await.unwrap(), b"value");
+    etcd.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_backing_etcd_release_that_loses_acknowledged_writes_is_refused_and_stopped() {
     let dir = tempfile::tempdir().unwrap();
