@@ -483,7 +483,9 @@ async fn connect(
     let port = ports["client"]
         .as_u64()
         .ok_or_else(|| anyhow!("no client port in {}", ports_file.display()))?;
-    // Mutual TLS, as the server's storage connects: the backing etcd's CA and client certificate.
+    // Mutual TLS over loopback TCP with the backing etcd's CA and client certificate, as a client
+    // outside the server's process reaches it (the server's own storage uses etcd's Unix socket
+    // when there is one; the header says which).
     let state_dir = ports_file
         .parent()
         .and_then(Path::parent)
@@ -1466,6 +1468,15 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     let _ = writeln!(
         header,
         "etcd client: etcd-client (tonic: one HTTP/2 connection multiplexing every request and watch)"
+    );
+    let _ = writeln!(
+        header,
+        "the server's storage reaches the backing etcd over {}; the raw baseline over mutual TLS on loopback TCP",
+        if server.state.path().join("etcd/client.sock:0").exists() {
+            "etcd's Unix socket in its state directory (plain gRPC)"
+        } else {
+            "mutual TLS on loopback TCP"
+        }
     );
 
     // ---- Huge label maps (issue 26 item 4).
