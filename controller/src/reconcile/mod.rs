@@ -414,7 +414,7 @@ pub async fn run_on<R: Runtime, M: MemberOps>(
     ctx.runtime
         .watch_children(controller)
         .graceful_shutdown_on(shutdown)
-        .run(boxed_reconcile, error_policy, Arc::new(ctx))
+        .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(|result| async move {
             match result {
                 Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
@@ -465,17 +465,6 @@ fn backoff(failures: u32, jitter: f64) -> Duration {
 /// `0..1`), so clusters created together do not resync together.
 fn resync(interval: Duration, jitter: f64) -> Duration {
     interval.mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
-}
-
-/// [`reconcile`] on the heap: kube-runtime's runner moves the future it is given several times
-/// before it first polls it (into its tracing span, its completion hook, its task), and the
-/// reconcile's own state machine is over 20 KB. Those copies were 3% of the server's CPU while
-/// 32 clients created clusters (docs/performance.md, change 33); boxed, each is a pointer's.
-fn boxed_reconcile<R: Runtime, M: MemberOps>(
-    obj: Arc<EtcdCluster>,
-    ctx: Arc<Context<R, M>>,
-) -> futures::future::BoxFuture<'static, Result<Action, ReconcileError>> {
-    Box::pin(reconcile(obj, ctx))
 }
 
 async fn reconcile<R: Runtime, M: MemberOps>(
@@ -1108,26 +1097,6 @@ mod tests {
             Thresholds::default(),
             crate::member_ops::fake::FakeMemberOps::new(None),
         )
-    }
-
-    /// What the runner is handed is a pointer, not the reconcile's state machine itself (over
-    /// 20 KB, copied on every move).
-    #[tokio::test]
-    async fn the_runner_moves_a_boxed_reconcile() {
-        let ctx = Arc::new(idle_context());
-        let obj = Arc::new(EtcdCluster::new("a", "ns", Default::default()));
-        let inline = reconcile(obj.clone(), ctx.clone());
-        assert!(
-            std::mem::size_of_val(&inline) > 16 * 1024,
-            "{}",
-            std::mem::size_of_val(&inline)
-        );
-        let boxed = boxed_reconcile(obj, ctx);
-        assert!(
-            std::mem::size_of_val(&boxed) <= 16,
-            "{}",
-            std::mem::size_of_val(&boxed)
-        );
     }
 
     /// A cluster that has nothing to remember (paused, settled, no member down) holds no entry:
