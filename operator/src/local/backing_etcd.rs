@@ -350,7 +350,7 @@ impl BackingEtcd {
         let socket = client_socket(dir);
         let listen = match &socket {
             // Relative to etcd's working directory, `dir`, and in the `host:port` form every
-            // release parses (3.5.1 and older refuse `unix:///absolute/path`).
+            // release parses (3.5.1 refuses `unix:///absolute/path`).
             Some(_) => format!("{endpoint},unix://{SOCKET_NAME}"),
             None => endpoint.clone(),
         };
