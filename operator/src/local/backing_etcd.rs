@@ -349,8 +349,8 @@ impl BackingEtcd {
         let endpoint = format!("https://127.0.0.1:{}", ports.client);
         let socket = client_socket(dir);
         let listen = match &socket {
-            // Relative to etcd's working directory, `dir`, and in the `host:port` form every
-            // release parses (3.5.1 refuses `unix:///absolute/path`).
+            // Relative to etcd's working directory, `dir`, and in the `host:port` form that 3.4.23,
+            // 3.5.0–3.5.34 and 3.6.15 all parse (3.5.1 refuses `unix:///absolute/path`).
             Some(_) => format!("{endpoint},unix://{SOCKET_NAME}"),
             None => endpoint.clone(),
         };
