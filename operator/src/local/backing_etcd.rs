@@ -684,8 +684,9 @@ const STORAGE_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(10), Durat
 /// keep-alive so a dead etcd is noticed. Its channel reconnects by itself when etcd comes back.
 ///
 /// With `socket`, over etcd's Unix socket in the private etcd directory, in plain gRPC: every
-/// request and every watch event of the storage takes this path, and TLS and TCP on it cost
-/// about a sixth of the server's CPU per write (docs/performance.md, change 32). The directory is
+/// request and every watch event of the storage takes this path; over TLS and TCP its client
+/// was a sixth of the server's CPU per write, about half of it TLS and socket calls
+/// (docs/performance.md, change 32). The directory is
 /// the process owner's alone (mode 0700), as the client key that TLS would present is. Otherwise
 /// at `endpoint` over mutual TLS, presenting `tls`.
 pub async fn connect(
