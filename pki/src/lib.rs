@@ -126,9 +126,12 @@ pub enum LeafUsage {
     Server,
     /// TLS client authentication.
     Client,
-    /// Both: an etcd peer certificate, which serves the peer port and authenticates to the
-    /// other members' peer ports.
-    Peer,
+    /// Both. An etcd peer certificate serves the peer port and authenticates to the other
+    /// members' peer ports. An etcd serving certificate needs both too: etcd's JSON gateway
+    /// (`/v3/...` over HTTPS) dials etcd's own client port presenting the serving certificate,
+    /// and with client certificates required, one for servers only is refused there (etcd
+    /// issue 9785: the gateway answers nothing and etcd logs "rejected connection" warnings).
+    ServerAndClient,
 }
 
 /// A leaf certificate to issue.
@@ -279,7 +282,7 @@ impl CertificateAuthority {
         params.extended_key_usages = match spec.usage {
             LeafUsage::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
             LeafUsage::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
-            LeafUsage::Peer => vec![
+            LeafUsage::ServerAndClient => vec![
                 ExtendedKeyUsagePurpose::ServerAuth,
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],

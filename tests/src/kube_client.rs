@@ -68,3 +68,45 @@ pub async fn connect(kubeconfig: &Path, options: ClientOptions) -> Result<kube::
     }
     Ok(kube::Client::try_from(config)?)
 }
+
+/// An HTTPS client of etcd's JSON gateway (grpc-gateway, served on etcd's client port beside
+/// gRPC: `POST /v3/kv/range` and the like) at `endpoint` (`https://host:port`), trusting
+/// `ca_pem` and presenting `cert_pem`/`key_pem`. The same client stack as [`connect`]'s
+/// (hyper-util, HTTP/1.1 keep-alive over rustls), so the benches compare like with like.
+pub async fn etcd_gateway(
+    endpoint: &str,
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<kube::Client, ConnectError> {
+    use base64::Engine as _;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let b64 = |pem: &[u8]| base64::engine::general_purpose::STANDARD.encode(pem);
+    let path = format!("the etcd gateway at {endpoint}");
+    // JSON is YAML: the kubeconfig's own parser reads it.
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "etcd", "cluster": {
+            "server": endpoint,
+            "certificate-authority-data": b64(ca_pem),
+        }}],
+        "users": [{"name": "etcd", "user": {
+            "client-certificate-data": b64(cert_pem),
+            "client-key-data": b64(key_pem),
+        }}],
+        "contexts": [{"name": "etcd", "context": {"cluster": "etcd", "user": "etcd"}}],
+        "current-context": "etcd",
+    });
+    let kubeconfig =
+        Kubeconfig::from_yaml(&kubeconfig.to_string()).map_err(|source| ConnectError::Configure {
+            path: path.clone(),
+            source,
+        })?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| ConnectError::Configure { path, source })?;
+    // The gateway's 503 (its own connection to etcd failed) reaches the caller, not a retry.
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}

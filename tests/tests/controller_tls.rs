@@ -88,6 +88,49 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// etcd's JSON gateway (`/v3/...` over HTTPS) answers on every member of `status` with the
+/// identity `(ca, cert, key)`, and no member refused its own gateway: the gateway dials the
+/// member's client port presenting the serving certificate, which must be for client
+/// authentication too (etcd issue 9785).
+async fn json_gateway_answers_on_every_member(
+    op: &LocalOperator,
+    cluster: &str,
+    status: &Value,
+    identity: (&Path, &Path, &Path),
+) {
+    use base64::Engine as _;
+    let (ca, cert, key) = identity;
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    for (ep, name) in client_endpoints(status).iter().zip(member_names(status)) {
+        let gateway = etcd_operator_tests::kube_client::etcd_gateway(ep, &read(ca), &read(cert), &read(key))
+            .await
+            .unwrap();
+        let body = serde_json::json!({"key": base64::engine::general_purpose::STANDARD.encode("secret")});
+        let text = gateway
+            .request_text(
+                http::Request::post("/v3/kv/range")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .unwrap(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}'s JSON gateway at {ep}: {e}"));
+        let range: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            range["kvs"][0]["value"],
+            base64::engine::general_purpose::STANDARD.encode("kept"),
+            "{name}: {text}"
+        );
+        let log = std::fs::read_to_string(member_dir(op, cluster, &name).join("etcd.log")).unwrap();
+        assert!(
+            !log.contains("incompatible key usage"),
+            "{name} refused its own gateway's certificate: {}",
+            log.lines()
+                .find(|l| l.contains("incompatible key usage"))
+                .unwrap_or_default()
+        );
+    }
+}
+
 #[tokio::test]
 async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
     let op = LocalOperator::start().await.unwrap();
@@ -108,6 +151,7 @@ async fn auto_tls_on_both_planes_is_applied_checked_and_used_by_the_operator() {
         let health = etcdctl(ep, tls, &["endpoint", "health"]);
         assert!(health.status.success(), "{ep}: {}", text(&health));
     }
+    json_gateway_answers_on_every_member(&op, "secure", &s, (&ca, &cert, &key)).await;
     // Plain HTTP is refused, and so is TLS without a client certificate of the cluster's CA.
     let plain = eps[0].replacen("https://", "http://", 1);
     let out = etcdctl(&plain, None, &["get", "secret"]);

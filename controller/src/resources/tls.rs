@@ -452,7 +452,8 @@ pub fn certificate_resource() -> ApiResource {
 /// What a cert-manager Certificate is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CertificateUse {
-    /// A member's client plane: serving only.
+    /// A member's client plane: serving, and client authentication for etcd's JSON gateway,
+    /// which dials the member's own client port with it (see `LeafUsage::ServerAndClient`).
     Server,
     /// A member's peer plane: serving and authenticating to the other members.
     Peer,
@@ -463,8 +464,7 @@ pub enum CertificateUse {
 impl CertificateUse {
     fn usages(self) -> &'static [&'static str] {
         match self {
-            Self::Server => &["digital signature", "key encipherment", "server auth"],
-            Self::Peer => &[
+            Self::Server | Self::Peer => &[
                 "digital signature",
                 "key encipherment",
                 "server auth",

@@ -84,7 +84,10 @@ pub fn member_names(dns_names: &[String]) -> (Vec<String>, Vec<IpAddr>) {
     (dns, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)])
 }
 
-/// The serving certificate of a member's client plane.
+/// The serving certificate of a member's client plane. It is for client authentication too:
+/// etcd's JSON gateway dials the member's own client port with it (see
+/// [`LeafUsage::ServerAndClient`]). Certificates issued before it was (servers only) keep
+/// serving until their renewal; only the gateway refuses them.
 pub fn server_certificate(member: &str, dns_names: &[String]) -> LeafSpec {
     let (dns, ips) = member_names(dns_names);
     LeafSpec {
@@ -92,17 +95,15 @@ pub fn server_certificate(member: &str, dns_names: &[String]) -> LeafSpec {
         organizations: Vec::new(),
         dns_names: dns,
         ips,
-        usage: LeafUsage::Server,
+        usage: LeafUsage::ServerAndClient,
         validity: LEAF_VALIDITY,
     }
 }
 
 /// A member's peer certificate: it serves the peer port and authenticates to the other members.
+/// The same kind as the serving one, issued by the peer plane's CA.
 pub fn peer_certificate(member: &str, dns_names: &[String]) -> LeafSpec {
-    LeafSpec {
-        usage: LeafUsage::Peer,
-        ..server_certificate(member, dns_names)
-    }
+    server_certificate(member, dns_names)
 }
 
 /// The operator's client certificate toward a cluster's client plane.
@@ -215,7 +216,7 @@ mod tests {
     }
 
     #[test]
-    fn member_certificates_verify_for_every_name_and_peers_are_also_clients() {
+    fn member_certificates_verify_for_every_name_and_are_also_clients() {
         let ca = CertificateAuthority::generate("demo client CA", crate::tls::ca::CA_VALIDITY).unwrap();
         let names = vec!["demo-abcde.demo.ns.svc".to_string()];
         let server = ca.issue(&server_certificate("demo-abcde", &names)).unwrap();
@@ -226,10 +227,8 @@ mod tests {
             ServerName::try_from("127.0.0.1").unwrap(),
         ];
         ca.verify_server(&server.cert_pem, &all, now).unwrap();
-        assert!(
-            ca.verify_client(&server.cert_pem, now).is_err(),
-            "a serving certificate is no client"
-        );
+        // etcd's JSON gateway presents the serving certificate to its own client port.
+        ca.verify_client(&server.cert_pem, now).unwrap();
         assert!(
             ca.verify_server(&server.cert_pem, &[ServerName::try_from("other").unwrap()], now)
                 .is_err()

@@ -32,7 +32,8 @@ pub struct EtcdPki {
     pub dir: PathBuf,
     /// The CA (`ca.crt`, `ca.key`): trusted by etcd for clients and peers, and by the storage.
     pub ca: PemPair,
-    /// etcd's serving certificate (`server.crt`, `server.key`): `localhost`, `127.0.0.1`.
+    /// etcd's serving certificate (`server.crt`, `server.key`): `localhost`, `127.0.0.1`;
+    /// server and client authentication (etcd's JSON gateway presents it to etcd).
     pub server: PemPair,
     /// etcd's peer certificate (`peer.crt`, `peer.key`): server and client authentication.
     pub peer: PemPair,
@@ -82,18 +83,19 @@ pub fn ensure(dir: &Path) -> Result<EtcdPki, PkiError> {
         .filter_map(|d| ServerName::try_from(*d).ok())
         .chain(ips.iter().map(|ip| ServerName::from(*ip)))
         .collect();
-    let server_spec = LeafSpec::server(SERVER_NAME, &dns, &ips);
-    let server = pki::ensure_leaf(dir, "server", &ca, &server_spec, |pair| {
-        Ok(ca.verify_server(&pair.cert_pem, &server_names, now)?)
-    })?;
-    let peer_spec = LeafSpec {
-        usage: LeafUsage::Peer,
-        ..server_spec
+    // Serving and peer certificates are for both ends: etcd's JSON gateway dials the client
+    // port with the serving one (see `LeafUsage::ServerAndClient`). A serving certificate of
+    // an earlier release, for servers only, is issued again here, before etcd starts.
+    let spec = LeafSpec {
+        usage: LeafUsage::ServerAndClient,
+        ..LeafSpec::server(SERVER_NAME, &dns, &ips)
     };
-    let peer = pki::ensure_leaf(dir, "peer", &ca, &peer_spec, |pair| {
+    let both = |pair: &PemPair| {
         ca.verify_server(&pair.cert_pem, &server_names, now)?;
         Ok(ca.verify_client(&pair.cert_pem, now)?)
-    })?;
+    };
+    let server = pki::ensure_leaf(dir, "server", &ca, &spec, both)?;
+    let peer = pki::ensure_leaf(dir, "peer", &ca, &spec, both)?;
     let client = pki::ensure_leaf(dir, "client", &ca, &LeafSpec::client(CLIENT_USER, &[]), |pair| {
         Ok(ca.verify_client(&pair.cert_pem, now)?)
     })?;

@@ -593,6 +593,81 @@ async fn the_storage_reaches_the_backing_etcd_over_its_private_unix_socket() {
 }
 
 #[tokio::test]
+async fn the_backing_etcds_json_gateway_answers_and_etcd_rejects_no_connection_of_its_own() {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = BackingEtcd::start(etcd_options(dir.path())).await.unwrap();
+    let tls = etcd.client_tls().clone();
+    let gateway = etcd_operator_tests::kube_client::etcd_gateway(
+        etcd.endpoint(),
+        tls.ca_pem.as_bytes(),
+        tls.cert_pem.as_bytes(),
+        tls.key_pem.as_bytes(),
+    )
+    .await
+    .unwrap();
+    let post = |path: &str, body: serde_json::Value| {
+        let gateway = gateway.clone();
+        let request = http::Request::post(path)
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        async move { gateway.request_text(request).await }
+    };
+    // etcd's gateway dials etcd's own client port with the serving certificate: with one for
+    // servers only, etcd refuses it and the gateway answers 503 "connection error".
+    post(
+        "/v3/kv/put",
+        serde_json::json!({"key": b64(b"/gateway/a"), "value": b64(b"through the gateway")}),
+    )
+    .await
+    .unwrap();
+    let text = post("/v3/kv/range", serde_json::json!({"key": b64(b"/gateway/a")}))
+        .await
+        .unwrap();
+    let range: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(range["kvs"][0]["value"], b64(b"through the gateway"), "{text}");
+    let log = std::fs::read_to_string(etcd.log_path()).unwrap();
+    assert!(
+        !log.contains("rejected connection") && !log.contains("bad certificate"),
+        "etcd refused a connection: {}",
+        log.lines()
+            .filter(|l| l.contains("rejected connection") || l.contains("bad certificate"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    etcd.shutdown().await.unwrap();
+}
+
+#[test]
+fn a_serving_certificate_for_servers_only_is_issued_again_for_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki_dir = dir.path().join("pki");
+    let pki = etcd_pki::ensure(&pki_dir).unwrap();
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let now = SystemTime::now();
+    ca.verify_client(&pki.server.cert_pem, now).unwrap();
+    // What earlier releases issued: valid for a year, for servers only.
+    let old = ca
+        .issue(&LeafSpec::server(
+            etcd_pki::SERVER_NAME,
+            &["localhost"],
+            &[ip("127.0.0.1")],
+        ))
+        .unwrap();
+    assert!(ca.verify_client(&old.cert_pem, now).is_err());
+    std::fs::write(pki_dir.join("server.crt"), &old.cert_pem).unwrap();
+    std::fs::write(pki_dir.join("server.key"), &old.key_pem).unwrap();
+    let again = etcd_pki::ensure(&pki_dir).unwrap();
+    assert_ne!(again.server.cert_pem, old.cert_pem);
+    ca.verify_client(&again.server.cert_pem, now).unwrap();
+    ca.verify_server(&again.server.cert_pem, &[ServerName::from(ip("127.0.0.1"))], now)
+        .unwrap();
+    assert_eq!(again.peer, pki.peer, "the peer certificate was good and is kept");
+}
+
+#[tokio::test]
 async fn a_backing_etcd_in_a_directory_too_deep_for_a_socket_serves_the_storage_over_tls() {
     let dir = tempfile::tempdir().unwrap();
     // `DIR/etcd/client.sock:0` longer than the 107 bytes a socket's path can hold.
@@ -928,10 +1003,8 @@ fn the_backing_etcd_certificates_verify_for_loopback_and_their_usage() {
     ca.verify_server(&pki.peer.cert_pem, &names, now).unwrap();
     ca.verify_client(&pki.peer.cert_pem, now).unwrap();
     ca.verify_client(&pki.client.cert_pem, now).unwrap();
-    assert!(
-        ca.verify_client(&pki.server.cert_pem, now).is_err(),
-        "serving only"
-    );
+    // etcd's JSON gateway presents the serving certificate to etcd's own client port.
+    ca.verify_client(&pki.server.cert_pem, now).unwrap();
     assert!(
         ca.verify_server(&pki.client.cert_pem, &names, now).is_err(),
         "client only"
