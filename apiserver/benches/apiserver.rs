@@ -17,7 +17,10 @@
 //! (extra arguments for `etcd-operator local`), `BENCH_WITH_CONTROLLER` (set: leave the
 //! controller on), `BENCH_ONLY_LOAD` (set: stop once the 10,000 objects are stored, for a heap
 //! profile, printing the RSS then and once more after the watch cache's event retention; set
-//! to `delete`: then delete them all and print the RSS once their events are gone too) and `BENCH_ONLY_HUGE` (set: only the huge-label admission figures, issue 26 item 4).
+//! to `delete`: then delete them all and print the RSS once their events are gone too),
+//! `BENCH_LOAD_CLIENTS` (how many clients create the 10,000 objects, default 32: 1 makes the
+//! load a profile of the one-client path) and `BENCH_ONLY_HUGE` (set: only the huge-label
+//! admission figures, issue 26 item 4).
 
 // A bench is test code: a failed unwrap is a bench failure with its location, and printing the
 // figures is its purpose.
@@ -260,6 +263,7 @@ impl RssSampler {
 }
 
 /// Latencies and wall time of one measured phase.
+#[derive(Clone)]
 struct Stats {
     ops: usize,
     wall: Duration,
@@ -417,7 +421,9 @@ fn build_release_binary() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("cargo build reported no etcd-operator executable"))
 }
 
-async fn start_server(binary: &Path) -> anyhow::Result<(Server, kube::Client, etcd_client::Client)> {
+async fn start_server(
+    binary: &Path,
+) -> anyhow::Result<(Server, kube::Client, etcd_client::Client, kube::Client)> {
     let state = tempfile::Builder::new()
         .prefix("etcd-operator-bench-")
         .tempdir()?;
@@ -454,11 +460,11 @@ async fn start_server(binary: &Path) -> anyhow::Result<(Server, kube::Client, et
         server.check_alive()?;
         if kubeconfig.is_file() && ports_file.is_file() {
             match connect(&kubeconfig, &ports_file).await {
-                Ok((client, etcd)) => match client
+                Ok((client, etcd, gateway)) => match client
                     .request_text(http::Request::get("/readyz").body(Vec::new())?)
                     .await
                 {
-                    Ok(_) => return Ok((server, client, etcd)),
+                    Ok(_) => return Ok((server, client, etcd, gateway)),
                     Err(e) => last = e.to_string(),
                 },
                 Err(e) => last = e.to_string(),
@@ -472,10 +478,11 @@ async fn start_server(binary: &Path) -> anyhow::Result<(Server, kube::Client, et
     )
 }
 
+/// The server's client, the raw etcd-client and an HTTPS client of etcd's JSON gateway.
 async fn connect(
     kubeconfig: &Path,
     ports_file: &Path,
-) -> anyhow::Result<(kube::Client, etcd_client::Client)> {
+) -> anyhow::Result<(kube::Client, etcd_client::Client, kube::Client)> {
     let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     let client = kube::Client::try_from(config)?;
@@ -493,7 +500,24 @@ async fn connect(
     let options = etcd_operator_tests::operator::backing_etcd_connect_options(state_dir)
         .ok_or_else(|| anyhow!("no client certificate under {}/etcd/pki", state_dir.display()))?;
     let etcd = etcd_client::Client::connect([format!("https://127.0.0.1:{port}")], Some(options)).await?;
-    Ok((client, etcd))
+    let gateway = gateway_client(state_dir, port).await?;
+    Ok((client, etcd, gateway))
+}
+
+/// An HTTPS client of the backing etcd's JSON gateway (grpc-gateway, served on its client port
+/// beside gRPC): the baseline issue 24 measured raw etcd with. It is the same client stack as
+/// the server's (kube::Client), with the backing etcd's CA and client certificate.
+async fn gateway_client(state_dir: &Path, port: u64) -> anyhow::Result<kube::Client> {
+    let pki = state_dir.join("etcd").join("pki");
+    let read =
+        |name: &str| std::fs::read(pki.join(name)).with_context(|| format!("read {}/{name}", pki.display()));
+    Ok(etcd_operator_tests::kube_client::etcd_gateway(
+        &format!("https://127.0.0.1:{port}"),
+        &read("ca.crt")?,
+        &read("client.crt")?,
+        &read("client.key")?,
+    )
+    .await?)
 }
 
 /// Everything the phases share.
@@ -501,6 +525,8 @@ async fn connect(
 struct Ctx {
     client: kube::Client,
     etcd: etcd_client::Client,
+    /// etcd's JSON gateway over HTTPS (the issue's raw etcd baseline).
+    gateway: kube::Client,
     /// The stored bytes of one server-created object, as a template for raw etcd values.
     template: Arc<Value>,
 }
@@ -559,6 +585,55 @@ async fn raw_create(ctx: &Ctx, ns: &str, clients: usize, n: usize) -> anyhow::Re
             ensure!(resp.succeeded(), "raw create of {key}: the key exists");
             Ok(resp.header().map_or(0, |h| h.revision()))
         }
+    })
+    .await
+}
+
+/// One compare-and-put transaction through etcd's JSON gateway (`POST /v3/kv/txn`, proto3 JSON:
+/// bytes in base64, 64-bit integers as strings, a false `succeeded` left out): `If(mod_revision
+/// == rev) Put Else Get`, as `raw_create` and `raw_update` send over gRPC. Returns the revision.
+async fn gateway_txn(gateway: &kube::Client, key: &str, value: &[u8], rev: i64) -> anyhow::Result<i64> {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let body = json!({
+        "compare": [{"key": b64(key.as_bytes()), "result": "EQUAL", "target": "MOD", "mod_revision": rev.to_string()}],
+        "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value)}}],
+        "failure": [{"request_range": {"key": b64(key.as_bytes())}}],
+    });
+    let text = gateway
+        .request_text(http::Request::post("/v3/kv/txn").body(serde_json::to_vec(&body)?)?)
+        .await
+        .with_context(|| format!("etcd gateway txn on {key}"))?;
+    let resp: Value = serde_json::from_str(&text).with_context(|| format!("etcd gateway answer: {text}"))?;
+    ensure!(
+        resp["succeeded"] == json!(true),
+        "etcd gateway txn on {key}: revision {rev} is stale ({text})"
+    );
+    resp["header"]["revision"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .ok_or_else(|| anyhow!("etcd gateway txn on {key}: no revision in {text}"))
+}
+
+/// Creates (`revs` None: `mod_revision == 0`) or updates (with the revisions the last write
+/// returned) `n` keys through etcd's JSON gateway; returns the new revisions.
+async fn gateway_write(
+    ctx: &Ctx,
+    ns: &str,
+    clients: usize,
+    n: usize,
+    revs: Option<Arc<Vec<i64>>>,
+    round: usize,
+) -> anyhow::Result<(Stats, Vec<i64>)> {
+    let c = ctx.clone();
+    let ns = ns.to_string();
+    run_ops(clients, n, move |i| {
+        let c = c.clone();
+        let name = format!("obj-{i}");
+        let key = format!("{RAW_PREFIX}gateway-{ns}/{name}");
+        let value = c.raw_value(&ns, &name, i + round * 1_000_000);
+        let rev = revs.as_ref().map_or(0, |r| r[i]);
+        async move { gateway_txn(&c.gateway, &key, &value, rev).await }
     })
     .await
 }
@@ -1199,8 +1274,8 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let started = Instant::now();
     let binary = build_release_binary()?;
-    let (mut server, client, etcd) = start_server(&binary).await?;
-    let result = Box::pin(run(&mut server, client, etcd)).await;
+    let (mut server, client, etcd, gateway) = start_server(&binary).await?;
+    let result = Box::pin(run(&mut server, client, etcd, gateway)).await;
     let alive = server.check_alive();
     // Keep the server's log for a look after the run.
     let kept = workspace_root()
@@ -1368,7 +1443,12 @@ async fn huge_labels_phase(ctx: &Ctx, meter: CpuMeter) -> anyhow::Result<String>
 }
 
 #[allow(clippy::large_futures)]
-async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Client) -> anyhow::Result<()> {
+async fn run(
+    server: &mut Server,
+    client: kube::Client,
+    etcd: etcd_client::Client,
+    gateway: kube::Client,
+) -> anyhow::Result<()> {
     let pid = server.pid();
     let ports: Value = serde_json::from_str(&std::fs::read_to_string(
         server.state.path().join("etcd").join("ports.json"),
@@ -1437,6 +1517,7 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     let ctx = Ctx {
         client: client.clone(),
         etcd: etcd.clone(),
+        gateway,
         template: Arc::new(template),
     };
 
@@ -1489,12 +1570,18 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
 
     // ---- 10,000 objects: memory, list from the cache and consistent, 32 concurrent lists.
     let big = scaled(BIG_LIST);
-    progress(&format!("creating {big} objects through the server (32 clients)"));
-    let (load, _) = server_create(&ctx, "bench-10k", 32, names("ec", big)).await?;
+    let load_clients: usize = std::env::var("BENCH_LOAD_CLIENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(32);
+    progress(&format!(
+        "creating {big} objects through the server ({load_clients} clients)"
+    ));
+    let (load, _) = server_create(&ctx, "bench-10k", load_clients, names("ec", big)).await?;
     let settled = settle(&etcd).await?;
     let _ = writeln!(
         header,
-        "loaded {big} objects through the server in {:.1} s ({:.0} creates/s, 32 clients); then {:.1} s until etcd was quiet",
+        "loaded {big} objects through the server in {:.1} s ({:.0} creates/s, {load_clients} clients); then {:.1} s until etcd was quiet",
         load.wall.as_secs_f64(),
         load.rate(),
         settled.as_secs_f64()
@@ -1614,6 +1701,9 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
 
     // ---- Throughput and latency at 1 and 32 concurrent clients.
     let mut rows = Vec::new();
+    // The same server writes against etcd's JSON gateway over HTTPS, as issue 24 measured raw
+    // etcd (its figures' baseline); `rows` keep etcd-client over gRPC, the stricter one.
+    let mut gateway_rows = Vec::new();
     let mut notes = Vec::new();
     let small = scaled(SMALL_LIST);
     server_create(&ctx, "bench-list", 8, names("ls", small)).await?;
@@ -1632,6 +1722,18 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
             .measure(server_create(&ctx, &ns, clients, Arc::clone(&obj_names)))
             .await?;
         let ((r_create, revs), raw_cpu) = meter.measure(raw_create(&ctx, &ns, clients, n)).await?;
+        let ((g_create, g_revs), gateway_cpu) = meter
+            .measure(gateway_write(&ctx, &ns, clients, n, None, 0))
+            .await?;
+        gateway_rows.push(Row {
+            op: "create (POST | gateway txn mod_rev==0)",
+            clients,
+            server: s_create.clone(),
+            raw: g_create,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu: gateway_cpu,
+        });
         rows.push(Row {
             op: "create (POST | txn mod_rev==0 put)",
             clients,
@@ -1657,6 +1759,18 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         let ((r_update, revs), raw_cpu) = meter
             .measure(raw_update(&ctx, &ns, clients, Arc::new(revs), 1))
             .await?;
+        let ((g_update, g_revs), gateway_cpu) = meter
+            .measure(gateway_write(&ctx, &ns, clients, n, Some(Arc::new(g_revs)), 1))
+            .await?;
+        gateway_rows.push(Row {
+            op: "update (PUT with rv | gateway txn)",
+            clients,
+            server: s_update.clone(),
+            raw: g_update,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu: gateway_cpu,
+        });
         if conflicts > 0 {
             notes.push(format!(
                 "update PUT, {clients} client(s): {conflicts} of {n} PUTs got 409 (object changed since the create) and were retried after a GET"
@@ -1686,6 +1800,18 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
         let ((r_update2, _), raw_cpu) = meter
             .measure(raw_update(&ctx, &ns, clients, Arc::new(revs), 2))
             .await?;
+        let ((g_update2, _), gateway_cpu) = meter
+            .measure(gateway_write(&ctx, &ns, clients, n, Some(Arc::new(g_revs)), 2))
+            .await?;
+        gateway_rows.push(Row {
+            op: "update (merge PATCH | gateway txn)",
+            clients,
+            server: s_patch.clone(),
+            raw: g_update2,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu: gateway_cpu,
+        });
         rows.push(Row {
             op: "update (merge PATCH | txn mod_rev==rv)",
             clients,
@@ -1831,6 +1957,16 @@ async fn run(server: &mut Server, client: kube::Client, etcd: etcd_client::Clien
     );
     println!("{} | {:<51} | raw etcd", " ".repeat(43), "through the server");
     print!("{}", cpu_table(&rows));
+    println!(
+        "\n== the server's writes against raw etcd through its JSON gateway (POST /v3/kv/txn over HTTPS keep-alive,\n   mutual TLS, the same kube::Client stack as the server's clients): issue 24's baseline; the same server\n   phases as above, each gateway phase run right after the gRPC one on its own keys"
+    );
+    print!("{}", table(&gateway_rows));
+    println!(
+        "{} | {:<51} | raw etcd (JSON gateway)",
+        " ".repeat(43),
+        "through the server"
+    );
+    print!("{}", cpu_table(&gateway_rows));
 
     println!(
         "\n== listing {big} objects ({:.1} MB as served JSON, {:.1} MB of values in etcd); {reps} sequential requests each",
