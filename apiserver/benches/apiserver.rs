@@ -421,6 +421,50 @@ fn build_release_binary() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("cargo build reported no etcd-operator executable"))
 }
 
+/// An etcd of the backing etcd's release serving plain HTTP on loopback, with fsync as the
+/// backing etcd has it (the test suites' `TestEtcd` runs without), its data in the same file
+/// system as the server's state: the cheaper reading of the issue's "plain etcd" baseline.
+struct PlainEtcd {
+    process: TestProcess,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PlainEtcd {
+    async fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("etcd-plain-bench-").tempdir()?;
+        let ports = ports::free_ports(2)?;
+        let (client, peer) = (
+            format!("http://127.0.0.1:{}", ports[0]),
+            format!("http://127.0.0.1:{}", ports[1]),
+        );
+        let mut cmd = Command::new(tools::etcd(EtcdVersion::V3_5_34).map_err(|e| anyhow!("{e}"))?);
+        cmd.arg("--name=plain")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=plain={peer}"));
+        let process = TestProcess::spawn("plain etcd", cmd, &dir.path().join("etcd.log"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match etcd_kv_requests(ports[0]).await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => {
+                    bail!("the plain etcd did not serve /metrics in 30 s: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        Ok(Self {
+            process,
+            port: ports[0],
+            _dir: dir,
+        })
+    }
+}
+
 async fn start_server(
     binary: &Path,
 ) -> anyhow::Result<(Server, kube::Client, etcd_client::Client, kube::Client)> {
@@ -616,9 +660,10 @@ async fn gateway_txn(gateway: &kube::Client, key: &str, value: &[u8], rev: i64) 
 }
 
 /// Creates (`revs` None: `mod_revision == 0`) or updates (with the revisions the last write
-/// returned) `n` keys through etcd's JSON gateway; returns the new revisions.
+/// returned) `n` keys through an etcd JSON gateway; returns the new revisions.
 async fn gateway_write(
     ctx: &Ctx,
+    gateway: &kube::Client,
     ns: &str,
     clients: usize,
     n: usize,
@@ -626,16 +671,65 @@ async fn gateway_write(
     round: usize,
 ) -> anyhow::Result<(Stats, Vec<i64>)> {
     let c = ctx.clone();
+    let gateway = gateway.clone();
     let ns = ns.to_string();
     run_ops(clients, n, move |i| {
-        let c = c.clone();
+        let gateway = gateway.clone();
         let name = format!("obj-{i}");
         let key = format!("{RAW_PREFIX}gateway-{ns}/{name}");
         let value = c.raw_value(&ns, &name, i + round * 1_000_000);
         let rev = revs.as_ref().map_or(0, |r| r[i]);
-        async move { gateway_txn(&c.gateway, &key, &value, rev).await }
+        async move { gateway_txn(&gateway, &key, &value, rev).await }
     })
     .await
+}
+
+/// A raw etcd reached through its JSON gateway, the baseline issue 24 measured with, and the
+/// rows of the server's writes against it.
+struct Gateway {
+    /// What the table's header says it is.
+    title: &'static str,
+    client: kube::Client,
+    /// Meters that etcd (the backing one, or a separate plain one) with the server and bench.
+    meter: CpuMeter,
+    rows: Vec<Row>,
+    /// The revisions its last write phase returned, for the next update.
+    revs: Vec<i64>,
+}
+
+/// The write phase `round` (0: the creates, then updates with the revisions the last phase
+/// returned) through every gateway, each right after the server's phase it is compared with.
+#[allow(clippy::too_many_arguments)]
+async fn gateway_phases(
+    ctx: &Ctx,
+    gateways: &mut [Gateway],
+    op: &'static str,
+    ns: &str,
+    clients: usize,
+    round: usize,
+    server: &Stats,
+    server_cpu: CpuUse,
+) -> anyhow::Result<()> {
+    for g in gateways {
+        let revs = (round > 0).then(|| Arc::new(std::mem::take(&mut g.revs)));
+        let ((stats, revs), cpu) = g
+            .meter
+            .measure(gateway_write(
+                ctx, &g.client, ns, clients, server.ops, revs, round,
+            ))
+            .await?;
+        g.revs = revs;
+        g.rows.push(Row {
+            op,
+            clients,
+            server: server.clone(),
+            raw: stats,
+            target: Some(0.8),
+            server_cpu,
+            raw_cpu: cpu,
+        });
+    }
+    Ok(())
 }
 
 /// Deletes every object of the bench's namespaces through the server, 32 clients at a time.
@@ -1701,9 +1795,34 @@ async fn run(
 
     // ---- Throughput and latency at 1 and 32 concurrent clients.
     let mut rows = Vec::new();
-    // The same server writes against etcd's JSON gateway over HTTPS, as issue 24 measured raw
-    // etcd (its figures' baseline); `rows` keep etcd-client over gRPC, the stricter one.
-    let mut gateway_rows = Vec::new();
+    // The same server writes against etcd's JSON gateway, as issue 24 measured raw etcd (its
+    // figures' baseline; `rows` keep etcd-client over gRPC, the stricter one): the backing
+    // etcd's over HTTPS with its client certificate, and a separate etcd of the same release
+    // serving plain HTTP on loopback (the issue does not say whether its etcd served TLS; this
+    // is the cheaper reading, with no TLS on either of the gateway's hops).
+    let plain = PlainEtcd::start().await?;
+    let mut plain_config = kube::Config::new(format!("http://127.0.0.1:{}", plain.port).parse()?);
+    plain_config.default_retry = false;
+    let mut gateways = vec![
+        Gateway {
+            title: "raw etcd through its JSON gateway: the backing etcd, HTTPS keep-alive with mutual TLS",
+            client: ctx.gateway.clone(),
+            meter,
+            rows: Vec::new(),
+            revs: Vec::new(),
+        },
+        Gateway {
+            title: "raw etcd through its JSON gateway: a separate etcd (same release, data in the same file system), plain HTTP keep-alive",
+            client: kube::Client::try_from(plain_config)?,
+            meter: CpuMeter {
+                etcd: plain.process.pid(),
+                metrics_port: plain.port,
+                ..meter
+            },
+            rows: Vec::new(),
+            revs: Vec::new(),
+        },
+    ];
     let mut notes = Vec::new();
     let small = scaled(SMALL_LIST);
     server_create(&ctx, "bench-list", 8, names("ls", small)).await?;
@@ -1722,18 +1841,8 @@ async fn run(
             .measure(server_create(&ctx, &ns, clients, Arc::clone(&obj_names)))
             .await?;
         let ((r_create, revs), raw_cpu) = meter.measure(raw_create(&ctx, &ns, clients, n)).await?;
-        let ((g_create, g_revs), gateway_cpu) = meter
-            .measure(gateway_write(&ctx, &ns, clients, n, None, 0))
-            .await?;
-        gateway_rows.push(Row {
-            op: "create (POST | gateway txn mod_rev==0)",
-            clients,
-            server: s_create.clone(),
-            raw: g_create,
-            target: Some(0.8),
-            server_cpu,
-            raw_cpu: gateway_cpu,
-        });
+        let op = "create (POST | gateway txn mod_rev==0)";
+        gateway_phases(&ctx, &mut gateways, op, &ns, clients, 0, &s_create, server_cpu).await?;
         rows.push(Row {
             op: "create (POST | txn mod_rev==0 put)",
             clients,
@@ -1759,18 +1868,8 @@ async fn run(
         let ((r_update, revs), raw_cpu) = meter
             .measure(raw_update(&ctx, &ns, clients, Arc::new(revs), 1))
             .await?;
-        let ((g_update, g_revs), gateway_cpu) = meter
-            .measure(gateway_write(&ctx, &ns, clients, n, Some(Arc::new(g_revs)), 1))
-            .await?;
-        gateway_rows.push(Row {
-            op: "update (PUT with rv | gateway txn)",
-            clients,
-            server: s_update.clone(),
-            raw: g_update,
-            target: Some(0.8),
-            server_cpu,
-            raw_cpu: gateway_cpu,
-        });
+        let op = "update (PUT with rv | gateway txn)";
+        gateway_phases(&ctx, &mut gateways, op, &ns, clients, 1, &s_update, server_cpu).await?;
         if conflicts > 0 {
             notes.push(format!(
                 "update PUT, {clients} client(s): {conflicts} of {n} PUTs got 409 (object changed since the create) and were retried after a GET"
@@ -1800,18 +1899,8 @@ async fn run(
         let ((r_update2, _), raw_cpu) = meter
             .measure(raw_update(&ctx, &ns, clients, Arc::new(revs), 2))
             .await?;
-        let ((g_update2, _), gateway_cpu) = meter
-            .measure(gateway_write(&ctx, &ns, clients, n, Some(Arc::new(g_revs)), 2))
-            .await?;
-        gateway_rows.push(Row {
-            op: "update (merge PATCH | gateway txn)",
-            clients,
-            server: s_patch.clone(),
-            raw: g_update2,
-            target: Some(0.8),
-            server_cpu,
-            raw_cpu: gateway_cpu,
-        });
+        let op = "update (merge PATCH | gateway txn)";
+        gateway_phases(&ctx, &mut gateways, op, &ns, clients, 2, &s_patch, server_cpu).await?;
         rows.push(Row {
             op: "update (merge PATCH | txn mod_rev==rv)",
             clients,
@@ -1957,16 +2046,19 @@ async fn run(
     );
     println!("{} | {:<51} | raw etcd", " ".repeat(43), "through the server");
     print!("{}", cpu_table(&rows));
-    println!(
-        "\n== the server's writes against raw etcd through its JSON gateway (POST /v3/kv/txn over HTTPS keep-alive,\n   mutual TLS, the same kube::Client stack as the server's clients): issue 24's baseline; the same server\n   phases as above, each gateway phase run right after the gRPC one on its own keys"
-    );
-    print!("{}", table(&gateway_rows));
-    println!(
-        "{} | {:<51} | raw etcd (JSON gateway)",
-        " ".repeat(43),
-        "through the server"
-    );
-    print!("{}", cpu_table(&gateway_rows));
+    for g in &gateways {
+        println!(
+            "\n== the server's writes (the same phases as above) against {}:\n   POST /v3/kv/txn, the same kube::Client stack as the server's clients; issue 24's baseline; each\n   gateway phase runs right after the gRPC one, on its own keys",
+            g.title
+        );
+        print!("{}", table(&g.rows));
+        println!(
+            "{} | {:<51} | raw etcd (JSON gateway)",
+            " ".repeat(43),
+            "through the server"
+        );
+        print!("{}", cpu_table(&g.rows));
+    }
 
     println!(
         "\n== listing {big} objects ({:.1} MB as served JSON, {:.1} MB of values in etcd); {reps} sequential requests each",
