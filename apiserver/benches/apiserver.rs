@@ -423,50 +423,6 @@ fn build_release_binary() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("cargo build reported no etcd-operator executable"))
 }
 
-/// An etcd of the backing etcd's release serving plain HTTP on loopback, with fsync as the
-/// backing etcd has it (the test suites' `TestEtcd` runs without), its data in the same file
-/// system as the server's state: the cheaper reading of the issue's "plain etcd" baseline.
-struct PlainEtcd {
-    process: TestProcess,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl PlainEtcd {
-    async fn start() -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("etcd-plain-bench-").tempdir()?;
-        let ports = ports::free_ports(2)?;
-        let (client, peer) = (
-            format!("http://127.0.0.1:{}", ports[0]),
-            format!("http://127.0.0.1:{}", ports[1]),
-        );
-        let mut cmd = Command::new(tools::etcd(EtcdVersion::V3_5_34).map_err(|e| anyhow!("{e}"))?);
-        cmd.arg("--name=plain")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client}"))
-            .arg(format!("--advertise-client-urls={client}"))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=plain={peer}"));
-        let process = TestProcess::spawn("plain etcd", cmd, &dir.path().join("etcd.log"))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match etcd_kv_requests(ports[0]).await {
-                Ok(_) => break,
-                Err(e) if Instant::now() > deadline => {
-                    bail!("the plain etcd did not serve /metrics in 30 s: {e}")
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        Ok(Self {
-            process,
-            port: ports[0],
-            _dir: dir,
-        })
-    }
-}
-
 async fn start_server(
     binary: &Path,
 ) -> anyhow::Result<(Server, kube::Client, etcd_client::Client, kube::Client)> {
@@ -1814,8 +1770,18 @@ async fn run(
     // etcd's over HTTPS with its client certificate, and a separate etcd of the same release
     // serving plain HTTP on loopback (the issue does not say whether its etcd served TLS; this
     // is the cheaper reading, with no TLS on either of the gateway's hops).
-    let plain = PlainEtcd::start().await?;
-    let mut plain_config = kube::Config::new(format!("http://127.0.0.1:{}", plain.port).parse()?);
+    // With fsync, as the backing etcd has it (the suites' `TestEtcd::start` runs without); its
+    // data in the same file system as the server's state.
+    let plain = etcd_operator_tests::TestEtcd::start_durable(EtcdVersion::V3_5_34)
+        .await
+        .map_err(|e| anyhow!("start a plain etcd for the gateway baseline: {e}"))?;
+    let plain_port: u16 = plain
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| anyhow!("no port in {}", plain.endpoint()))?;
+    let mut plain_config = kube::Config::new(plain.endpoint().parse()?);
     plain_config.default_retry = false;
     let mut gateways = vec![
         Gateway {
@@ -1829,8 +1795,8 @@ async fn run(
             title: "raw etcd through its JSON gateway: a separate etcd (same release, data in the same file system), plain HTTP keep-alive",
             client: kube::Client::try_from(plain_config)?,
             meter: CpuMeter {
-                etcd: plain.process.pid(),
-                metrics_port: plain.port,
+                etcd: plain.pid(),
+                metrics_port: plain_port,
                 ..meter
             },
             rows: Vec::new(),
@@ -2002,49 +1968,40 @@ async fn run(
         server.check_alive()?;
     }
 
-    // ---- Watch delivery with many watchers: every write reaches each of them.
+    // ---- Watch delivery with many watchers: every write reaches each of them. With 8 writers,
+    // then with one writer, one write at a time: the delivery itself, without the queue that 8
+    // concurrent writers build in front of each write (the issue does not say how many writers
+    // its figures had).
     let many = scaled(WATCH_MANY);
-    settle(&etcd).await?;
-    progress(&format!("watch with {many} watchers"));
     let events = scaled(200);
-    let ((s_many, _), server_cpu) = meter
-        .measure(server_watch(&ctx, many, events, WATCH_WRITERS))
-        .await?;
-    let ((r_many, _), raw_cpu) = meter
-        .measure(raw_watch(&ctx, many, events, WATCH_WRITERS))
-        .await?;
-    let watch_many = (
-        s_many.pct(0.5),
-        s_many.pct(0.99),
-        r_many.pct(0.5),
-        r_many.pct(0.99),
-    );
-    rows.push(Row {
-        op: "watch (write -> event at each watcher)",
-        clients: many,
-        server: s_many,
-        raw: r_many,
-        target: None,
-        server_cpu,
-        raw_cpu,
-    });
-    // The same watchers with one writer, one write at a time: the delivery itself, without the
-    // queue that 8 concurrent writers build in front of each write (the issue does not say how
-    // many writers its figures had).
-    settle(&etcd).await?;
-    progress(&format!("watch with {many} watchers, one writer"));
-    let ((s_one, _), server_cpu) = meter.measure(server_watch(&ctx, many, events, 1)).await?;
-    let ((r_one, _), raw_cpu) = meter.measure(raw_watch(&ctx, many, events, 1)).await?;
-    let watch_one = (s_one.pct(0.5), s_one.pct(0.99), r_one.pct(0.5), r_one.pct(0.99));
-    rows.push(Row {
-        op: "watch, 1 writer (write -> event)",
-        clients: many,
-        server: s_one,
-        raw: r_one,
-        target: None,
-        server_cpu,
-        raw_cpu,
-    });
+    let mut watch_many = Vec::new();
+    for (writers, op) in [
+        (WATCH_WRITERS, "watch (write -> event at each watcher)"),
+        (1, "watch, 1 writer (write -> event)"),
+    ] {
+        settle(&etcd).await?;
+        progress(&format!("watch with {many} watchers, {writers} writer(s)"));
+        let ((s_many, _), server_cpu) = meter.measure(server_watch(&ctx, many, events, writers)).await?;
+        let ((r_many, _), raw_cpu) = meter.measure(raw_watch(&ctx, many, events, writers)).await?;
+        watch_many.push((
+            writers,
+            (
+                s_many.pct(0.5),
+                s_many.pct(0.99),
+                r_many.pct(0.5),
+                r_many.pct(0.99),
+            ),
+        ));
+        rows.push(Row {
+            op,
+            clients: many,
+            server: s_many,
+            raw: r_many,
+            target: None,
+            server_cpu,
+            raw_cpu,
+        });
+    }
     server.check_alive()?;
     settle(&etcd).await?;
     let rss_end = rss_kib(pid)?;
@@ -2205,7 +2162,7 @@ async fn run(
         mib(etcd_rss_deleted)
     );
     println!("\n== watch delivery with {many} watchers (write issued → event decoded at each watcher)");
-    for (writers, (sp50, sp99, rp50, rp99)) in [(WATCH_WRITERS, watch_many), (1, watch_one)] {
+    for (writers, (sp50, sp99, rp50, rp99)) in watch_many {
         println!(
             "{writers} writer(s): server p50 {:.1} ms, p99 {:.1} ms (targets ≤ 5 ms: {}, ≤ 20 ms: {}); raw etcd p50 {:.1} ms, p99 {:.1} ms",
             ms(sp50),

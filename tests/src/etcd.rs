@@ -55,13 +55,23 @@ pub struct TestEtcd {
 }
 
 impl TestEtcd {
-    /// Starts etcd `version` and waits until it serves requests.
+    /// Starts etcd `version` and waits until it serves requests. It runs without fsync (3.5 and
+    /// later): tests need no durability, and this keeps them fast on slow disks.
     pub async fn start(version: EtcdVersion) -> Result<Self, StartEtcdError> {
+        Self::start_with(version, false).await
+    }
+
+    /// Starts etcd `version` with fsync, as etcd runs in production: a baseline for benches.
+    pub async fn start_durable(version: EtcdVersion) -> Result<Self, StartEtcdError> {
+        Self::start_with(version, true).await
+    }
+
+    async fn start_with(version: EtcdVersion, fsync: bool) -> Result<Self, StartEtcdError> {
         let binary = tools::etcd(version)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::start_once(version, &binary).await {
+            match Self::start_once(version, &binary, fsync).await {
                 Err(StartEtcdError::Exited { log, .. })
                     if attempt < START_ATTEMPTS && log.contains("address already in use") =>
                 {
@@ -72,7 +82,7 @@ impl TestEtcd {
         }
     }
 
-    async fn start_once(version: EtcdVersion, binary: &Path) -> Result<Self, StartEtcdError> {
+    async fn start_once(version: EtcdVersion, binary: &Path, fsync: bool) -> Result<Self, StartEtcdError> {
         let dir = tempfile::Builder::new().prefix("etcd-test-").tempdir()?;
         let ports = crate::ports::free_ports(2)?;
         let client_url = format!("http://127.0.0.1:{}", ports[0]);
@@ -89,8 +99,8 @@ impl TestEtcd {
             // Tests do not need fsync durability; this keeps them fast on slow disks.
             .arg("--unsafe-no-fsync")
             .env_remove("ETCDCTL_API");
-        // 3.4 has no --unsafe-no-fsync.
-        if version == EtcdVersion::V3_4_23 {
+        // 3.4 has no --unsafe-no-fsync; a durable etcd goes without it.
+        if fsync || version == EtcdVersion::V3_4_23 {
             cmd = strip_arg(cmd, "--unsafe-no-fsync");
         }
         let process = TestProcess::spawn(format!("etcd {version}"), cmd, &dir.path().join("etcd.log"))?;
