@@ -227,11 +227,15 @@ pub struct BackingEtcdOptions {
     pub stop_timeout: Duration,
     /// Further environment for the etcd process (tests mark their processes this way).
     pub extra_env: Vec<(OsString, OsString)>,
+    /// How often the supervisor checks the certificates while etcd runs, and issues again in
+    /// place what expires within 30 days (etcd reads its certificate files at each new TLS
+    /// connection, so it serves the new ones without a restart).
+    pub certificate_check_interval: Duration,
 }
 
 impl BackingEtcdOptions {
     /// Defaults: 4 GiB quota, 4 MiB requests, 5 minutes to start (progress every 10 s), 5 s to
-    /// stop.
+    /// stop, the certificates checked every 12 hours while etcd runs.
     pub fn new(dir: PathBuf, binary: PathBuf) -> Self {
         Self {
             dir,
@@ -242,6 +246,7 @@ impl BackingEtcdOptions {
             progress_interval: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(5),
             extra_env: Vec::new(),
+            certificate_check_interval: Duration::from_secs(12 * 3600),
         }
     }
 }

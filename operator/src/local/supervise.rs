@@ -2,7 +2,9 @@
 //! reaped, never left `<defunct>`), logs its exit loudly, and starts it again with backoff on the
 //! same data directory and the same ports, until local mode stops. While etcd is down the API
 //! answers errors and `/readyz` is not ready (its storage probe fails); the storage client's
-//! channel reconnects by itself once etcd serves again on the same endpoint.
+//! channel reconnects by itself once etcd serves again on the same endpoint. While etcd runs the
+//! supervisor also checks its certificates on an interval and issues again, in place, those
+//! about to expire: etcd reads its certificate files at each new TLS connection.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use etcd_operator_controller::tls::member::ClientTls;
 
-use super::backing_etcd::{BackingEtcd, BackingEtcdError, BackingEtcdOptions, EtcdPorts};
+use super::backing_etcd::{self, BackingEtcd, BackingEtcdError, BackingEtcdOptions, EtcdPorts};
+use super::etcd_pki;
 
 /// The first delay before a restart.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
@@ -158,9 +161,18 @@ async fn supervise(
     loop {
         let started = Instant::now();
         let pid = etcd.pid();
-        let exited = tokio::select! {
-            () = stop.cancelled() => return etcd.shutdown().await,
-            exited = etcd.wait_exit() => exited,
+        let exited = loop {
+            tokio::select! {
+                () = stop.cancelled() => return etcd.shutdown().await,
+                exited = etcd.wait_exit() => break exited,
+                () = tokio::time::sleep(options.certificate_check_interval) => {
+                    let dir = backing_etcd::pki_dir(&options.dir);
+                    // Files and a key pair or two: off the runtime's threads.
+                    if let Err(error) = tokio::task::spawn_blocking(move || renew_certificates(&dir)).await {
+                        tracing::error!(error = %etcd_operator_api::report::Chain(&error), "check the backing etcd's certificates");
+                    }
+                }
+            }
         };
         state.send_replace(EtcdState::Down);
         let ran_for = started.elapsed();
@@ -202,6 +214,33 @@ async fn supervise(
         };
         tracing::info!(pid = etcd.pid(), attempt, endpoint = %etcd.endpoint(), "the backing etcd serves again");
         state.send_replace(EtcdState::Running { pid: etcd.pid() });
+    }
+}
+
+/// Checks the backing etcd's certificates in `dir` as a start does ([`etcd_pki::ensure`]) and
+/// logs each one it issued again. A failure is logged and left for the next check (or the next
+/// start): etcd keeps serving with what it has.
+fn renew_certificates(dir: &std::path::Path) {
+    const LEAVES: [&str; 3] = ["server", "peer", "client"];
+    let before = LEAVES.map(|name| std::fs::read_to_string(dir.join(format!("{name}.crt"))).ok());
+    match etcd_pki::ensure(dir) {
+        Ok(pki) => {
+            let now = [&pki.server, &pki.peer, &pki.client];
+            for ((name, was), pair) in LEAVES.iter().zip(before).zip(now) {
+                if was.as_deref() != Some(pair.cert_pem.as_str()) {
+                    tracing::info!(
+                        certificate = %dir.join(format!("{name}.crt")).display(),
+                        "issued the backing etcd's certificate again while it runs (it was about \
+                         to expire or no longer valid); etcd serves it from its next TLS connection"
+                    );
+                }
+            }
+        }
+        Err(error) => tracing::error!(
+            error = %etcd_operator_api::report::Chain(&error),
+            dir = %dir.display(),
+            "check the backing etcd's certificates while it runs; trying again at the next check"
+        ),
     }
 }
 

@@ -1108,6 +1108,93 @@ async fn a_broken_ca_of_the_backing_etcd_stops_the_start_and_is_not_replaced() {
     );
 }
 
+/// The certificate etcd at `endpoint` (`https://127.0.0.1:<port>`) presents to a new TLS
+/// connection, as DER: the client verifies it with `tls`'s CA and presents its certificate.
+async fn presented_certificate(
+    endpoint: &str,
+    tls: &etcd_operator_controller::tls::member::ClientTls,
+) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(tls.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_slice(tls.cert_pem.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    let addr = endpoint.trim_start_matches("https://");
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let conn = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::from(ip("127.0.0.1")), tcp)
+        .await
+        .unwrap();
+    conn.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+#[tokio::test]
+async fn the_supervisor_renews_an_expiring_certificate_while_etcd_runs_and_etcd_serves_it() {
+    use rustls_pki_types::pem::PemObject;
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = etcd_options(dir.path());
+    options.certificate_check_interval = Duration::from_millis(200);
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    let (pid, endpoint, tls) = (etcd.pid(), etcd.endpoint().to_owned(), etcd.client_tls().clone());
+    let supervised = SupervisedEtcd::start(etcd, options);
+    // The serving certificate now expires within 30 days, as a year-old one would.
+    let pki_dir = dir.path().join("etcd/pki");
+    let pki = etcd_pki::ensure(&pki_dir).unwrap();
+    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
+    let expiring = ca
+        .issue(&LeafSpec {
+            validity: Duration::from_secs(5 * 24 * 3600),
+            usage: etcd_operator_apiserver::pki::LeafUsage::ServerAndClient,
+            ..LeafSpec::server(etcd_pki::SERVER_NAME, &["localhost"], &[ip("127.0.0.1")])
+        })
+        .unwrap();
+    std::fs::write(pki_dir.join("server.key"), &expiring.key_pem).unwrap();
+    std::fs::write(pki_dir.join("server.crt"), &expiring.cert_pem).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let renewed = loop {
+        let now = std::fs::read_to_string(pki_dir.join("server.crt")).unwrap();
+        if now != expiring.cert_pem {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not issued again while etcd runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let not_after = etcd_operator_controller::tls::ca::not_after(&renewed).unwrap();
+    assert!(not_after > SystemTime::now() + Duration::from_secs(300 * 24 * 3600));
+    // The same process serves the new certificate to a new connection (a renewal written
+    // between its two files may be checked twice: wait for the pair to settle).
+    let renewed_der = rustls_pki_types::CertificateDer::from_pem_slice(renewed.as_bytes())
+        .unwrap()
+        .to_vec();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while presented_certificate(&endpoint, &tls).await != renewed_der {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "etcd still presents another certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(supervised.pid(), Some(pid), "etcd was restarted");
+    let mut client = supervised.connect().await.unwrap();
+    assert_eq!(
+        put_and_get(&mut client, "/registry/renewed").await.unwrap(),
+        b"value"
+    );
+    supervised.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_restart_by_the_supervisor_checks_the_certificates_again() {
     etcd_operator_apiserver::serve::install_crypto_provider();
