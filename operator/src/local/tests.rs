@@ -1136,19 +1136,10 @@ async fn presented_certificate(
     conn.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
-#[tokio::test]
-async fn the_supervisor_renews_an_expiring_certificate_while_etcd_runs_and_etcd_serves_it() {
-    use rustls_pki_types::pem::PemObject;
-    etcd_operator_apiserver::serve::install_crypto_provider();
-    let dir = tempfile::tempdir().unwrap();
-    let mut options = etcd_options(dir.path());
-    options.certificate_check_interval = Duration::from_millis(200);
-    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
-    let (pid, endpoint, tls) = (etcd.pid(), etcd.endpoint().to_owned(), etcd.client_tls().clone());
-    let supervised = SupervisedEtcd::start(etcd, options);
-    // The serving certificate now expires within 30 days, as a year-old one would.
-    let pki_dir = dir.path().join("etcd/pki");
-    let pki = etcd_pki::ensure(&pki_dir).unwrap();
+/// Replaces the serving certificate in `pki_dir` by one of the same CA, good in every other way,
+/// that expires within 30 days (in 5 days), as a year-old one would; returns the CA and it.
+fn write_an_expiring_serving_certificate(pki_dir: &Path) -> (CertificateAuthority, PemPair) {
+    let pki = etcd_pki::ensure(pki_dir).unwrap();
     let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
     let expiring = ca
         .issue(&LeafSpec {
@@ -1159,6 +1150,21 @@ async fn the_supervisor_renews_an_expiring_certificate_while_etcd_runs_and_etcd_
         .unwrap();
     std::fs::write(pki_dir.join("server.key"), &expiring.key_pem).unwrap();
     std::fs::write(pki_dir.join("server.crt"), &expiring.cert_pem).unwrap();
+    (ca, expiring)
+}
+
+#[tokio::test]
+async fn the_supervisor_renews_an_expiring_certificate_while_etcd_runs_and_etcd_serves_it() {
+    use rustls_pki_types::pem::PemObject;
+    etcd_operator_apiserver::serve::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = etcd_options(dir.path());
+    options.certificate_check_interval = Duration::from_millis(200);
+    let etcd = BackingEtcd::start(options.clone()).await.unwrap();
+    let (pid, endpoint, tls) = (etcd.pid(), etcd.endpoint().to_owned(), etcd.client_tls().clone());
+    let supervised = SupervisedEtcd::start(etcd, options);
+    let pki_dir = dir.path().join("etcd/pki");
+    let (_, expiring) = write_an_expiring_serving_certificate(&pki_dir);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let renewed = loop {
         let now = std::fs::read_to_string(pki_dir.join("server.crt")).unwrap();
@@ -1204,18 +1210,8 @@ async fn a_restart_by_the_supervisor_checks_the_certificates_again() {
     let supervised = SupervisedEtcd::start(etcd, options);
     let mut state = supervised.state();
     let pid = supervised.pid().unwrap();
-    // The serving certificate now expires within 30 days.
     let pki_dir = dir.path().join("etcd/pki");
-    let pki = etcd_pki::ensure(&pki_dir).unwrap();
-    let ca = CertificateAuthority::load(&pki.ca.cert_pem, &pki.ca.key_pem).unwrap();
-    let expiring = ca
-        .issue(&LeafSpec {
-            validity: Duration::from_secs(5 * 24 * 3600),
-            ..LeafSpec::server(etcd_pki::SERVER_NAME, &["localhost"], &[ip("127.0.0.1")])
-        })
-        .unwrap();
-    std::fs::write(pki_dir.join("server.crt"), &expiring.cert_pem).unwrap();
-    std::fs::write(pki_dir.join("server.key"), &expiring.key_pem).unwrap();
+    let (ca, expiring) = write_an_expiring_serving_certificate(&pki_dir);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
